@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * options.c - the benchmarks' command-line flags: nccl-tests' letters, long
+ * names, meanings and defaults, binary K/M/G size suffixes, -h usage text and
+ * HINT lines on misuse. It only parses: common.c's driver acts on the result.
+ */
+#include "options.h"
+
+#include "common.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_prog = "bench";
+
+void bench_die(const char *hint, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", g_prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    if (hint)
+        fprintf(stderr, "HINT: %s\n", hint);
+    exit(EXIT_FAILURE);
+}
+
+/* nccl-tests' parsesize: a number with an optional binary K/M/G suffix. */
+static size_t parse_size(const char *flag, const char *value)
+{
+    double size;
+    char unit = 0;
+    int n = sscanf(value, "%lf %c", &size, &unit);
+    double mult = 1;
+    if (n == 2 && (unit == 'K' || unit == 'k'))
+        mult = 1024.0;
+    else if (n == 2 && (unit == 'M' || unit == 'm'))
+        mult = 1024.0 * 1024.0;
+    else if (n == 2 && (unit == 'G' || unit == 'g'))
+        mult = 1024.0 * 1024.0 * 1024.0;
+    else if (n != 1)
+        size = -1;
+    if (size < 0)
+        bench_die("sizes are bytes with an optional K, M or G suffix, e.g. -b 8 -e 128M",
+                  "invalid size '%s' for %s", value, flag);
+    return (size_t)(size * mult);
+}
+
+static int parse_int(const char *flag, const char *value, int min)
+{
+    char *end;
+    long v = strtol(value, &end, 0);
+    if (end == value || *end || v < min || v > 1000000000L)
+        bench_die(NULL, "invalid value '%s' for %s (an integer >= %d)", value, flag, min);
+    return (int)v;
+}
+
+static int parse_name(const char *flag, const char *value, const char *const *names, int n)
+{
+    if (!strcmp(value, "all"))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(value, names[i]))
+            return i;
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, names[i], sizeof(list) - strlen(list) - 1);
+        strncat(list, i + 1 < n ? ", " : " or all", sizeof(list) - strlen(list) - 1);
+    }
+    bench_die(list, "unknown value '%s' for %s; valid values:", value, flag);
+    return 0;
+}
+
+static void usage(void)
+{
+    printf("USAGE: %s\n"
+           "\t[-b,--minbytes <min size in bytes, K/M/G suffixes>] (default: 32M)\n"
+           "\t[-e,--maxbytes <max size in bytes>] (default: 32M)\n"
+           "\t[-i,--stepbytes <increment size>] (default: 1M)\n"
+           "\t[-f,--stepfactor <increment factor>] (default: disabled)\n"
+           "\t[-n,--iters <iteration count>] (default: 20)\n"
+           "\t[-w,--warmup_iters <warmup iteration count per size>] (default: 1)\n"
+           "\t[-m,--agg_iters <operations per iteration, in one group>] (default: 1)\n"
+           "\t[-c,--check <check iterations, 0 disables>] (default: 1)\n"
+           "\t[-d,--datatype <int8|uint8|int32|uint32|int64|uint64|half|float|double|"
+           "bfloat16|f8e4m3|f8e5m2|all>] (default: float)\n"
+           "\t[-o,--op <sum|prod|max|min|avg|all>] (default: sum)\n"
+           "\t[-r,--root <root rank|all>] (default: 0)\n"
+           "\t[-z,--blocking <0: queue on a stream, one synchronize per timed loop; 1: NULL\n"
+           "\t                stream, each call completes, barrier after each iteration>]"
+           " (default: 0)\n"
+           "\t[-u,--unalign <misalign buffers by this many elements>] (default: 0)\n"
+           "\t[-T,--timeout <seconds a phase may take before the communicator is aborted>]\n"
+           "\t[-J,--output_file <JSON output file>]\n"
+           "\t[-a,--average <0: rank 0, 1: average, 2: min, 3: max across ranks>]"
+           " (default: 1)\n"
+           "\t[-t,--nthreads 1] [-g,--ngpus 1] (accepted for nccl-tests command lines)\n"
+           "\t[-h,--help]\n"
+           "Run N ranks with: loomrun -n N %s ...\n",
+           g_prog, g_prog);
+}
+
+void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
+{
+    static const bench_opts_t defaults = {
+        .min_bytes = 32u << 20,
+        .max_bytes = 32u << 20,
+        .step_bytes = 1u << 20,
+        .step_factor = 1,
+        .iters = 20,
+        .warmup_iters = 1,
+        .agg_iters = 1,
+        .check = 1,
+        .blocking = 0,
+        .unalign = 0,
+        .timeout_s = 0,
+        .average = 1,
+        .dtype = loomFloat32,
+        .op = loomSum,
+        .root = 0,
+        .json_path = NULL,
+    };
+    *o = defaults;
+    g_prog = prog;
+    static const struct option longopts[] = {
+        {"nthreads", required_argument, 0, 't'},
+        {"ngpus", required_argument, 0, 'g'},
+        {"minbytes", required_argument, 0, 'b'},
+        {"maxbytes", required_argument, 0, 'e'},
+        {"stepbytes", required_argument, 0, 'i'},
+        {"stepfactor", required_argument, 0, 'f'},
+        {"iters", required_argument, 0, 'n'},
+        {"agg_iters", required_argument, 0, 'm'},
+        {"warmup_iters", required_argument, 0, 'w'},
+        {"check", required_argument, 0, 'c'},
+        {"op", required_argument, 0, 'o'},
+        {"datatype", required_argument, 0, 'd'},
+        {"root", required_argument, 0, 'r'},
+        {"blocking", required_argument, 0, 'z'},
+        {"unalign", required_argument, 0, 'u'},
+        {"timeout", required_argument, 0, 'T'},
+        {"output_file", required_argument, 0, 'J'},
+        {"average", required_argument, 0, 'a'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:a:h", longopts, NULL)) !=
+           -1) {
+        switch (c) {
+        case 't':
+        case 'g':
+            if (parse_int(c == 't' ? "-t" : "-g", optarg, 1) != 1)
+                bench_die("start one process per rank with loomrun -n N instead",
+                          "-%c accepts only 1: each rank is one process with one host buffer", c);
+            break;
+        case 'b':
+            o->min_bytes = parse_size("-b", optarg);
+            break;
+        case 'e':
+            o->max_bytes = parse_size("-e", optarg);
+            break;
+        case 'i':
+            o->step_bytes = parse_size("-i", optarg);
+            break;
+        case 'f':
+            o->step_factor = (size_t)parse_int("-f", optarg, 1);
+            break;
+        case 'n':
+            o->iters = parse_int("-n", optarg, 1);
+            break;
+        case 'm':
+            o->agg_iters = parse_int("-m", optarg, 1);
+            break;
+        case 'w':
+            o->warmup_iters = parse_int("-w", optarg, 0);
+            break;
+        case 'c':
+            o->check = parse_int("-c", optarg, 0);
+            break;
+        case 'o':
+            o->op = parse_name("-o", optarg, bench_op_names, loomNumOps);
+            break;
+        case 'd':
+            o->dtype = parse_name("-d", optarg, bench_type_names, loomNumTypes);
+            break;
+        case 'r':
+            o->root = strcmp(optarg, "all") ? parse_int("-r", optarg, 0) : -1;
+            break;
+        case 'z':
+            o->blocking = parse_int("-z", optarg, 0);
+            break;
+        case 'u':
+            o->unalign = parse_int("-u", optarg, 0);
+            break;
+        case 'T':
+            o->timeout_s = parse_int("-T", optarg, 0);
+            break;
+        case 'J':
+            o->json_path = optarg;
+            break;
+        case 'a':
+            o->average = parse_int("-a", optarg, 0);
+            break;
+        case 'h':
+            usage();
+            exit(EXIT_SUCCESS);
+        default:
+            usage();
+            exit(EXIT_FAILURE);
+        }
+    }
+    if (optind < argc)
+        bench_die("run with -h for the flags", "unexpected argument '%s'", argv[optind]);
+    if (o->min_bytes > o->max_bytes)
+        bench_die(NULL, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", o->min_bytes,
+                  o->max_bytes);
+    if (o->blocking > 1)
+        bench_die("-z 0 queues on a stream, -z 1 blocks and adds a barrier per iteration",
+                  "-z %d is not supported", o->blocking);
+    if (o->average > 3)
+        bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);
+}

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * loom.h - the public API of loom, a collective-communication library.
+ *
+ * The calls mirror NCCL's one for one (same argument order, same in-place
+ * conventions, same result codes), so that code written for NCCL ports by
+ * renaming. Buffers are host memory. A NULL stream means "complete before
+ * returning"; a loomStream_t is an ordered asynchronous queue.
+ *
+ * Thread safety: a communicator may be used from several threads; calls on it
+ * execute in the order they were issued (the order the library observes), and
+ * every rank must issue collectives on a communicator in the same order, as
+ * with NCCL. loomCommAbort may be called from any thread at any time.
+ */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+#define LOOM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define LOOM_VERSION_CODE LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
+
+#if defined(__GNUC__)
+#define LOOM_API __attribute__((visibility("default")))
+#else
+#define LOOM_API
+#endif
+
+/* Result codes: NCCL's values and order, plus loomTimeout. */
+typedef enum {
+    loomSuccess = 0,              /* no error */
+    loomUnhandledDeviceError = 1, /* a device (CUDA) call failed */
+    loomSystemError = 2,          /* a system call failed (errno text in the last error) */
+    loomInternalError = 3,        /* a bug in loom: please report it */
+    loomInvalidArgument = 4,      /* an argument is wrong (the last error names it) */
+    loomInvalidUsage = 5,         /* the calls are used in a wrong order or combination */
+    loomRemoteError = 6,          /* a peer died, closed its connection or broke protocol */
+    loomInProgress = 7,           /* an asynchronous operation has not finished yet */
+    loomTimeout = 8,              /* a wait exceeded the communicator's timeout */
+    loomNumResults = 9
+} loomResult_t;
+
+/* Datatypes: NCCL's numbering. */
+typedef enum {
+    loomInt8 = 0,
+    loomChar = 0,
+    loomUint8 = 1,
+    loomInt32 = 2,
+    loomInt = 2,
+    loomUint32 = 3,
+    loomInt64 = 4,
+    loomUint64 = 5,
+    loomFloat16 = 6,
+    loomHalf = 6,
+    loomFloat32 = 7,
+    loomFloat = 7,
+    loomFloat64 = 8,
+    loomDouble = 8,
+    loomBfloat16 = 9,
+    loomFloat8e4m3 = 10, /* OCP FP8 E4M3 (no infinities, max 448); conversions saturate */
+    loomFloat8e5m2 = 11, /* OCP FP8 E5M2 (max 57344); conversions saturate to finite */
+    loomNumTypes = 12
+} loomDataType_t;
+
+/* Reduction operations: NCCL's numbering. Avg sums, then divides once by the rank count. */
+typedef enum {
+    loomSum = 0,
+    loomProd = 1,
+    loomMax = 2,
+    loomMin = 3,
+    loomAvg = 4,
+    loomNumOps = 5
+} loomRedOp_t;
+
+#define LOOM_UNIQUE_ID_BYTES 128
+/* Opaque rendezvous handle: the root's address, port and a random 128-bit job
+ * secret. Create it on one rank and pass it to every rank out of band. */
+typedef struct {
+    char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+typedef struct loomComm *loomComm_t;
+typedef struct loomStream *loomStream_t;
+#define LOOM_COMM_NULL ((loomComm_t)NULL)
+#define LOOM_SPLIT_NOCOLOR (-1)
+
+#define LOOM_CONFIG_MAGIC 0x100f100fu
+#define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
+
+/* Communicator options. Always start from LOOM_CONFIG_INITIALIZER: the size,
+ * magic and version header lets newer libraries accept older structs. A field
+ * left undefined takes its environment variable, then its default. */
+typedef struct loomConfig_v1 {
+    size_t size;          /* sizeof(loomConfig_t), set by the initializer */
+    unsigned int magic;   /* LOOM_CONFIG_MAGIC */
+    unsigned int version; /* LOOM_VERSION_CODE of the headers the caller built with */
+    int blocking;         /* 1 (default): init blocks. 0 is accepted and behaves as 1 */
+    int timeout_ms;       /* bound on every wait; default LOOM_TIMEOUT_MS (300000 ms) */
+    const char *net;      /* "shm,tcp" style list of allowed transports; NULL = LOOM_NET */
+    const char *commName; /* name used in log lines; NULL = none */
+} loomConfig_t;
+
+#define LOOM_CONFIG_INITIALIZER                                                                    \
+    {                                                                                              \
+        sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,         \
+            LOOM_CONFIG_UNDEF_INT, NULL, NULL                                                      \
+    }
+
+/* ---- Version and errors ------------------------------------------------ */
+
+/* Stores LOOM_VERSION_CODE of the library in *version. Errors: InvalidArgument (NULL). */
+LOOM_API loomResult_t loomGetVersion(int *version);
+/* The fixed text of a result code; never NULL. Thread safe. */
+LOOM_API const char *loomGetErrorString(loomResult_t result);
+/* The message of the last failure seen by the calling thread (comm may be NULL),
+ * naming what was wrong: rank, sizes, errno text. Empty string if none. */
+LOOM_API const char *loomGetLastError(loomComm_t comm);
+
+/* ---- Communicators ----------------------------------------------------- */
+
+/* Creates a unique id and starts, in the calling process, the rendezvous
+ * service that the ranks of one communicator will contact. Call it once per
+ * communicator, on one process that stays alive until init completes.
+ * Non-blocking. Errors: InvalidArgument, SystemError (no usable interface). */
+LOOM_API loomResult_t loomGetUniqueId(loomUniqueId *uniqueId);
+
+/* Creates this rank's handle of a communicator of nranks ranks. Blocks until
+ * every rank has joined and connections are up, or the timeout passes
+ * (Timeout, naming the ranks that never arrived). Collective over all ranks.
+ * Errors: InvalidArgument (nranks < 1, rank out of range, bad id),
+ * SystemError, RemoteError, Timeout. */
+LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId,
+                                       int rank);
+/* As loomCommInitRank with options; config may be NULL. */
+LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId,
+                                             int rank, loomConfig_t *config);
+/* Creates the world communicator from the launcher's environment. Tried in
+ * order: LOOM_RANK/LOOM_WORLD_SIZE/LOOM_LOCAL_RANK/LOOM_COMM_ID (host:port);
+ * torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Slurm's
+ * SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID; Open MPI's OMPI_COMM_WORLD_RANK/
+ * _SIZE/_LOCAL_RANK (the last two take the address from LOOM_COMM_ID or
+ * MASTER_ADDR/MASTER_PORT). Rank 0 serves the rendezvous at that address. The
+ * job secret comes from LOOM_SECRET (32 hex digits) when set. Blocking,
+ * collective. Errors: InvalidArgument (no or inconsistent variables, named). */
+LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm);
+
+/* Splits comm as MPI_Comm_split: ranks with the same color form a new
+ * communicator, ordered by key then by rank in comm. color < 0
+ * (LOOM_SPLIT_NOCOLOR) gives *newcomm = NULL. Collective over comm; blocking.
+ * config may be NULL (inherits comm's). */
+LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                                    loomConfig_t *config);
+/* Waits for this rank's pending operations, then frees the communicator.
+ * Not collective: peers may destroy at different times. NULL is a no-op. */
+LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
+/* Stops every pending operation on comm (they return RemoteError or the
+ * error that stopped them), then frees it. Callable from any thread; never
+ * waits for peers. NULL is a no-op. */
+LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
+/* The first asynchronous failure of an operation queued on a stream for this
+ * communicator (Success if none). Non-blocking; thread safe. */
+LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);
+LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int *count);
+LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
+
+/* ---- Streams ----------------------------------------------------------- */
+
+/* An ordered asynchronous queue: operations given a stream return at once and
+ * run in order on a worker thread. Errors: SystemError. */
+LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream);
+/* Waits for the stream's operations, then frees it. Returns the first error
+ * among them. */
+LOOM_API loomResult_t loomStreamDestroy(loomStream_t stream);
+/* Blocks until every operation queued so far has finished. Returns the first
+ * error among them since the last synchronize (then clears it). */
+LOOM_API loomResult_t loomStreamSynchronize(loomStream_t stream);
+/* Non-blocking: Success if the stream is idle, InProgress if it still has
+ * work, or the error of a failed operation. */
+LOOM_API loomResult_t loomStreamQuery(loomStream_t stream);
+
+/* ---- Collectives (NCCL argument order) ---------------------------------
+ * Every call: blocking when stream is NULL, otherwise queued on the stream.
+ * count == 0 is valid. sendbuff is never written (out-of-place). Results are
+ * bitwise identical on every rank and from run to run; reductions combine the
+ * ranks' contributions in rank order 0, 1, ..., n-1 in the accumulator type
+ * (float32 for float16/bfloat16/fp8, the datatype itself otherwise) and round
+ * once per output element. Errors: InvalidArgument (NULL buffer with count > 0,
+ * bad datatype/op/root, overflowing sizes, partially overlapping buffers),
+ * InvalidUsage, RemoteError, Timeout, SystemError. */
+
+/* recvbuff[i] = op over ranks of sendbuff[i], i < count. In place if equal. */
+LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                    loomStream_t stream);
+/* recvbuff[r*sendcount + i] = sendbuff of rank r [i]. In place if
+ * sendbuff == recvbuff + rank*sendcount (in elements). */
+LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* recvbuff[i] = op over ranks of sendbuff[rank*recvcount + i]. In place if
+ * recvbuff == sendbuff + rank*recvcount (in elements). */
+LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream);
+/* Copies root's sendbuff to every rank's recvbuff; sendbuff is read on root only. */
+LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, int root, loomComm_t comm,
+                                    loomStream_t stream);
+/* On root, recvbuff[i] = op over ranks of sendbuff[i]; recvbuff is ignored elsewhere. */
+LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 loomDataType_t datatype, loomRedOp_t op, int root,
+                                 loomComm_t comm, loomStream_t stream);
+/* Block j of sendbuff (count elements) goes to rank j's block `rank` of recvbuff. */
+LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* Per-peer counts and displacements (in elements), as MPI_Alltoallv: sendcounts[j]
+ * elements from sendbuff + sdispls[j] go to rank j, which receives them at
+ * recvbuff + rdispls[rank]; recvcounts[j] must equal rank j's sendcounts[rank]. */
+LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void *recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* Point to point. Sends to and receives from the same peer match in order;
+ * count and datatype must agree. Outside a group, Send may block until the
+ * peer receives: pair Sends and Recvs in a group to avoid deadlock. */
+LOOM_API loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype,
+                               int peer, loomComm_t comm, loomStream_t stream);
+LOOM_API loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream);
+/* Returns once every rank has entered the barrier. */
+LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+
+/* Groups: calls between GroupStart and GroupEnd are only recorded; GroupEnd
+ * starts them together, so any mix of Send/Recv and collectives completes
+ * whatever order the ranks posted them in (collectives must still be in the
+ * same order on every rank). Groups nest; the outermost GroupEnd runs them.
+ * Per thread. Errors from GroupEnd are those of the recorded calls. */
+LOOM_API loomResult_t loomGroupStart(void);
+LOOM_API loomResult_t loomGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_H */

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * coll_api.c - the public collective and point-to-point entry points. Each
+ * validates its arguments (a bad one gives InvalidArgument and a message
+ * naming it, and leaves the communicator usable), records one operation and
+ * hands it to enqueue.c. No data moves here.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "dtype.h"
+
+/* Common checks: communicator, stream, datatype, and count*esize*mult fits. */
+static loomResult_t check_common(loomComm_t comm, loomStream_t stream, loomDataType_t dt,
+                                 size_t count, size_t mult, const char *fn, size_t *bytes_p)
+{
+    LOOM_CHECK(loom_comm_check(comm, fn));
+    LOOM_CHECK(loom_stream_validate(stream));
+    if (!loom_dtype_valid(dt)) {
+        LOOM_WARN("%s: invalid datatype %d", fn, (int)dt);
+        return loomInvalidArgument;
+    }
+    size_t es = loom_dtype_size(dt);
+    if (count > SIZE_MAX / es / mult) {
+        LOOM_WARN("%s: count %zu of %s times %zu overflows the address space", fn, count,
+                  loom_dtype_name(dt), mult);
+        return loomInvalidArgument;
+    }
+    *bytes_p = count * es;
+    return loomSuccess;
+}
+
+static loomResult_t check_op(loomRedOp_t op, const char *fn)
+{
+    if (!loom_redop_valid(op)) {
+        LOOM_WARN("%s: invalid reduction op %d", fn, (int)op);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t check_buf(const void *p, size_t bytes, const char *what, const char *fn)
+{
+    if (p == NULL && bytes > 0) {
+        LOOM_WARN("%s: %s is NULL with %zu bytes to move", fn, what, bytes);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t check_root(loomComm_t comm, int root, const char *fn)
+{
+    if (root < 0 || root >= comm->nranks) {
+        LOOM_WARN("%s: root %d out of range [0, %d)", fn, root, comm->nranks);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+/* send [s, s+sn) and recv [r, r+rn) must be disjoint unless s == inplace_at. */
+static loomResult_t check_overlap(const void *s, size_t sn, const void *r, size_t rn,
+                                  const void *inplace_at, const char *fn)
+{
+    uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
+    if (sn == 0 || rn == 0 || s == NULL || r == NULL)
+        return loomSuccess;
+    if (inplace_at != NULL && s == inplace_at)
+        return loomSuccess;
+    if (a < b + rn && b < a + sn) {
+        LOOM_WARN("%s: send buffer %p (%zu bytes) and receive buffer %p (%zu bytes) overlap "
+                  "without being the in-place layout", fn, s, sn, r, rn);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t enqueue_coll(loomComm_t comm, loomStream_t stream, loom_coll_args_t *args)
+{
+    loom_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.kind = LOOM_OP_COLL;
+    op.coll = *args;
+    LOOM_INFO(LOOM_LOG_CALL, "%s: count %zu datatype %d op %d root %d comm %s",
+              loom_coll_name(args->kind), args->count, (int)args->dt, (int)args->op, args->root,
+              comm->name);
+    return loom_enqueue(comm, &op, stream);
+}
+
+LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                    loomStream_t stream)
+{
+    const char *fn = "loomAllReduce";
+    size_t bytes;
+    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_op(op, fn));
+    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLREDUCE, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .count = count, .dt = datatype, .op = op};
+    return enqueue_coll(comm, stream, &a);
+}
+
+LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomAllGather";
+    size_t bytes;
+    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
+    LOOM_CHECK(check_common(comm, stream, datatype, sendcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    const void *inplace = recvbuff ? (const uint8_t *)recvbuff + (size_t)comm->rank * bytes : NULL;
+    LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks, inplace, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHER, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .count = sendcount, .dt = datatype};
+    return enqueue_coll(comm, stream, &a);
+}
+
+LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream)
+{
+    const char *fn = "loomReduceScatter";
+    size_t bytes;
+    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
+    LOOM_CHECK(check_common(comm, stream, datatype, recvcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(check_op(op, fn));
+    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    /* In place: recvbuff == sendbuff + rank*recvcount; check_overlap compares the
+     * send pointer, so swap roles: the receive block sits inside the send range. */
+    const void *inplace = sendbuff ? (const uint8_t *)sendbuff + (size_t)comm->rank * bytes : NULL;
+    LOOM_CHECK(check_overlap(recvbuff, bytes, sendbuff, bytes * (size_t)comm->nranks, inplace, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE_SCATTER, .sendbuff = sendbuff,
+                          .recvbuff = recvbuff, .count = recvcount, .dt = datatype, .op = op};
+    return enqueue_coll(comm, stream, &a);
+}
+
+LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, int root, loomComm_t comm,
+                                    loomStream_t stream)
+{
+    const char *fn = "loomBroadcast";
+    size_t bytes;
+    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_root(comm, root, fn));
+    if (comm->rank == root) {
+        LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff (on the root)", fn));
+        LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    }
+    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_BCAST, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .count = count, .dt = datatype, .root = root};
+    return enqueue_coll(comm, stream, &a);
+}
+
+LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 loomDataType_t datatype, loomRedOp_t op, int root,
+                                 loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomReduce";
+    size_t bytes;
+    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_op(op, fn));
+    LOOM_CHECK(check_root(comm, root, fn));
+    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
+    if (comm->rank == root) {
+        LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff (on the root)", fn));
+        LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    }
+    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .count = count, .dt = datatype, .op = op, .root = root};
+    return enqueue_coll(comm, stream, &a);
+}
+
+LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomAllToAll";
+    size_t bytes;
+    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
+    LOOM_CHECK(check_common(comm, stream, datatype, count, (size_t)comm->nranks, fn, &bytes));
+    size_t total = bytes * (size_t)comm->nranks;
+    LOOM_CHECK(check_buf(sendbuff, total, "sendbuff", fn));
+    LOOM_CHECK(check_buf(recvbuff, total, "recvbuff", fn));
+    LOOM_CHECK(check_overlap(sendbuff, total, recvbuff, total, NULL, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALL, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .count = count, .dt = datatype};
+    return enqueue_coll(comm, stream, &a);
+}
+
+/* Extent in elements of counts[i] at displs[i], with overflow checks. */
+static loomResult_t v_extent(const size_t *counts, const size_t *displs, int n, size_t es,
+                             const char *what, size_t *bytes_p)
+{
+    size_t max = 0;
+    for (int i = 0; i < n; i++) {
+        if (counts[i] > SIZE_MAX - displs[i] || counts[i] + displs[i] > SIZE_MAX / es) {
+            LOOM_WARN("loomAllToAllv: %s entry %d (count %zu at displacement %zu) overflows", what,
+                      i, counts[i], displs[i]);
+            return loomInvalidArgument;
+        }
+        if (counts[i] > 0 && counts[i] + displs[i] > max)
+            max = counts[i] + displs[i];
+    }
+    *bytes_p = max * es;
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void *recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomAllToAllv";
+    size_t es_bytes;
+    LOOM_CHECK(check_common(comm, stream, datatype, 1, 1, fn, &es_bytes));
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
+        LOOM_WARN("%s: counts and displacements must not be NULL", fn);
+        return loomInvalidArgument;
+    }
+    const int n = comm->nranks;
+    size_t sbytes, rbytes;
+    LOOM_CHECK(v_extent(sendcounts, sdispls, n, es_bytes, "send", &sbytes));
+    LOOM_CHECK(v_extent(recvcounts, rdispls, n, es_bytes, "receive", &rbytes));
+    LOOM_CHECK(check_buf(sendbuff, sbytes, "sendbuff", fn));
+    LOOM_CHECK(check_buf(recvbuff, rbytes, "recvbuff", fn));
+    LOOM_CHECK(check_overlap(sendbuff, sbytes, recvbuff, rbytes, NULL, fn));
+    size_t *v = malloc(4 * (size_t)n * sizeof(size_t));
+    if (v == NULL) {
+        LOOM_WARN("%s: out of memory copying %d counts", fn, n);
+        return loomSystemError;
+    }
+    memcpy(v, sendcounts, (size_t)n * sizeof(size_t));
+    memcpy(v + n, sdispls, (size_t)n * sizeof(size_t));
+    memcpy(v + 2 * n, recvcounts, (size_t)n * sizeof(size_t));
+    memcpy(v + 3 * n, rdispls, (size_t)n * sizeof(size_t));
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALLV, .sendbuff = sendbuff, .recvbuff = recvbuff,
+                          .dt = datatype, .sendcounts = v, .sdispls = v + n,
+                          .recvcounts = v + 2 * n, .rdispls = v + 3 * n};
+    return enqueue_coll(comm, stream, &a); /* the op owns v from here, even on failure */
+}
+
+LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream)
+{
+    LOOM_CHECK(loom_comm_check(comm, "loomBarrier"));
+    LOOM_CHECK(loom_stream_validate(stream));
+    loom_coll_args_t a = {.kind = LOOM_COLL_BARRIER, .dt = loomUint8};
+    return enqueue_coll(comm, stream, &a);
+}
+
+static loomResult_t p2p_enqueue(loom_op_kind_t kind, const void *sbuf, void *rbuf, size_t count,
+                                loomDataType_t dt, int peer, loomComm_t comm, loomStream_t stream,
+                                const char *fn)
+{
+    size_t bytes;
+    LOOM_CHECK(check_common(comm, stream, dt, count, 1, fn, &bytes));
+    if (peer < 0 || peer >= comm->nranks) {
+        LOOM_WARN("%s: peer %d out of range [0, %d)", fn, peer, comm->nranks);
+        return loomInvalidArgument;
+    }
+    LOOM_CHECK(check_buf(kind == LOOM_OP_SEND ? sbuf : rbuf, bytes, "buffer", fn));
+    loom_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.kind = kind;
+    op.sendbuff = sbuf;
+    op.recvbuff = rbuf;
+    op.nbytes = bytes;
+    op.peer = peer;
+    return loom_enqueue(comm, &op, stream);
+}
+
+LOOM_API loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype,
+                               int peer, loomComm_t comm, loomStream_t stream)
+{
+    return p2p_enqueue(LOOM_OP_SEND, sendbuff, NULL, count, datatype, peer, comm, stream,
+                       "loomSend");
+}
+
+LOOM_API loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream)
+{
+    return p2p_enqueue(LOOM_OP_RECV, NULL, recvbuff, count, datatype, peer, comm, stream,
+                       "loomRecv");
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * comm.h - the communicator, the recorded operation and the task (a group of
+ * operations on one communicator that executes as a unit), shared by the
+ * public entry points in this folder.
+ *
+ * Ordering: each task takes a ticket from its communicator when it is issued;
+ * tasks execute in ticket order whatever thread or stream runs them, so every
+ * rank sees the same order of collectives as long as it issues them in the
+ * same order (NCCL's rule).
+ */
+#ifndef LOOM_API_COMM_H
+#define LOOM_API_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "coll.h"
+#include "loom.h"
+#include "p2p.h"
+
+#define LOOM_COMM_MAGIC 0x636f6d6du /* "comm" */
+#define LOOM_COMM_DEAD 0xdeadc0deu
+
+struct loomComm {
+    uint32_t magic;            /* LOOM_COMM_MAGIC while usable */
+    int rank;
+    int nranks;
+    int local_rank;            /* rank among ranks with the same host id */
+    int local_size;
+    int64_t timeout_ms;
+    char name[64];
+    loom_peer_info_t *peers;   /* [nranks] */
+    loom_p2p_t *p2p;
+    loom_coll_ctx_t coll;
+    volatile int abort_flag;   /* set by loomCommAbort; every wait checks it */
+    char net[64];              /* transports allowed (config or LOOM_NET) */
+
+    pthread_mutex_t lock;      /* protects everything below */
+    pthread_cond_t cond;
+    uint64_t next_ticket;      /* next ticket to hand out */
+    uint64_t now_serving;      /* ticket allowed to execute */
+    int refs;                  /* 1 for the user + 1 per queued task */
+    int destroying;
+    loomResult_t async_error;  /* first failure of a stream task */
+    char async_msg[256];
+};
+
+typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV } loom_op_kind_t;
+
+typedef struct {
+    loom_op_kind_t kind;
+    loom_coll_args_t coll;     /* for LOOM_OP_COLL (alltoallv arrays are owned copies) */
+    const void *sendbuff;      /* send */
+    void *recvbuff;            /* recv */
+    size_t nbytes;             /* send/recv */
+    int peer;
+} loom_op_t;
+
+typedef struct loom_task {
+    struct loomComm *comm;
+    loom_op_t *ops;
+    int nops;
+    int cap;
+    uint64_t ticket;
+    loomStream_t stream;       /* NULL: run by the issuing thread */
+    struct loom_task *next;    /* stream queue / group list */
+} loom_task_t;
+
+/* Validation helper shared by every entry point: comm usable? */
+loomResult_t loom_comm_check(loomComm_t comm, const char *fn);
+/* Records an operation: into the thread's open group, or as a task of its own
+ * that runs now (stream NULL) or is queued on the stream. Takes ownership of
+ * op's owned arrays. */
+loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t stream);
+/* Executes a task on the calling thread in its turn; frees nothing. */
+loomResult_t loom_task_execute(loom_task_t *task);
+void loom_task_free(loom_task_t *task);
+/* Drops a reference to the communicator; frees it at zero. */
+void loom_comm_release(struct loomComm *comm);
+/* Queues a task on a stream (stream.c). */
+loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
+/* InvalidArgument unless stream is NULL or a live stream. */
+loomResult_t loom_stream_validate(loomStream_t stream);
+/* Records an asynchronous failure on the communicator. */
+void loom_comm_set_async_error(struct loomComm *comm, loomResult_t res, const char *msg);
+
+#endif

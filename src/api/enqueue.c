@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * enqueue.c - how a recorded operation reaches execution: groups (per
+ * thread), tickets (per communicator, so tasks run in issue order whatever
+ * thread or stream runs them), and the execution of a task: post every
+ * send/receive, run the collectives in order, then wait for the sends and
+ * receives. Posting all point-to-point operations first is what lets any mix
+ * of Send/Recv and collectives inside a group complete in whatever order
+ * ranks posted them.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+
+typedef struct {
+    int depth;
+    loom_task_t *tasks; /* one per communicator touched by the group */
+} group_state_t;
+
+static __thread group_state_t group;
+
+// ---- tasks ------------------------------------------------------------------
+
+static loom_task_t *task_new(struct loomComm *comm, loomStream_t stream)
+{
+    loom_task_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    t->comm = comm;
+    t->stream = stream;
+    pthread_mutex_lock(&comm->lock);
+    comm->refs++;
+    pthread_mutex_unlock(&comm->lock);
+    return t;
+}
+
+static loomResult_t task_add(loom_task_t *t, const loom_op_t *op)
+{
+    if (t->nops == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 4;
+        loom_op_t *ops = realloc(t->ops, (size_t)cap * sizeof(*ops));
+        if (ops == NULL) {
+            LOOM_WARN("out of memory recording operation %d of a group", t->nops + 1);
+            return loomSystemError;
+        }
+        t->ops = ops;
+        t->cap = cap;
+    }
+    t->ops[t->nops++] = *op;
+    return loomSuccess;
+}
+
+static void op_free(loom_op_t *op)
+{
+    if (op->kind == LOOM_OP_COLL && op->coll.kind == LOOM_COLL_ALLTOALLV)
+        free((void *)op->coll.sendcounts); /* one allocation holds all four arrays */
+}
+
+void loom_task_free(loom_task_t *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < t->nops; i++)
+        op_free(&t->ops[i]);
+    free(t->ops);
+    loom_comm_release(t->comm);
+    free(t);
+}
+
+static void task_take_ticket(loom_task_t *t)
+{
+    pthread_mutex_lock(&t->comm->lock);
+    t->ticket = t->comm->next_ticket++;
+    pthread_mutex_unlock(&t->comm->lock);
+}
+
+// ---- execution --------------------------------------------------------------
+
+static loomResult_t task_run_ops(loom_task_t *t)
+{
+    struct loomComm *comm = t->comm;
+    loomResult_t res = loomSuccess;
+    int np2p = 0;
+    for (int i = 0; i < t->nops; i++)
+        np2p += t->ops[i].kind != LOOM_OP_COLL;
+    loom_p2p_req_t *reqs = NULL;
+    if (np2p > 0 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
+        LOOM_WARN("out of memory for %d send/receive requests", np2p);
+        return loomSystemError;
+    }
+    int nreq = 0;
+    loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
+    for (int i = 0; i < t->nops; i++) {
+        loom_op_t *op = &t->ops[i];
+        if (op->kind == LOOM_OP_SEND)
+            LOOM_CHECK_GOTO(loom_p2p_isend(comm->p2p, op->peer, op->sendbuff, op->nbytes,
+                                           LOOM_TAG_P2P, &reqs[nreq++]), res, out);
+        else if (op->kind == LOOM_OP_RECV)
+            LOOM_CHECK_GOTO(loom_p2p_irecv(comm->p2p, op->peer, op->recvbuff, op->nbytes,
+                                           LOOM_TAG_P2P, &reqs[nreq++]), res, out);
+    }
+    for (int i = 0; i < t->nops; i++) {
+        if (t->ops[i].kind != LOOM_OP_COLL)
+            continue;
+        comm->coll.seq++;
+        LOOM_CHECK_GOTO(loom_coll_run(&comm->coll, &t->ops[i].coll, NULL), res, out);
+    }
+    if (nreq > 0) {
+        loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
+        LOOM_CHECK_GOTO(loom_p2p_wait_all(comm->p2p, reqs, nreq), res, out);
+        for (int i = 0; i < nreq; i++) {
+            if (!reqs[i].is_send && reqs[i].done_bytes != reqs[i].nbytes) {
+                LOOM_WARN("rank %d: rank %d sent %zu bytes to a receive of %zu bytes", comm->rank,
+                          reqs[i].peer, reqs[i].done_bytes, reqs[i].nbytes);
+                res = loomInvalidUsage;
+            }
+        }
+    }
+out:
+    free(reqs);
+    return res;
+}
+
+loomResult_t loom_task_execute(loom_task_t *t)
+{
+    struct loomComm *comm = t->comm;
+    loomResult_t res;
+    pthread_mutex_lock(&comm->lock);
+    while (comm->now_serving != t->ticket && !comm->abort_flag)
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    int aborted = comm->abort_flag;
+    pthread_mutex_unlock(&comm->lock);
+    if (aborted) {
+        LOOM_WARN("rank %d: operation on communicator %s not run: the communicator was aborted",
+                  comm->rank, comm->name);
+        res = loomRemoteError;
+    } else {
+        loom_debug_set_rank(comm->rank);
+        res = task_run_ops(t);
+    }
+    pthread_mutex_lock(&comm->lock);
+    if (!aborted)
+        comm->now_serving++;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    return res;
+}
+
+// ---- entry from the API -------------------------------------------------------
+
+loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t stream)
+{
+    loom_op_t copy = *op;
+    if (group.depth > 0) {
+        loom_task_t *t = group.tasks;
+        while (t && t->comm != comm)
+            t = t->next;
+        if (t == NULL) {
+            if ((t = task_new(comm, stream)) == NULL)
+                goto err_nomem;
+            t->next = group.tasks;
+            group.tasks = t;
+        }
+        if (t->stream == NULL)
+            t->stream = stream;
+        loomResult_t res = task_add(t, &copy);
+        if (res != loomSuccess)
+            op_free(&copy);
+        return res;
+    }
+    loom_task_t *t = task_new(comm, stream);
+    if (t == NULL)
+        goto err_nomem;
+    loomResult_t res = task_add(t, &copy);
+    if (res != loomSuccess) {
+        op_free(&copy);
+        loom_task_free(t);
+        return res;
+    }
+    task_take_ticket(t);
+    if (stream != NULL)
+        return loom_stream_push(stream, t);
+    res = loom_task_execute(t);
+    loom_task_free(t);
+    return res;
+err_nomem:
+    op_free(&copy);
+    LOOM_WARN("out of memory recording an operation");
+    return loomSystemError;
+}
+
+LOOM_API loomResult_t loomGroupStart(void)
+{
+    group.depth++;
+    return loomSuccess;
+}
+
+static void *group_thread(void *arg)
+{
+    loom_task_t *t = arg;
+    loomResult_t res = loom_task_execute(t);
+    return (void *)(intptr_t)res;
+}
+
+/* Runs the tasks without a stream: inline for one communicator; one thread per
+ * communicator when the group spans several, since each may wait on peers
+ * that are themselves waiting on another of the group's communicators. */
+static loomResult_t group_run_blocking(loom_task_t **tasks, int n)
+{
+    loomResult_t res = loomSuccess;
+    pthread_t *threads = n > 1 ? calloc((size_t)n, sizeof(*threads)) : NULL;
+    int *started = n > 1 ? calloc((size_t)n, sizeof(*started)) : NULL;
+    for (int i = 1; i < n; i++) {
+        if (threads && started && pthread_create(&threads[i], NULL, group_thread, tasks[i]) == 0) {
+            started[i] = 1;
+        } else {
+            LOOM_WARN("cannot start a thread for communicator %d of a group", i);
+            res = loomSystemError;
+        }
+    }
+    if (n > 0)
+        LOOM_CHECK_IGNORE(loom_task_execute(tasks[0]), res);
+    for (int i = 1; i < n; i++) {
+        if (started && started[i]) {
+            void *ret = NULL;
+            pthread_join(threads[i], &ret);
+            LOOM_CHECK_IGNORE((loomResult_t)(intptr_t)ret, res);
+        } else {
+            /* Not started: its ticket must still be consumed so later tasks can run. */
+            LOOM_CHECK_IGNORE(loom_task_execute(tasks[i]), res);
+        }
+    }
+    free(threads);
+    free(started);
+    return res;
+}
+
+LOOM_API loomResult_t loomGroupEnd(void)
+{
+    if (group.depth == 0) {
+        LOOM_WARN("loomGroupEnd without a matching loomGroupStart");
+        return loomInvalidUsage;
+    }
+    if (--group.depth > 0)
+        return loomSuccess;
+    int n = 0;
+    for (loom_task_t *t = group.tasks; t; t = t->next)
+        n++;
+    loom_task_t **blocking = calloc((size_t)n + 1, sizeof(*blocking));
+    loom_task_t *t = group.tasks, *next;
+    group.tasks = NULL;
+    loomResult_t res = loomSuccess;
+    int nb = 0;
+    /* The list was built by prepending: take tickets in first-touched order. */
+    loom_task_t *rev = NULL;
+    for (; t; t = next) {
+        next = t->next;
+        t->next = rev;
+        rev = t;
+    }
+    for (t = rev; t; t = next) {
+        next = t->next;
+        t->next = NULL;
+        task_take_ticket(t);
+        if (t->stream != NULL) {
+            LOOM_CHECK_IGNORE(loom_stream_push(t->stream, t), res);
+        } else if (blocking != NULL) {
+            blocking[nb++] = t;
+        } else {
+            LOOM_CHECK_IGNORE(loom_task_execute(t), res);
+            loom_task_free(t);
+        }
+    }
+    if (blocking != NULL) {
+        LOOM_CHECK_IGNORE(group_run_blocking(blocking, nb), res);
+        for (int i = 0; i < nb; i++)
+            loom_task_free(blocking[i]);
+        free(blocking);
+    }
+    return res;
+}

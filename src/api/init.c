@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * init.c - communicator lifecycle: unique ids, creation (bootstrap, peer
+ * identities, the point-to-point layer), split, destroy, abort and the
+ * simple queries. A registry of live communicators lets every entry point
+ * reject a destroyed or foreign handle with InvalidArgument instead of
+ * touching freed memory.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "init.h"
+#include "param.h"
+#include "timer.h"
+
+// ---- registry of live communicators ---------------------------------------------
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct loomComm **live;
+static int nlive, live_cap;
+
+static loomResult_t live_add(struct loomComm *c)
+{
+    pthread_mutex_lock(&live_lock);
+    if (nlive == live_cap) {
+        int cap = live_cap ? 2 * live_cap : 16;
+        struct loomComm **l = realloc(live, (size_t)cap * sizeof(*l));
+        if (l == NULL) {
+            pthread_mutex_unlock(&live_lock);
+            LOOM_WARN("out of memory registering a communicator");
+            return loomSystemError;
+        }
+        live = l;
+        live_cap = cap;
+    }
+    live[nlive++] = c;
+    pthread_mutex_unlock(&live_lock);
+    return loomSuccess;
+}
+
+/* Removes c; returns 1 if it was live (so only one destroy/abort proceeds). */
+static int live_remove(struct loomComm *c)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive; i++) {
+        if (live[i] == c) {
+            live[i] = live[--nlive];
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+static int live_find(const struct loomComm *c)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive && !found; i++)
+        found = live[i] == c;
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+loomResult_t loom_comm_check(loomComm_t comm, const char *fn)
+{
+    if (comm == NULL) {
+        LOOM_WARN("%s: communicator is NULL", fn);
+        return loomInvalidArgument;
+    }
+    if (!live_find(comm)) {
+        LOOM_WARN("%s: communicator %p is not valid (destroyed, aborted or never created)", fn,
+                  (void *)comm);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+// ---- identity -------------------------------------------------------------------
+
+static void read_boot_id(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f == NULL)
+        return;
+    if (fgets(buf, (int)len, f) == NULL)
+        buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+static uint64_t hash_str(const char *s)
+{
+    static const uint8_t key[16] = {'l', 'o', 'o', 'm', '-', 'h', 'o', 's', 't'};
+    return loom_siphash24(key, s, strlen(s));
+}
+
+void loom_identity_fill(loom_peer_info_t *me, int rank)
+{
+    memset(me, 0, sizeof(*me));
+    me->rank = rank;
+    me->pid = (int32_t)getpid();
+    char host[LOOM_HOST_ID_MAX] = "";
+    gethostname(host, sizeof(host) - 1);
+    char boot[64], machine[LOOM_HOST_ID_MAX + 64];
+    read_boot_id(boot, sizeof(boot));
+    snprintf(machine, sizeof(machine), "%s/%s", host, boot);
+    me->machine_hash = hash_str(machine);
+    snprintf(me->hostname, sizeof(me->hostname), "%s", host);
+    const char *override = loom_param_HOST_ID();
+    if (override && *override) {
+        snprintf(me->host_id, sizeof(me->host_id), "%s", override);
+        char scoped[LOOM_HOST_ID_MAX + sizeof(machine) + 2];
+        snprintf(scoped, sizeof(scoped), "%s@%s", override, machine);
+        me->host_hash = hash_str(scoped);
+    } else {
+        snprintf(me->host_id, sizeof(me->host_id), "%s", host);
+        me->host_hash = me->machine_hash;
+    }
+}
+
+// ---- creation -------------------------------------------------------------------
+
+LOOM_API loomResult_t loomGetUniqueId(loomUniqueId *uniqueId)
+{
+    if (uniqueId == NULL) {
+        LOOM_WARN("loomGetUniqueId: uniqueId is NULL");
+        return loomInvalidArgument;
+    }
+    loom_id_t id;
+    memset(&id, 0, sizeof(id));
+    id.magic = LOOM_ID_MAGIC;
+    id.version = LOOM_ID_VERSION;
+    LOOM_CHECK(loom_random_bytes(id.secret, sizeof(id.secret)));
+    char ifname[64];
+    LOOM_CHECK(loom_socket_pick_addr(&id.root, ifname, sizeof(ifname)));
+    int fd = -1;
+    LOOM_CHECK(loom_socket_listen(&id.root, &fd));
+    LOOM_CHECK(loom_bootstrap_root_start(fd, id.secret, loom_param_TIMEOUT_MS()));
+    char addr[96];
+    LOOM_INFO(LOOM_LOG_BOOTSTRAP, "rendezvous service listening on %s (%s)",
+              loom_sockaddr_str(&id.root, addr, sizeof(addr)), ifname);
+    loom_id_encode(&id, uniqueId);
+    return loomSuccess;
+}
+
+static loomResult_t check_config(const loomConfig_t *config)
+{
+    if (config == NULL)
+        return loomSuccess;
+    if (config->magic != LOOM_CONFIG_MAGIC || config->size < offsetof(loomConfig_t, blocking)) {
+        LOOM_WARN("loomConfig_t was not initialized with LOOM_CONFIG_INITIALIZER (magic 0x%x, "
+                  "size %zu bytes)", config->magic, config->size);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+/* Reads a config field only if the caller's struct is large enough to hold it. */
+#define CONFIG_HAS(_cfg, _field)                                                                  \
+    ((_cfg) != NULL && (_cfg)->size >= offsetof(loomConfig_t, _field) + sizeof((_cfg)->_field))
+
+static void apply_config(struct loomComm *c, const loomConfig_t *config)
+{
+    c->timeout_ms = loom_param_TIMEOUT_MS();
+    if (CONFIG_HAS(config, timeout_ms) && config->timeout_ms != LOOM_CONFIG_UNDEF_INT &&
+        config->timeout_ms > 0)
+        c->timeout_ms = config->timeout_ms;
+    if (c->timeout_ms <= 0)
+        c->timeout_ms = 300000;
+    const char *net = loom_param_NET();
+    if (CONFIG_HAS(config, net) && config->net != NULL)
+        net = config->net;
+    snprintf(c->net, sizeof(c->net), "%s", net ? net : "");
+    if (CONFIG_HAS(config, commName) && config->commName != NULL)
+        snprintf(c->name, sizeof(c->name), "%s", config->commName);
+    else
+        snprintf(c->name, sizeof(c->name), "%p", (void *)c);
+}
+
+static void comm_free(struct loomComm *c)
+{
+    loom_coll_ctx_free(&c->coll);
+    free(c->peers);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
+void loom_comm_release(struct loomComm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int left = --c->refs;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    if (left == 0)
+        comm_free(c);
+}
+
+void loom_comm_set_async_error(struct loomComm *c, loomResult_t res, const char *msg)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->async_error == loomSuccess) {
+        c->async_error = res;
+        snprintf(c->async_msg, sizeof(c->async_msg), "%s", msg ? msg : "");
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void count_local(struct loomComm *c)
+{
+    c->local_rank = c->local_size = 0;
+    for (int r = 0; r < c->nranks; r++) {
+        if (c->peers[r].host_hash != c->peers[c->rank].host_hash)
+            continue;
+        if (r < c->rank)
+            c->local_rank++;
+        c->local_size++;
+    }
+}
+
+loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
+                              const loomConfig_t *config)
+{
+    uint64_t t0 = loom_now_ns();
+    loomResult_t res = loomSuccess;
+    loom_bootstrap_t *bs = NULL;
+    struct loomComm *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        LOOM_WARN("out of memory creating a communicator");
+        return loomSystemError;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    c->refs = 1;
+    c->rank = rank;
+    c->nranks = nranks;
+    apply_config(c, config);
+    loom_debug_set_rank(rank);
+    c->peers = calloc((size_t)nranks, sizeof(*c->peers));
+    if (c->peers == NULL) {
+        LOOM_WARN("out of memory for %d peers", nranks);
+        res = loomSystemError;
+        goto err_free;
+    }
+    LOOM_CHECK_GOTO(loom_bootstrap_join(id, rank, nranks, c->timeout_ms, &bs), res, err_free);
+    loom_peer_info_t me;
+    loom_identity_fill(&me, rank);
+    LOOM_CHECK_GOTO(loom_bootstrap_allgather(bs, &me, sizeof(me), c->peers), res, err_leave);
+    for (int r = 0; r < nranks; r++) {
+        if (c->peers[r].rank != r) {
+            LOOM_WARN("rank %d: bootstrap returned rank %d in slot %d", rank, c->peers[r].rank, r);
+            res = loomInternalError;
+            goto err_leave;
+        }
+        c->peers[r].host_id[LOOM_HOST_ID_MAX - 1] = '\0';
+        c->peers[r].hostname[LOOM_HOST_ID_MAX - 1] = '\0';
+    }
+    count_local(c);
+    loom_tp_init_args_t args = {.rank = rank, .nranks = nranks, .peers = c->peers,
+                                .secret = id->secret, .timeout_ms = c->timeout_ms,
+                                .abort_flag = &c->abort_flag};
+    LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, &c->p2p), res, err_leave);
+    LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
+    bs = NULL;
+    c->coll.p2p = c->p2p;
+    c->coll.rank = rank;
+    c->coll.nranks = nranks;
+    c->coll.chunk_bytes = (size_t)loom_param_CHUNK_BYTES();
+    if (c->coll.chunk_bytes < 4096)
+        c->coll.chunk_bytes = 4096;
+    c->magic = LOOM_COMM_MAGIC;
+    LOOM_CHECK_GOTO(live_add(c), res, err_p2p);
+    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d host %s local rank %d/%d - Init "
+              "COMPLETE (%.1f ms)", c->name, rank, nranks, c->peers[rank].host_id, c->local_rank,
+              c->local_size, (double)(loom_now_ns() - t0) / 1e6);
+    *comm_p = c;
+    return loomSuccess;
+
+err_p2p:
+    (void)loom_p2p_destroy(c->p2p);
+err_leave:
+    if (bs)
+        (void)loom_bootstrap_leave(bs);
+err_free:
+    comm_free(c);
+    return res;
+}
+
+LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId,
+                                             int rank, loomConfig_t *config)
+{
+    if (comm == NULL) {
+        LOOM_WARN("loomCommInitRank: comm pointer is NULL");
+        return loomInvalidArgument;
+    }
+    if (nranks < 1 || nranks > LOOM_BOOTSTRAP_MAX_RANKS) {
+        LOOM_WARN("loomCommInitRank: nranks %d out of range [1, %d]", nranks,
+                  LOOM_BOOTSTRAP_MAX_RANKS);
+        return loomInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        LOOM_WARN("loomCommInitRank: rank %d out of range [0, %d)", rank, nranks);
+        return loomInvalidArgument;
+    }
+    LOOM_CHECK(check_config(config));
+    loom_id_t id;
+    LOOM_CHECK(loom_id_decode(&commId, &id));
+    return loom_comm_create(comm, nranks, &id, rank, config);
+}
+
+LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
+{
+    return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+int loom_comm_live_remove(struct loomComm *c)
+{
+    return live_remove(c);
+}

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * lifecycle.c - what happens to a communicator after creation: split,
+ * destroy, abort, and the queries. Destroy waits for this rank's queued
+ * work; abort stops it (every wait checks the abort flag) and never waits
+ * for peers. Both tear down only after every task holding the communicator
+ * has let go of it.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "init.h"
+
+/* Waits until only the caller's reference is left, then frees the resources. */
+static loomResult_t comm_teardown(struct loomComm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->destroying = 1;
+    while (c->refs > 1)
+        pthread_cond_wait(&c->cond, &c->lock);
+    c->magic = LOOM_COMM_DEAD;
+    pthread_mutex_unlock(&c->lock);
+    loomResult_t res = loom_p2p_destroy(c->p2p);
+    c->p2p = NULL;
+    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank,
+              c->nranks, c->abort_flag ? "Abort" : "Destroy");
+    loom_comm_release(c);
+    return res;
+}
+
+LOOM_API loomResult_t loomCommDestroy(loomComm_t comm)
+{
+    if (comm == NULL)
+        return loomSuccess;
+    LOOM_CHECK(loom_comm_check(comm, "loomCommDestroy"));
+    if (!loom_comm_live_remove(comm))
+        return loomSuccess; /* a concurrent destroy or abort owns it */
+    return comm_teardown(comm);
+}
+
+LOOM_API loomResult_t loomCommAbort(loomComm_t comm)
+{
+    if (comm == NULL)
+        return loomSuccess;
+    LOOM_CHECK(loom_comm_check(comm, "loomCommAbort"));
+    pthread_mutex_lock(&comm->lock);
+    comm->abort_flag = 1;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    if (!loom_comm_live_remove(comm))
+        return loomSuccess;
+    (void)comm_teardown(comm); /* errors of closing broken connections are expected here */
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
+{
+    LOOM_CHECK(loom_comm_check(comm, "loomCommGetAsyncError"));
+    if (asyncError == NULL) {
+        LOOM_WARN("loomCommGetAsyncError: asyncError is NULL");
+        return loomInvalidArgument;
+    }
+    pthread_mutex_lock(&comm->lock);
+    *asyncError = comm->async_error;
+    if (comm->async_error != loomSuccess)
+        loom_set_last_error("%s", comm->async_msg);
+    pthread_mutex_unlock(&comm->lock);
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int *count)
+{
+    LOOM_CHECK(loom_comm_check(comm, "loomCommCount"));
+    if (count == NULL) {
+        LOOM_WARN("loomCommCount: count is NULL");
+        return loomInvalidArgument;
+    }
+    *count = comm->nranks;
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
+{
+    LOOM_CHECK(loom_comm_check(comm, "loomCommUserRank"));
+    if (rank == NULL) {
+        LOOM_WARN("loomCommUserRank: rank is NULL");
+        return loomInvalidArgument;
+    }
+    *rank = comm->rank;
+    return loomSuccess;
+}
+
+typedef struct {
+    int32_t color;
+    int32_t key;
+    int32_t rank;
+} split_entry_t;
+
+static int split_cmp(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : (x->rank > y->rank);
+}
+
+/* Split: (1) all-gather color and key over the parent; (2) the first member of
+ * each color makes a unique id; (3) all-gather the ids; (4) init the child. */
+LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                                    loomConfig_t *config)
+{
+    LOOM_CHECK(loom_comm_check(comm, "loomCommSplit"));
+    if (newcomm == NULL) {
+        LOOM_WARN("loomCommSplit: newcomm is NULL");
+        return loomInvalidArgument;
+    }
+    const int n = comm->nranks;
+    loomResult_t res = loomSuccess;
+    split_entry_t mine = {.color = color < 0 ? -1 : color, .key = key, .rank = comm->rank};
+    split_entry_t *all = calloc((size_t)n, sizeof(*all));
+    loomUniqueId *ids = calloc((size_t)n, sizeof(*ids));
+    if (all == NULL || ids == NULL) {
+        LOOM_WARN("loomCommSplit: out of memory for %d ranks", n);
+        res = loomSystemError;
+        goto out;
+    }
+    LOOM_CHECK_GOTO(loomAllGather(&mine, all, sizeof(mine), loomUint8, comm, NULL), res, out);
+    int members = 0, first = -1;
+    for (int r = 0; r < n; r++) {
+        if (all[r].color == mine.color && mine.color >= 0) {
+            if (first < 0)
+                first = r;
+            all[members++] = all[r];
+        }
+    }
+    loomUniqueId my_id;
+    memset(&my_id, 0, sizeof(my_id));
+    if (first == comm->rank)
+        LOOM_CHECK_GOTO(loomGetUniqueId(&my_id), res, out);
+    LOOM_CHECK_GOTO(loomAllGather(&my_id, ids, sizeof(my_id), loomUint8, comm, NULL), res, out);
+    if (mine.color < 0) {
+        *newcomm = NULL;
+        goto out;
+    }
+    qsort(all, (size_t)members, sizeof(*all), split_cmp);
+    int newrank = 0;
+    while (all[newrank].rank != comm->rank)
+        newrank++;
+    loomConfig_t inherited = LOOM_CONFIG_INITIALIZER;
+    inherited.timeout_ms = (int)comm->timeout_ms;
+    inherited.net = comm->net;
+    res = loomCommInitRankConfig(newcomm, members, ids[first], newrank,
+                                 config ? config : &inherited);
+out:
+    free(all);
+    free(ids);
+    return res;
+}

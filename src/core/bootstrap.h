@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bootstrap.h - rendezvous of the ranks of one communicator. A root service
+ * (a thread in the process that made the unique id, or in rank 0 for env
+ * initialisation) accepts one connection per rank, proves the job secret on
+ * each, and then serves all-gathers through itself until every rank leaves.
+ * Used only during communicator setup: data never flows through it.
+ */
+#ifndef LOOM_BOOTSTRAP_H
+#define LOOM_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+#include "secret.h"
+#include "socket.h"
+
+/* What the 128-byte loomUniqueId holds. */
+typedef struct {
+    uint32_t magic;   /* LOOM_ID_MAGIC */
+    uint32_t version; /* LOOM_ID_VERSION */
+    uint8_t secret[LOOM_SECRET_BYTES];
+    loom_sockaddr_t root; /* address of the root service */
+} loom_id_t;
+
+#define LOOM_ID_MAGIC 0x4c4f4f4du /* "LOOM" */
+#define LOOM_ID_VERSION 1u
+/* Upper bounds applied to everything a peer sends before it is used. */
+#define LOOM_BOOTSTRAP_MAX_RANKS (1 << 20)
+#define LOOM_BOOTSTRAP_MAX_PAYLOAD (1u << 20)
+
+typedef struct loom_bootstrap loom_bootstrap_t;
+
+/* Decodes and checks a unique id. */
+loomResult_t loom_id_decode(const loomUniqueId *uid, loom_id_t *id_p);
+void loom_id_encode(const loom_id_t *id, loomUniqueId *uid);
+
+/* Starts the root service on an already bound, listening socket (it takes
+ * ownership of listen_fd). The thread ends when every rank has left, when a
+ * rank fails, or after timeout_ms without all ranks arriving. */
+loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_SECRET_BYTES],
+                                       int64_t timeout_ms);
+
+/* Joins the rendezvous as rank of nranks. Blocking, bounded by timeout_ms;
+ * Timeout names the ranks that never arrived. */
+loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int64_t timeout_ms,
+                                 loom_bootstrap_t **bs_p);
+/* out[r*len .. (r+1)*len) = rank r's data. Every rank must pass the same len. */
+loomResult_t loom_bootstrap_allgather(loom_bootstrap_t *bs, const void *data, size_t len,
+                                      void *out);
+/* Leaves the rendezvous (tells the root) and frees bs. */
+loomResult_t loom_bootstrap_leave(loom_bootstrap_t *bs);
+
+#endif

@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * secret.c - randomness, SipHash-2-4, the 16-byte MAC and the challenge-
+ * response handshake that every loom connection (bootstrap and tcp) runs
+ * before anything else is read from it.
+ * It does not choose or store secrets (the bootstrap does) and it encrypts
+ * nothing: the handshake only proves that both ends hold the job secret.
+ * Callers: bootstrap.c (blocking form), tcp/tcp.c (non-blocking form).
+ */
+#include "secret.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "check.h"
+#include "debug.h"
+#include "socket.h"
+#include "timer.h"
+
+loomResult_t loom_random_bytes(void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = getrandom(p, len, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            LOOM_WARN("getrandom of %zu bytes failed: %s", len, strerror(errno));
+            return loomSystemError;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return loomSuccess;
+}
+
+// ---- SipHash-2-4 -------------------------------------------------------------
+/* Straight from the paper (https://www.aumasson.jp/siphash/siphash.pdf,
+ * section 2): four 64-bit lanes initialised from the key and the constants
+ * "somepseudorandomlygeneratedbytes"; each little-endian 8-byte word m is
+ * absorbed as v3 ^= m, 2 SipRounds, v0 ^= m; the last word carries the
+ * remaining bytes and len mod 256 in its top byte; finalisation is v2 ^= 0xff
+ * and 4 SipRounds, and the output is v0 ^ v1 ^ v2 ^ v3. */
+
+static inline uint64_t rotl64(uint64_t x, int b)
+{
+    return (x << b) | (x >> (64 - b));
+}
+
+static inline uint64_t load_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline void store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void store_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint32_t load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = rotl64(v1, 13);                                                                       \
+        v1 ^= v0;                                                                                  \
+        v0 = rotl64(v0, 32);                                                                       \
+        v2 += v3;                                                                                  \
+        v3 = rotl64(v3, 16);                                                                       \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = rotl64(v3, 21);                                                                       \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = rotl64(v1, 17);                                                                       \
+        v1 ^= v2;                                                                                  \
+        v2 = rotl64(v2, 32);                                                                       \
+    } while (0)
+
+uint64_t loom_siphash24(const uint8_t key[16], const void *msg, size_t len)
+{
+    const uint8_t *m = msg;
+    uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ull;
+    uint64_t v1 = k1 ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ull;
+    uint64_t v3 = k1 ^ 0x7465646279746573ull;
+    size_t full = len & ~(size_t)7;
+    for (size_t i = 0; i < full; i += 8) {
+        uint64_t w = load_le64(m + i);
+        v3 ^= w;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= w;
+    }
+    uint64_t b = (uint64_t)(len & 0xff) << 56;
+    for (size_t i = 0; i < (len & 7); i++)
+        b |= (uint64_t)m[full + i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* MAC = SipHash(secret, 0x01 || nonce || le32(role)) || SipHash(secret, 0x02 || ...):
+ * two independent 64-bit halves, separated by the leading domain byte. */
+void loom_mac_compute(const uint8_t secret[LOOM_SECRET_BYTES],
+                      const uint8_t nonce[LOOM_NONCE_BYTES], uint32_t role,
+                      uint8_t mac[LOOM_MAC_BYTES])
+{
+    uint8_t msg[1 + LOOM_NONCE_BYTES + 4];
+    memcpy(msg + 1, nonce, LOOM_NONCE_BYTES);
+    store_le32(msg + 1 + LOOM_NONCE_BYTES, role);
+    msg[0] = 0x01;
+    store_le64(mac, loom_siphash24(secret, msg, sizeof(msg)));
+    msg[0] = 0x02;
+    store_le64(mac + 8, loom_siphash24(secret, msg, sizeof(msg)));
+}
+
+int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYTES])
+{
+    volatile uint8_t diff = 0;
+    for (int i = 0; i < LOOM_MAC_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+// ---- handshake -------------------------------------------------------------
+/* Wire format (integers little-endian), 80 bytes in all:
+ *   acceptor -> connector  CHALLENGE 32 bytes: u32 magic "LMHS", u32 version,
+ *                                   u32 role, u32 zero, nonce_a[16]
+ *   connector -> acceptor  RESPONSE  32 bytes: MAC(nonce_a, role), nonce_c[16]
+ *   acceptor -> connector  CONFIRM   16 bytes: MAC(nonce_c, role | ACCEPTOR_BIT)
+ * The acceptor reads exactly the 32-byte RESPONSE before it has verified the
+ * connector, so an unauthenticated peer can make it read nothing more. The
+ * direction bit keeps a connector from reflecting the acceptor's own proof.
+ * The role in the CHALLENGE lets a connector refuse a listener of another
+ * kind before computing anything. */
+
+#define HS_MAGIC           0x53484d4cu /* "LMHS" */
+#define HS_VERSION         1u
+#define HS_ACCEPTOR_BIT    0x80000000u
+#define HS_CHALLENGE_BYTES 32
+#define HS_RESPONSE_BYTES  32
+#define HS_CONFIRM_BYTES   16
+
+enum {
+    HS_SEND_CHALLENGE, /* acceptor */
+    HS_RECV_RESPONSE,
+    HS_SEND_CONFIRM,
+    HS_RECV_CHALLENGE, /* connector */
+    HS_SEND_RESPONSE,
+    HS_RECV_CONFIRM,
+    HS_DONE
+};
+
+static const char *step_name(int state)
+{
+    switch (state) {
+    case HS_SEND_CHALLENGE:
+        return "sending the challenge";
+    case HS_RECV_RESPONSE:
+        return "waiting for the connector's proof";
+    case HS_SEND_CONFIRM:
+        return "sending this end's proof";
+    case HS_RECV_CHALLENGE:
+        return "waiting for the listener's challenge";
+    case HS_SEND_RESPONSE:
+        return "sending this end's proof";
+    default:
+        return "waiting for the listener's proof";
+    }
+}
+
+static const char *fd_peer(int fd, char *buf, size_t len)
+{
+    loom_sockaddr_t peer;
+    socklen_t plen = sizeof(peer);
+    memset(&peer, 0, sizeof(peer));
+    if (getpeername(fd, &peer.sa, &plen) != 0) {
+        snprintf(buf, len, "socket %d", fd);
+        return buf;
+    }
+    return loom_sockaddr_str(&peer, buf, len);
+}
+
+loomResult_t loom_handshake_init(loom_handshake_t *hs, int fd,
+                                 const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                 int acceptor)
+{
+    memset(hs, 0, sizeof(*hs));
+    hs->fd = fd;
+    hs->acceptor = acceptor;
+    hs->role = role & ~HS_ACCEPTOR_BIT;
+    memcpy(hs->secret, secret, LOOM_SECRET_BYTES);
+    LOOM_CHECK(loom_random_bytes(hs->nonce, LOOM_NONCE_BYTES));
+    if (acceptor) {
+        store_le32(hs->msg, HS_MAGIC);
+        store_le32(hs->msg + 4, HS_VERSION);
+        store_le32(hs->msg + 8, hs->role);
+        store_le32(hs->msg + 12, 0);
+        memcpy(hs->msg + 16, hs->nonce, LOOM_NONCE_BYTES);
+        hs->state = HS_SEND_CHALLENGE;
+    } else {
+        hs->state = HS_RECV_CHALLENGE;
+    }
+    return loomSuccess;
+}
+
+void loom_handshake_clear(loom_handshake_t *hs)
+{
+    volatile uint8_t *p = hs->secret;
+    for (size_t i = 0; i < sizeof(hs->secret); i++)
+        p[i] = 0;
+}
+
+short loom_handshake_events(const loom_handshake_t *hs)
+{
+    switch (hs->state) {
+    case HS_SEND_CHALLENGE:
+    case HS_SEND_CONFIRM:
+    case HS_SEND_RESPONSE:
+        return POLLOUT;
+    default:
+        return POLLIN;
+    }
+}
+
+static size_t msg_bytes(int state)
+{
+    switch (state) {
+    case HS_SEND_CHALLENGE:
+    case HS_RECV_CHALLENGE:
+        return HS_CHALLENGE_BYTES;
+    case HS_RECV_RESPONSE:
+    case HS_SEND_RESPONSE:
+        return HS_RESPONSE_BYTES;
+    default:
+        return HS_CONFIRM_BYTES;
+    }
+}
+
+/* Runs once the message of the current receive state is complete. */
+static loomResult_t hs_consume(loom_handshake_t *hs)
+{
+    char pbuf[96];
+    uint8_t mac[LOOM_MAC_BYTES];
+    switch (hs->state) {
+    case HS_RECV_CHALLENGE: {
+        uint32_t magic = load_le32(hs->msg);
+        uint32_t version = load_le32(hs->msg + 4);
+        uint32_t role = load_le32(hs->msg + 8);
+        if (magic != HS_MAGIC) {
+            LOOM_WARN("%s is not a loom listener (handshake magic 0x%08x)",
+                      fd_peer(hs->fd, pbuf, sizeof(pbuf)), magic);
+            return loomRemoteError;
+        }
+        if (version != HS_VERSION || role != hs->role) {
+            LOOM_WARN(
+                "listener %s speaks handshake version %u role %u, this end version %u role %u",
+                fd_peer(hs->fd, pbuf, sizeof(pbuf)), version, role, HS_VERSION, hs->role);
+            return loomRemoteError;
+        }
+        uint8_t nonce_a[LOOM_NONCE_BYTES];
+        memcpy(nonce_a, hs->msg + 16, LOOM_NONCE_BYTES);
+        loom_mac_compute(hs->secret, nonce_a, hs->role, hs->msg);
+        memcpy(hs->msg + LOOM_MAC_BYTES, hs->nonce, LOOM_NONCE_BYTES);
+        hs->state = HS_SEND_RESPONSE;
+        return loomSuccess;
+    }
+    case HS_RECV_RESPONSE:
+        loom_mac_compute(hs->secret, hs->nonce, hs->role, mac);
+        if (!loom_mac_equal(mac, hs->msg)) {
+            LOOM_WARN("connection from %s refused: it did not prove the job secret",
+                      fd_peer(hs->fd, pbuf, sizeof(pbuf)));
+            return loomRemoteError;
+        }
+        {
+            uint8_t nonce_c[LOOM_NONCE_BYTES];
+            memcpy(nonce_c, hs->msg + LOOM_MAC_BYTES, LOOM_NONCE_BYTES);
+            loom_mac_compute(hs->secret, nonce_c, hs->role | HS_ACCEPTOR_BIT, hs->msg);
+        }
+        hs->state = HS_SEND_CONFIRM;
+        return loomSuccess;
+    case HS_RECV_CONFIRM:
+        loom_mac_compute(hs->secret, hs->nonce, hs->role | HS_ACCEPTOR_BIT, mac);
+        if (!loom_mac_equal(mac, hs->msg)) {
+            LOOM_WARN("listener %s did not prove the job secret",
+                      fd_peer(hs->fd, pbuf, sizeof(pbuf)));
+            return loomRemoteError;
+        }
+        hs->state = HS_DONE;
+        return loomSuccess;
+    default:
+        LOOM_WARN("handshake consumed in state %d", hs->state);
+        return loomInternalError;
+    }
+}
+
+loomResult_t loom_handshake_step(loom_handshake_t *hs, int *done_p)
+{
+    char pbuf[96];
+    while (hs->state != HS_DONE) {
+        size_t want = msg_bytes(hs->state);
+        int sending = loom_handshake_events(hs) == POLLOUT;
+        size_t n = 0;
+        loomResult_t res =
+            sending ? loom_socket_send_some(hs->fd, hs->msg + hs->have, want - hs->have, &n)
+                    : loom_socket_recv_some(hs->fd, hs->msg + hs->have, want - hs->have, &n);
+        if (res == loomRemoteError) {
+            LOOM_WARN("handshake with %s failed: connection closed or reset by the peer while "
+                      "%s (%zu of %zu bytes moved)",
+                      fd_peer(hs->fd, pbuf, sizeof(pbuf)), step_name(hs->state), hs->have, want);
+            return res;
+        }
+        if (res != loomSuccess)
+            return res;
+        if (n == 0) {
+            *done_p = 0;
+            return loomSuccess;
+        }
+        hs->have += n;
+        if (hs->have < want)
+            continue;
+        hs->have = 0;
+        if (hs->state == HS_SEND_CHALLENGE)
+            hs->state = HS_RECV_RESPONSE;
+        else if (hs->state == HS_SEND_RESPONSE)
+            hs->state = HS_RECV_CONFIRM;
+        else if (hs->state == HS_SEND_CONFIRM)
+            hs->state = HS_DONE;
+        else
+            LOOM_CHECK(hs_consume(hs));
+    }
+    *done_p = 1;
+    return loomSuccess;
+}
+
+static loomResult_t handshake_blocking(int fd, const uint8_t secret[LOOM_SECRET_BYTES],
+                                       uint32_t role, uint64_t deadline_ns, int acceptor)
+{
+    loom_handshake_t hs;
+    char pbuf[96];
+    loomResult_t res = loom_handshake_init(&hs, fd, secret, role, acceptor);
+    while (res == loomSuccess) {
+        int done = 0;
+        res = loom_handshake_step(&hs, &done);
+        if (res != loomSuccess || done)
+            break;
+        uint64_t now = loom_now_ns();
+        if (now >= deadline_ns) {
+            LOOM_WARN("handshake with %s timed out", fd_peer(fd, pbuf, sizeof(pbuf)));
+            res = loomTimeout;
+            break;
+        }
+        uint64_t left_ms = (deadline_ns - now + 999999) / 1000000;
+        struct pollfd pfd = {.fd = fd, .events = loom_handshake_events(&hs)};
+        if (poll(&pfd, 1, left_ms > 60000 ? 60000 : (int)left_ms) < 0 && errno != EINTR) {
+            LOOM_WARN("poll during the handshake with %s failed: %s",
+                      fd_peer(fd, pbuf, sizeof(pbuf)), strerror(errno));
+            res = loomSystemError;
+        }
+    }
+    loom_handshake_clear(&hs);
+    return res;
+}
+
+loomResult_t loom_handshake_accept(int fd, const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                   uint64_t deadline_ns)
+{
+    return handshake_blocking(fd, secret, role, deadline_ns, 1);
+}
+
+loomResult_t loom_handshake_connect(int fd, const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                    uint64_t deadline_ns)
+{
+    return handshake_blocking(fd, secret, role, deadline_ns, 0);
+}

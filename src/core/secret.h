@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * secret.h - job secrets and the keyed MAC that proves them on every
+ * connection. The MAC is SipHash-2-4 (Aumasson and Bernstein,
+ * https://www.aumasson.jp/siphash/siphash.pdf), keyed with the 128-bit secret.
+ * A connection is accepted only after the connector answers a fresh random
+ * challenge with the right MAC, so the secret itself never crosses the wire.
+ */
+#ifndef LOOM_SECRET_H
+#define LOOM_SECRET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+#define LOOM_SECRET_BYTES 16
+#define LOOM_NONCE_BYTES 16
+#define LOOM_MAC_BYTES 16
+
+/* Fills buf with bytes from the kernel's CSPRNG (getrandom). */
+loomResult_t loom_random_bytes(void *buf, size_t len);
+/* SipHash-2-4 of msg under a 16-byte key. */
+uint64_t loom_siphash24(const uint8_t key[16], const void *msg, size_t len);
+/* 16-byte MAC of (nonce, role) under the secret; role separates the two ends. */
+void loom_mac_compute(const uint8_t secret[LOOM_SECRET_BYTES], const uint8_t nonce[LOOM_NONCE_BYTES],
+                      uint32_t role, uint8_t mac[LOOM_MAC_BYTES]);
+/* Constant-time comparison; 1 if equal. */
+int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYTES]);
+
+/* The challenge-response handshake on a connected blocking-with-deadline
+ * socket. The acceptor sends a nonce; the connector answers with
+ * MAC(nonce, role) and its own nonce; the acceptor answers that. Both ends
+ * thus prove the secret. Returns RemoteError on a wrong or missing proof. */
+loomResult_t loom_handshake_accept(int fd, const uint8_t secret[LOOM_SECRET_BYTES],
+                                   uint32_t role, uint64_t deadline_ns);
+loomResult_t loom_handshake_connect(int fd, const uint8_t secret[LOOM_SECRET_BYTES],
+                                    uint32_t role, uint64_t deadline_ns);
+
+/* role (< 0x80000000, one value per protocol) names what the listener serves:
+ * a connector expecting another role fails before any proof is computed.
+ * The same handshake driven without ever waiting, for callers that must not
+ * block (the tcp transport's connect and accept, where two ranks waiting on
+ * each other's handshake would deadlock). loom_handshake_step moves what the
+ * socket allows now; *done_p = 1 once both ends are proven. Errors as above,
+ * WARNed once; the caller then closes fd. */
+typedef struct {
+    int fd;
+    int acceptor; /* 1: the listening end */
+    uint32_t role;
+    int state;   /* internal step of the exchange */
+    size_t have; /* bytes of the current message moved so far */
+    uint8_t secret[LOOM_SECRET_BYTES];
+    uint8_t nonce[LOOM_NONCE_BYTES]; /* this end's challenge */
+    uint8_t msg[32];                 /* the message being sent or received */
+} loom_handshake_t;
+
+loomResult_t loom_handshake_init(loom_handshake_t *hs, int fd,
+                                 const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                 int acceptor);
+loomResult_t loom_handshake_step(loom_handshake_t *hs, int *done_p);
+/* poll() events the handshake is waiting for (POLLIN or POLLOUT). */
+short loom_handshake_events(const loom_handshake_t *hs);
+/* Wipes the secret copy; call when done or abandoned. */
+void loom_handshake_clear(loom_handshake_t *hs);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * stream.h - the message-framing engine shared by the tcp and shm transports:
+ * tagged messages over one ordered byte stream per direction, with send
+ * queues, posted receives, tag matching and request recycling.
+ * It never blocks and knows nothing of sockets or rings: the transport gives
+ * it a pair of non-blocking readv/writev callbacks. Callers: tcp/tcp.c,
+ * shm/shm.c. Not thread safe: one thread drives a stream at a time.
+ */
+#ifndef LOOM_TP_STREAM_H
+#define LOOM_TP_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "loom.h"
+
+#define LOOM_TP_STREAM_MAGIC     0x4d4f4f4cu /* "LOOM" in memory order */
+#define LOOM_TP_STREAM_HDR_BYTES 16          /* u32 magic, u32 tag, u64 payload bytes */
+
+/* The byte channel under a stream. Both callbacks move as much of iov as
+ * they can without blocking and set *nbytes_p (0: would block). A peer that
+ * is gone gives RemoteError without a WARN and *gone_errno_p = its errno
+ * (0: orderly close), so that the engine names the peer rank once. Other
+ * failures are WARNed by the callback, which then leaves *gone_errno_p at the
+ * -1 the engine preset. */
+typedef struct {
+    loomResult_t (*writev)(void *chan, const struct iovec *iov, int iovcnt, size_t *nbytes_p,
+                           int *gone_errno_p);
+    loomResult_t (*readv)(void *chan, const struct iovec *iov, int iovcnt, size_t *nbytes_p,
+                          int *gone_errno_p);
+} loom_tp_stream_io_t;
+
+typedef struct loom_tp_stream loom_tp_stream_t;
+
+typedef struct loom_tp_stream_req {
+    struct loom_tp_stream_req *next;     /* queue or free list */
+    struct loom_tp_stream_req *all_next; /* every request the stream ever allocated */
+    loom_tp_stream_t *s;
+    char *buf;
+    size_t len;         /* send: message bytes; receive: capacity in bytes */
+    size_t done;        /* send: header + payload bytes written; receive: payload bytes read */
+    uint64_t msg_bytes; /* receive: size of the matched message in bytes */
+    uint32_t tag;
+    int is_send;
+    int state;                             /* internal: pending, done, failed, free */
+    loomResult_t res;                      /* failure code once failed */
+    uint8_t hdr[LOOM_TP_STREAM_HDR_BYTES]; /* send: the frame header, written from here */
+} loom_tp_stream_req_t;
+
+struct loom_tp_stream {
+    const loom_tp_stream_io_t *io;
+    void *chan;
+    const char *tp_name; /* for messages: "tcp", "shm" */
+    int rank;            /* this rank */
+    int peer;            /* rank on the other end */
+    loomResult_t broken; /* != Success: the stream is dead, new requests fail with it */
+
+    loom_tp_stream_req_t *sq_head, *sq_tail;         /* sends, oldest first */
+    loom_tp_stream_req_t *posted_head, *posted_tail; /* unmatched receives, in posting order */
+    loom_tp_stream_req_t *cur;                       /* receive whose payload is being read */
+    uint8_t rhdr[LOOM_TP_STREAM_HDR_BYTES];          /* incoming header */
+    size_t rhdr_have;                                /* bytes of rhdr read */
+    int parked;                                      /* rhdr complete, no receive matched yet */
+    uint32_t park_tag;
+    uint64_t park_bytes;
+
+    loom_tp_stream_req_t *free_list;
+    loom_tp_stream_req_t *all;
+    int n_pending; /* requests queued, posted or in progress */
+};
+
+void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, void *chan,
+                         const char *tp_name, int rank, int peer);
+/* Frees every request, pending or not; the stream's requests are invalid after. */
+void loom_tp_stream_fini(loom_tp_stream_t *s);
+
+/* Queue a send / post a receive. Never block, never move data. Errors: the
+ * stream's failure (RemoteError) once broken, SystemError when out of memory. */
+loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t len, uint32_t tag,
+                                  loom_tp_stream_req_t **req_p);
+loomResult_t loom_tp_stream_irecv(loom_tp_stream_t *s, void *buf, size_t len, uint32_t tag,
+                                  loom_tp_stream_req_t **req_p);
+/* Progresses req's stream; *done_p = 1 when complete (then *nbytes_p is set
+ * and req is recycled). A failed request returns its error and is recycled. */
+loomResult_t loom_tp_stream_test(loom_tp_stream_req_t *req, int *done_p, size_t *nbytes_p);
+/* Moves whatever the channel allows now. Returns the stream's failure, if any. */
+loomResult_t loom_tp_stream_progress(loom_tp_stream_t *s);
+
+/* What the stream waits for, for the transports' wait(): sends queued, or
+ * bytes wanted (a receive to fill, or a header to read for posted receives). */
+int loom_tp_stream_wants_write(const loom_tp_stream_t *s);
+int loom_tp_stream_wants_read(const loom_tp_stream_t *s);
+
+#endif

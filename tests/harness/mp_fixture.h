@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// mp_fixture.h - runs a test body in N forked rank processes: gloo's MultiProcTest with libuv's
+// watchdog. The parent (the gtest process) never calls loom; it forks the ranks, waits for them
+// against a deadline, and turns their exit codes into one gtest assertion that carries every
+// rank's log. Inside a rank, gtest assertions do not work (they cannot cross the fork): use the
+// XT_CHECK* macros below, which print "rank N file:line: message" and _exit(1).
+// It does not kill ranks on purpose (fault tests will add that through RunOptions) nor set
+// per-test environment in the parent: ranks set their own variables.
+// Used by the multi-process suites (tests/coll).
+#ifndef LOOM_TESTS_HARNESS_MP_FIXTURE_H
+#define LOOM_TESTS_HARNESS_MP_FIXTURE_H
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loom.h"
+
+namespace loomtest {
+
+// Exit codes of a rank process. A rank killed by signal S is reported as 128 + S.
+constexpr int kExitOk = 0;
+constexpr int kExitCheckFailed = 1; // an XT_CHECK* failed
+constexpr int kExitHarness = 2;     // the harness itself failed in the rank (pipe, log file)
+
+using EnvList = std::vector<std::pair<std::string, std::string>>;
+// The body of one rank. comm is NULL when RunOptions::create_comm is false.
+using RankBody = std::function<void(int rank, int nranks, loomComm_t comm)>;
+
+struct RunOptions {
+    EnvList env;                               // set in every rank before any loom call
+    std::function<EnvList(int rank)> rank_env; // extra variables of one rank (may be empty)
+    std::vector<std::string> unset_env;        // removed in every rank before env is applied
+    double deadline_s = 30.0;                  // past it every rank is SIGKILLed (wall seconds)
+    bool create_comm = true;                   // rank r gets loomCommInitRank(nranks, id, r)
+    std::vector<int> expected_exit;            // per rank; empty: every rank must exit 0
+};
+
+// Forks nranks processes that each run body(rank, nranks, comm), and waits for all of them.
+// With create_comm, rank 0 makes the unique id and hands it to the other ranks through pipes
+// the parent created before forking; each rank builds its communicator, runs the body, destroys
+// the communicator and exits 0. Each rank's stdout and stderr go to <tmpdir>/rank<N>.log; the
+// directory is removed when the run succeeds (kept if LOOMTEST_KEEP_LOGS is set). Returns failure (with every rank's log) if a rank
+// exits with a code other than expected, or if the deadline passes ("rank N timed out").
+::testing::AssertionResult RunRanks(int nranks, const RankBody &body,
+                                    const RunOptions &opts = RunOptions());
+
+// ---- Inside a rank process only ----------------------------------------------------------------
+
+int CurrentRank();          // this process's rank; -1 in the parent
+int CurrentNranks();        // the run's rank count; 0 in the parent
+const std::string &RunDir(); // the run's temporary directory (also valid in the parent)
+
+// Copies nbytes at data from rank 0 to every other rank, through the harness pipes (not loom).
+// Every rank must call it, in the same sequence; rank 0 never waits for the others.
+void ShareFromRank0(void *data, size_t nbytes);
+// Rank 0 calls loomGetUniqueId and shares the id with every rank (collective over the ranks).
+void ShareUniqueId(loomUniqueId *id);
+// ShareUniqueId + loomCommInitRankConfig(nranks, id, rank, config); exits on failure.
+loomComm_t CreateComm(const loomConfig_t *config = nullptr);
+
+// A description of what the rank is doing now (e.g. the grid case); failures print it.
+void SetContext(const std::string &context);
+
+[[noreturn]] void Fail(const char *file, int line, const std::string &message);
+[[noreturn]] void FailLoom(const char *file, int line, const char *call, loomResult_t got,
+                           loomResult_t expected);
+
+// Value formatting and comparison for XT_CHECK_EQ: integers of any signedness compare by value,
+// 8-bit integers print as numbers, enums as their underlying value.
+template <typename T> std::string Show(const T &v)
+{
+    std::ostringstream os;
+    if constexpr (std::is_enum_v<T>)
+        os << static_cast<long long>(v);
+    else if constexpr (std::is_integral_v<T> && sizeof(T) == 1)
+        os << static_cast<int>(v);
+    else
+        os << v;
+    return os.str();
+}
+std::string Show(loomResult_t r);
+
+template <typename A, typename B> bool Equal(const A &a, const B &b)
+{
+    if constexpr (std::is_integral_v<A> && std::is_integral_v<B>) {
+        const bool an = std::is_signed_v<A> && a < 0, bn = std::is_signed_v<B> && b < 0;
+        if (an != bn)
+            return false;
+        if (an)
+            return static_cast<long long>(a) == static_cast<long long>(b);
+        return static_cast<unsigned long long>(a) == static_cast<unsigned long long>(b);
+    } else {
+        return a == b;
+    }
+}
+
+} // namespace loomtest
+
+#define XT_CHECK(cond)                                                                             \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            ::loomtest::Fail(__FILE__, __LINE__, "check failed: " #cond);                          \
+    } while (0)
+
+#define XT_CHECK_MSG(cond, msg)                                                                    \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            ::loomtest::Fail(__FILE__, __LINE__, std::string("check failed: " #cond ": ") + (msg)); \
+    } while (0)
+
+#define XT_CHECK_EQ(a, b)                                                                          \
+    do {                                                                                           \
+        const auto &xt_a_ = (a);                                                                   \
+        const auto &xt_b_ = (b);                                                                   \
+        if (!::loomtest::Equal(xt_a_, xt_b_))                                                      \
+            ::loomtest::Fail(__FILE__, __LINE__,                                                   \
+                             "check failed: " #a " == " #b " (" + ::loomtest::Show(xt_a_) +        \
+                                 " vs " + ::loomtest::Show(xt_b_) + ")");                          \
+    } while (0)
+
+// The call must return `expected`; otherwise prints both result strings and loomGetLastError.
+#define XT_CHECK_LOOM_RES(call, expected)                                                          \
+    do {                                                                                           \
+        const loomResult_t xt_r_ = (call);                                                         \
+        if (xt_r_ != (expected))                                                                   \
+            ::loomtest::FailLoom(__FILE__, __LINE__, #call, xt_r_, (expected));                    \
+    } while (0)
+
+#define XT_CHECK_LOOM(call) XT_CHECK_LOOM_RES(call, loomSuccess)
+
+// In the parent: ASSERT_TRUE on a RunRanks result, without echoing the (long) body in the
+// failure message, which then starts with the ranks' verdicts and logs.
+#define XT_ASSERT_RUN(...)                                                                         \
+    do {                                                                                           \
+        const ::testing::AssertionResult xt_ran_ = (__VA_ARGS__);                                  \
+        ASSERT_TRUE(xt_ran_);                                                                      \
+    } while (0)
+
+#endif // LOOM_TESTS_HARNESS_MP_FIXTURE_H

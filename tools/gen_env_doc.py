@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+#
+# gen_env_doc.py - writes docs/env.md from src/core/params.def, the one list
+# of loom's tunables, plus the launcher variables read by
+# loomCommInitFromEnv. `--check FILE` exits 1 if FILE is out of date (a test
+# runs it, so the document cannot drift from the code).
+import re
+import sys
+
+LAUNCHER = [
+    ("LOOM_RANK, LOOM_WORLD_SIZE, LOOM_LOCAL_RANK", "rank, size and local rank (set by loomrun)"),
+    ("RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT", "torchrun's convention"),
+    ("SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", "Slurm's convention (address from LOOM_COMM_ID or MASTER_ADDR/MASTER_PORT)"),
+    ("OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI's convention (address as for Slurm)"),
+]
+
+
+def parse(path):
+    rows = []
+    pat = re.compile(r'^X\((\w+),\s*(\w+),\s*("(?:[^"\\]|\\.)*"|[^,]+),\s*"((?:[^"\\]|\\.)*)",\s*(\w+)\)')
+    with open(path) as f:
+        for line in f:
+            m = pat.match(line.strip())
+            if m:
+                name, typ, default, doc, sub = m.groups()
+                rows.append((name, typ, default.strip().strip('"'), doc, sub))
+    return rows
+
+
+def render(rows):
+    out = ["# loom environment variables", "",
+           "Generated from `src/core/params.def` by `tools/gen_env_doc.py`; do not edit by hand.",
+           "Each value is read once, when first needed; a value set in the environment is logged",
+           "at INFO under the ENV subsystem, and an invalid one falls back to the default with a WARN.",
+           "Sizes accept K, M and G suffixes (binary).", "",
+           "| variable | type | default | meaning | subsystem |",
+           "|---|---|---|---|---|"]
+    for name, typ, default, doc, sub in rows:
+        d = default if default != "" else "(empty)"
+        out.append(f"| `LOOM_{name}` | {typ} | `{d}` | {doc.replace('|', '/')} | {sub} |")
+    out += ["", "## Launcher variables (read by `loomCommInitFromEnv`, first match wins)", "",
+            "| variables | meaning |", "|---|---|"]
+    for v, m in LAUNCHER:
+        out.append(f"| {v} | {m} |")
+    out += ["", "The rendezvous address is `LOOM_COMM_ID` (host:port) when set, else",
+            "`MASTER_ADDR:MASTER_PORT`; rank 0 serves it. The job secret is `LOOM_SECRET`",
+            "(32 hex digits; loomrun sets a fresh one); without it a secret is derived from the",
+            "address and the size, which keeps unrelated jobs apart but not other local users.", ""]
+    return "\n".join(out)
+
+
+def main():
+    args = sys.argv[1:]
+    check = False
+    if args and args[0] == "--check":
+        check = True
+        args = args[1:]
+    params, target = args[0], args[1]
+    text = render(parse(params))
+    if check:
+        with open(target) as f:
+            if f.read() != text:
+                print(f"{target} is out of date: run tools/gen_env_doc.py {params} {target}")
+                return 1
+        return 0
+    with open(target, "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
