@@ -135,8 +135,9 @@ loomResult_t loom_task_execute(loom_task_t *t)
     int aborted = comm->abort_flag;
     pthread_mutex_unlock(&comm->lock);
     if (aborted) {
-        LOOM_WARN("rank %d: operation on communicator %s not run: the communicator was aborted",
-                  comm->rank, comm->name);
+        /* One WARN came from the abort itself; queued work must not flood the log. */
+        loom_set_last_error("rank %d: operation on communicator %s not run: the communicator "
+                            "was aborted", comm->rank, comm->name);
         res = loomRemoteError;
     } else {
         loom_debug_set_rank(comm->rank);

@@ -77,7 +77,7 @@ static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM
         }
         return loomSuccess;
     }
-    char text[160];
+    char text[320];
     snprintf(text, sizeof(text), "loom-env-secret:%s:%d", addr, nranks);
     static const uint8_t k1[16] = {1}, k2[16] = {2};
     uint64_t a = loom_siphash24(k1, text, strlen(text)), b = loom_siphash24(k2, text, strlen(text));

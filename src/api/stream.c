@@ -140,7 +140,10 @@ LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
 {
     LOOM_CHECK(stream_check(s, "loomStreamQuery"));
     pthread_mutex_lock(&s->lock);
-    loomResult_t res = s->pending > 0 ? loomInProgress : stream_take_error(s);
+    /* Query reports the error but leaves it for Synchronize, which clears it. */
+    loomResult_t res = s->pending > 0 ? loomInProgress : s->error;
+    if (res != loomSuccess && res != loomInProgress)
+        loom_set_last_error("%s", s->error_msg);
     pthread_mutex_unlock(&s->lock);
     return res;
 }

@@ -6,15 +6,16 @@
  */
 #include <assert.h>
 
+#include "debug.h"
 #include "loom.h"
 
 #define LOOM_RESULT_MAP(X)                                                                         \
     X(loomSuccess, "no error")                                                                     \
-    X(loomUnhandledDeviceError, "unhandled device error (run with LOOM_DEBUG=INFO for details)")   \
-    X(loomSystemError, "unhandled system error (run with LOOM_DEBUG=INFO for details)")            \
+    X(loomUnhandledDeviceError, "unhandled device error (details in loomGetLastError)")   \
+    X(loomSystemError, "unhandled system error (details in loomGetLastError)")            \
     X(loomInternalError, "internal error - please report this issue to the loom developers")       \
-    X(loomInvalidArgument, "invalid argument (run with LOOM_DEBUG=WARN for details)")              \
-    X(loomInvalidUsage, "invalid usage (run with LOOM_DEBUG=WARN for details)")                    \
+    X(loomInvalidArgument, "invalid argument (details in loomGetLastError)")              \
+    X(loomInvalidUsage, "invalid usage (details in loomGetLastError)")                    \
     X(loomRemoteError, "remote process exited or there was a network error")                      \
     X(loomInProgress, "loom operation in progress")                                                \
     X(loomTimeout, "operation timed out (see LOOM_TIMEOUT_MS)")
@@ -35,8 +36,10 @@ LOOM_API const char *loomGetErrorString(loomResult_t result)
 
 LOOM_API loomResult_t loomGetVersion(int *version)
 {
-    if (version == NULL)
+    if (version == NULL) {
+        LOOM_WARN("loomGetVersion: version is NULL");
         return loomInvalidArgument;
+    }
     *version = LOOM_VERSION_CODE;
     return loomSuccess;
 }

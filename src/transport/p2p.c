@@ -407,10 +407,12 @@ static loomResult_t test_pass(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *a
         if (res != loomSuccess) {
             r->tp_req = NULL;
             p->broken = 1;
-            LOOM_WARN("rank %d: %s to rank %d (host %s, pid %d) failed during %s seq %llu: %s",
-                      p->rank, r->is_send ? "send" : "receive", r->peer,
+            char cause[512]; /* the transport's WARN, which this one would overwrite */
+            snprintf(cause, sizeof(cause), "%s", loom_last_error());
+            LOOM_WARN("rank %d: %s rank %d (host %s, pid %d) failed during %s seq %llu: %s (%s)",
+                      p->rank, r->is_send ? "send to" : "receive from", r->peer,
                       p->peers[r->peer].host_id, p->peers[r->peer].pid, p->what,
-                      (unsigned long long)p->seq, loomGetErrorString(res));
+                      (unsigned long long)p->seq, loomGetErrorString(res), cause);
             return res;
         }
         if (done) {

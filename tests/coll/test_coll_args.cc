@@ -40,7 +40,7 @@ struct Row {
 };
 
 constexpr size_t kHuge = SIZE_MAX / 2 + 1; // times any element size > 1 overflows
-constexpr size_t kThird = SIZE_MAX / 6;   // times 4 fits; times 4 * 2 ranks overflows
+constexpr size_t kThird = SIZE_MAX / 6;    // times 4 fits; times 4 * 2 ranks overflows
 const auto kBadType = static_cast<loomDataType_t>(99);
 const auto kBadOp = static_cast<loomRedOp_t>(99);
 
@@ -117,8 +117,7 @@ std::vector<Row> Rows()
         {"StreamCreate NULL", kArg, [](C) { return loomStreamCreate(nullptr); }},
         {"CommInitRank NULL comm pointer", kArg,
          [](C c) { return loomCommInitRank(nullptr, c.n, c.id, c.rank); }},
-        {"CommInitFromEnv NULL comm pointer", kArg,
-         [](C) { return loomCommInitFromEnv(nullptr); }},
+        {"CommInitFromEnv NULL comm pointer", kArg, [](C) { return loomCommInitFromEnv(nullptr); }},
         {"CommSplit NULL newcomm", kArg,
          [](C c) { return loomCommSplit(c.comm, 0, 0, nullptr, nullptr); }},
 
@@ -157,13 +156,13 @@ std::vector<Row> Rows()
          [](C c) { return loomAllToAll(c.a, nullptr, 4, loomFloat32, c.comm, nullptr); }},
         {"AllToAllv NULL sendbuff", kArg,
          [](C c) {
-             return loomAllToAllv(nullptr, c.counts, c.displs, c.b, c.counts, c.displs,
-                                  loomFloat32, c.comm, nullptr);
+             return loomAllToAllv(nullptr, c.counts, c.displs, c.b, c.counts, c.displs, loomFloat32,
+                                  c.comm, nullptr);
          }},
         {"AllToAllv NULL recvbuff", kArg,
          [](C c) {
-             return loomAllToAllv(c.a, c.counts, c.displs, nullptr, c.counts, c.displs,
-                                  loomFloat32, c.comm, nullptr);
+             return loomAllToAllv(c.a, c.counts, c.displs, nullptr, c.counts, c.displs, loomFloat32,
+                                  c.comm, nullptr);
          }},
         {"Send NULL buffer", kArg,
          [](C c) { return loomSend(nullptr, 4, loomFloat32, 1 - c.rank, c.comm, nullptr); }},
@@ -184,16 +183,14 @@ std::vector<Row> Rows()
         {"Broadcast overflowing count", kArg,
          [](C c) { return loomBroadcast(c.a, c.b, kHuge, loomInt32, 0, c.comm, nullptr); }},
         {"Reduce overflowing count", kArg,
-         [](C c) {
-             return loomReduce(c.a, c.b, kHuge, loomUint64, loomSum, 0, c.comm, nullptr);
-         }},
+         [](C c) { return loomReduce(c.a, c.b, kHuge, loomUint64, loomSum, 0, c.comm, nullptr); }},
         {"AllToAll count overflowing times nranks", kArg,
          [](C c) { return loomAllToAll(c.a, c.b, kThird, loomFloat32, c.comm, nullptr); }},
         {"AllToAllv overflowing count and displacement", kArg,
          [](C c) {
              const size_t counts[2] = {kHuge, kHuge}, displs[2] = {kHuge, 0};
-             return loomAllToAllv(c.a, counts, displs, c.b, c.counts, c.displs, loomFloat32,
-                                  c.comm, nullptr);
+             return loomAllToAllv(c.a, counts, displs, c.b, c.counts, c.displs, loomFloat32, c.comm,
+                                  nullptr);
          }},
         {"Send overflowing count", kArg,
          [](C c) { return loomSend(c.a, kHuge, loomFloat16, 1 - c.rank, c.comm, nullptr); }},
@@ -205,8 +202,8 @@ std::vector<Row> Rows()
          [](C c) { return loomAllReduce(c.a, c.b, 4, kBadType, loomSum, c.comm, nullptr); }},
         {"AllReduce datatype loomNumTypes", kArg,
          [](C c) {
-             return loomAllReduce(c.a, c.b, 4, static_cast<loomDataType_t>(loomNumTypes),
-                                  loomSum, c.comm, nullptr);
+             return loomAllReduce(c.a, c.b, 4, static_cast<loomDataType_t>(loomNumTypes), loomSum,
+                                  c.comm, nullptr);
          }},
         {"AllReduce datatype -1", kArg,
          [](C c) {
@@ -290,8 +287,8 @@ std::vector<Row> Rows()
          [](C c) { return loomAllToAll(c.a, c.a + 1, 4, loomFloat32, c.comm, nullptr); }},
         {"AllToAllv overlapping", kArg,
          [](C c) {
-             return loomAllToAllv(c.a, c.counts, c.displs, c.a + 1, c.counts, c.displs,
-                                  loomFloat32, c.comm, nullptr);
+             return loomAllToAllv(c.a, c.counts, c.displs, c.a + 1, c.counts, c.displs, loomFloat32,
+                                  c.comm, nullptr);
          }},
 
         // ---- AllToAllv count arrays
@@ -374,13 +371,11 @@ std::vector<Row> Rows()
          }},
         {"Send on a non-stream", kArg,
          [](C c) { return loomSend(c.a, 4, loomFloat32, 1 - c.rank, c.comm, NotAStream(c)); }},
-        {"Barrier on a non-stream", kArg,
-         [](C c) { return loomBarrier(c.comm, NotAStream(c)); }},
+        {"Barrier on a non-stream", kArg, [](C c) { return loomBarrier(c.comm, NotAStream(c)); }},
         {"StreamSynchronize non-stream", kArg,
          [](C c) { return loomStreamSynchronize(NotAStream(c)); }},
         {"StreamQuery non-stream", kArg, [](C c) { return loomStreamQuery(NotAStream(c)); }},
-        {"StreamDestroy non-stream", kArg,
-         [](C c) { return loomStreamDestroy(NotAStream(c)); }},
+        {"StreamDestroy non-stream", kArg, [](C c) { return loomStreamDestroy(NotAStream(c)); }},
 
         // ---- groups
         {"GroupEnd without GroupStart", loomInvalidUsage, [](C) { return loomGroupEnd(); }},
@@ -450,6 +445,51 @@ TEST(Args, EveryInvalidArgumentIsRejected)
             CheckCommWorks(c.comm, rank);
             XT_CHECK_LOOM(loomCommDestroy(c.comm));
             XT_CHECK_MSG(failures.empty(), "rows that failed:" + failures);
+        },
+        opts));
+}
+
+// count == 0 is valid, and NULL buffers are an error only with count > 0.
+TEST(Args, ZeroCountWithNullBuffersIsValid)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(2, [](int rank, int n, loomComm_t comm) {
+        const size_t zeros[2] = {0, 0};
+        XT_CHECK_LOOM(loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, comm, nullptr));
+        XT_CHECK_LOOM(loomAllGather(nullptr, nullptr, 0, loomInt8, comm, nullptr));
+        XT_CHECK_LOOM(loomReduceScatter(nullptr, nullptr, 0, loomBfloat16, loomAvg, comm, nullptr));
+        XT_CHECK_LOOM(loomBroadcast(nullptr, nullptr, 0, loomFloat64, n - 1, comm, nullptr));
+        XT_CHECK_LOOM(loomReduce(nullptr, nullptr, 0, loomUint64, loomMax, 0, comm, nullptr));
+        XT_CHECK_LOOM(loomAllToAll(nullptr, nullptr, 0, loomInt32, comm, nullptr));
+        XT_CHECK_LOOM(loomAllToAllv(nullptr, zeros, zeros, nullptr, zeros, zeros, loomFloat8e4m3,
+                                    comm, nullptr));
+        XT_CHECK_LOOM(loomGroupStart());
+        XT_CHECK_LOOM(loomSend(nullptr, 0, loomFloat16, 1 - rank, comm, nullptr));
+        XT_CHECK_LOOM(loomRecv(nullptr, 0, loomFloat16, 1 - rank, comm, nullptr));
+        XT_CHECK_LOOM(loomGroupEnd());
+        CheckCommWorks(comm, rank);
+    }));
+}
+
+// A communicator made with every config field set: blocking 0 is accepted (and blocks), the
+// transport list and name are taken.
+TEST(Args, InitWithConfigFields)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int n, loomComm_t) {
+            loomConfig_t cfg = LOOM_CONFIG_INITIALIZER;
+            cfg.blocking = 0;
+            cfg.timeout_ms = 60000;
+            cfg.net = "tcp";
+            cfg.commName = "config-test";
+            loomComm_t comm = loomtest::CreateComm(&cfg);
+            int count = 0;
+            XT_CHECK_LOOM(loomCommCount(comm, &count));
+            XT_CHECK_EQ(count, n);
+            CheckCommWorks(comm, rank);
+            XT_CHECK_LOOM(loomCommDestroy(comm));
         },
         opts));
 }

@@ -20,11 +20,22 @@
 
 namespace {
 
-const std::vector<std::string> kLauncherVars = {
-    "LOOM_RANK",       "LOOM_WORLD_SIZE",      "LOOM_LOCAL_RANK",      "LOOM_COMM_ID",
-    "LOOM_SECRET",     "RANK",                 "WORLD_SIZE",           "LOCAL_RANK",
-    "MASTER_ADDR",     "MASTER_PORT",          "SLURM_PROCID",         "SLURM_NTASKS",
-    "SLURM_LOCALID",   "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
+const std::vector<std::string> kLauncherVars = {"LOOM_RANK",
+                                                "LOOM_WORLD_SIZE",
+                                                "LOOM_LOCAL_RANK",
+                                                "LOOM_COMM_ID",
+                                                "LOOM_SECRET",
+                                                "RANK",
+                                                "WORLD_SIZE",
+                                                "LOCAL_RANK",
+                                                "MASTER_ADDR",
+                                                "MASTER_PORT",
+                                                "SLURM_PROCID",
+                                                "SLURM_NTASKS",
+                                                "SLURM_LOCALID",
+                                                "OMPI_COMM_WORLD_RANK",
+                                                "OMPI_COMM_WORLD_SIZE",
+                                                "OMPI_COMM_WORLD_LOCAL_RANK"};
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close).
 int FreePort()
@@ -152,9 +163,8 @@ TEST(EnvInit, RankNotBelowWorldSizeNamesBothVariables)
                                          {"WORLD_SIZE", "3"},
                                          {"MASTER_ADDR", "127.0.0.1"},
                                          {"MASTER_PORT", std::to_string(port)}};
-            return loomtest::EnvList{{"LOOM_RANK", "5"},
-                                     {"LOOM_WORLD_SIZE", "2"},
-                                     {"LOOM_COMM_ID", Addr(port)}};
+            return loomtest::EnvList{
+                {"LOOM_RANK", "5"}, {"LOOM_WORLD_SIZE", "2"}, {"LOOM_COMM_ID", Addr(port)}};
         },
         [](int rank, int n, loomComm_t c) {
             if (rank == 0)

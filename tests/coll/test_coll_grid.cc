@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// test_coll_grid.cc - the collective grid: every collective x rank count {1,2,3,4,5,8} x
-// transport {shm, tcp} is one gtest case that forks its ranks once and then loops over many
-// (datatype, op, count, in/out-of-place, root) cases, checking each result bit for bit against
-// tests/harness/verify.h, the send buffer unchanged, guard bytes intact, identical outputs on
-// every rank (one all-gather of checksums at the end) and identical reruns. It prunes: counts
-// of 2^20+3 only for a few types at up to 4 ranks. It does not test errors (test_coll_args.cc).
-// Run by meson's 'coll' suite.
+// test_coll_grid.cc - the collective grid. Each collective x rank count {1,2,3,4,5,8} x
+// transport {shm, tcp} (and shm+tcp mixed at 3 and 5 ranks) is one gtest case that forks its
+// ranks once and loops over many (datatype, op, count, in/out-of-place, root) cases, checking
+// each result bit for bit against tests/harness/verify.h, the send buffer unchanged, guard bytes
+// intact, identical outputs on every rank (one all-gather of checksums at the end) and identical
+// reruns. It prunes: counts of 2^20+3 only for a few types at up to 4 ranks. It does not test
+// errors (test_coll_args.cc). Run by meson's 'coll' suite.
 
 #include <cstring>
 #include <string>
@@ -62,11 +62,11 @@ struct Case {
     Coll coll;
     loomDataType_t dt;
     loomRedOp_t op;
-    size_t count;       // per-rank count as the call takes it (recvcount for ReduceScatter)
+    size_t count; // per-rank count as the call takes it (recvcount for ReduceScatter)
     bool inplace;
     int root;
-    bool null_ignored;  // pass NULL for the buffers the contract says are ignored
-    bool twice;         // run a second time and compare bitwise (run-to-run determinism)
+    bool null_ignored; // pass NULL for the buffers the contract says are ignored
+    bool twice;        // run a second time and compare bitwise (run-to-run determinism)
     uint64_t seed;
 
     std::string Name() const
@@ -88,8 +88,11 @@ std::vector<Case> MakeCases(Coll coll, int nranks)
     auto add = [&](loomDataType_t dt, loomRedOp_t op, size_t count, bool inplace) {
         Case c{coll, dt, op, count, inplace && coll != Coll::kAllToAll, 0, false, false, 0};
         if (Rooted(coll)) {
-            c.root = k % 2 ? nranks - 1 : 0;
-            c.null_ignored = !inplace && k % 3 == 2;
+            // Pseudo-random over k / 2: an out-of-place/in-place pair shares its root, and both
+            // roots meet every datatype and count.
+            const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(k / 2));
+            c.root = h % 2 ? nranks - 1 : 0;
+            c.null_ignored = !inplace && (h >> 8) % 3 == 0;
         }
         c.seed = loomtest::Mix64(static_cast<uint64_t>(k) * 64 + static_cast<uint64_t>(coll));
         k++;
@@ -114,9 +117,9 @@ std::vector<Case> MakeCases(Coll coll, int nranks)
             // Three large cases per rank count, rotating through this list so that ranks
             // 1..4 cover all of it.
             const std::pair<loomDataType_t, loomRedOp_t> big[] = {
-                {loomFloat32, loomSum},     {loomBfloat16, loomAvg}, {loomFloat8e4m3, loomSum},
-                {loomInt64, loomProd},      {loomFloat16, loomMin},  {loomUint8, loomMax},
-                {loomFloat8e5m2, loomAvg},  {loomFloat64, loomSum}};
+                {loomFloat32, loomSum},    {loomBfloat16, loomAvg}, {loomFloat8e4m3, loomSum},
+                {loomInt64, loomProd},     {loomFloat16, loomMin},  {loomUint8, loomMax},
+                {loomFloat8e5m2, loomAvg}, {loomFloat64, loomSum}};
             for (int j = 0; j < 3; j++) {
                 const auto &b = big[(nranks * 3 + j) % 8];
                 add(b.first, b.second, kBigCount, (nranks + j) % 2 != 0);
@@ -236,8 +239,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
     case Coll::kReduceScatter: {
         const auto in = ReduceInput(c, rank, nsz * c.count);
         std::vector<unsigned char> want(bytes);
-        loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, urank * c.count,
-                                     c.count);
+        loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, urank * c.count, c.count);
         GuardedBuffer send = Filled(in), recv(bytes);
         unsigned char *outp = c.inplace ? send.bytes() + urank * bytes : recv.bytes();
         XT_CHECK_LOOM(loomReduceScatter(send.data(), outp, c.count, c.dt, c.op, comm, nullptr));
@@ -277,8 +279,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         void *recvp = c.inplace ? send.data() : recv.data();
         if (!c.inplace && rank != c.root && c.null_ignored)
             recvp = nullptr;
-        XT_CHECK_LOOM(
-            loomReduce(send.data(), recvp, c.count, c.dt, c.op, c.root, comm, nullptr));
+        XT_CHECK_LOOM(loomReduce(send.data(), recvp, c.count, c.dt, c.op, c.root, comm, nullptr));
         if (rank == c.root) {
             if (!c.inplace)
                 ExpectEqual(res, send.data(), in.data(), c.count, c.dt, "send buffer changed");
@@ -344,14 +345,14 @@ void RunGrid(Coll coll, int rank, int n, loomComm_t comm)
     loomtest::SetContext("comparing output checksums across ranks");
     if (!sums.empty()) {
         std::vector<uint64_t> all(sums.size() * static_cast<size_t>(n));
-        XT_CHECK_LOOM(loomAllGather(sums.data(), all.data(), sums.size(), loomUint64, comm,
-                                    nullptr));
+        XT_CHECK_LOOM(
+            loomAllGather(sums.data(), all.data(), sums.size(), loomUint64, comm, nullptr));
         for (size_t k = 0; k < sums.size(); k++)
             for (int r = 0; r < n; r++)
                 if (all[static_cast<size_t>(r) * sums.size() + k] != sums[k])
-                    report(cases[sum_case[k]],
-                           "output differs between rank " + std::to_string(rank) + " and rank " +
-                               std::to_string(r));
+                    report(cases[sum_case[k]], "output differs between rank " +
+                                                   std::to_string(rank) + " and rank " +
+                                                   std::to_string(r));
     }
     fprintf(stderr, "rank %d: %zu cases, %d failures\n", rank, cases.size(), failures);
     XT_CHECK_EQ(failures, 0);
@@ -365,14 +366,29 @@ struct GridParam {
     const char *net;
 };
 
+std::string ParamName(const GridParam &p)
+{
+    return std::string(CollName(p.coll)) + "_" + std::to_string(p.nranks) + "ranks_" + p.net;
+}
+
+void PrintTo(const GridParam &p, std::ostream *os)
+{
+    *os << ParamName(p);
+}
+
+// net: "shm" and "tcp" force one transport (LOOM_NET); "mixed" models hosts of two ranks each
+// (LOOM_HOST_ID), so ranks on one "host" use shared memory and the others TCP.
 std::vector<GridParam> AllParams()
 {
     std::vector<GridParam> params;
     for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast,
-                      Coll::kReduce, Coll::kAllToAll})
+                      Coll::kReduce, Coll::kAllToAll}) {
         for (const char *net : {"shm", "tcp"})
             for (int nranks : {1, 2, 3, 4, 5, 8})
                 params.push_back({coll, nranks, net});
+        for (int nranks : {3, 5})
+            params.push_back({coll, nranks, "mixed"});
+    }
     return params;
 }
 
@@ -382,17 +398,20 @@ TEST_P(Grid, AllCases)
 {
     const GridParam p = GetParam();
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", p.net}};
+    if (std::string(p.net) == "mixed")
+        opts.rank_env = [](int rank) {
+            return loomtest::EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
+        };
+    else
+        opts.env = {{"LOOM_NET", p.net}};
     opts.deadline_s = 60;
     XT_ASSERT_RUN(loomtest::RunRanks(
-        p.nranks, [&](int rank, int n, loomComm_t comm) { RunGrid(p.coll, rank, n, comm); },
-        opts));
+        p.nranks, [&](int rank, int n, loomComm_t comm) { RunGrid(p.coll, rank, n, comm); }, opts));
 }
 
 INSTANTIATE_TEST_SUITE_P(Coll, Grid, ::testing::ValuesIn(AllParams()),
                          [](const ::testing::TestParamInfo<GridParam> &info) {
-                             return std::string(CollName(info.param.coll)) + "_" +
-                                    std::to_string(info.param.nranks) + "ranks_" + info.param.net;
+                             return ParamName(info.param);
                          });
 
 } // namespace

@@ -119,8 +119,8 @@ void Body(int rank, int nranks, loomComm_t comm)
     XT_CHECK_LOOM(loomAllReduce(send, recv, kCount, loomInt8, loomSum, comm, nullptr));
 
     // Sampled positions first, for a readable message, then every element.
-    const size_t samples[] = {0, 1, 255, (size_t{1} << 31) - 1, size_t{1} << 31,
-                              (size_t{1} << 31) + 1, kCount - 1};
+    const size_t samples[] = {
+        0, 1, 255, (size_t{1} << 31) - 1, size_t{1} << 31, (size_t{1} << 31) + 1, kCount - 1};
     for (size_t i : samples) {
         loomtest::SetContext("element " + std::to_string(i));
         XT_CHECK_EQ(recv[i], Expected(i));

@@ -199,8 +199,8 @@ TEST_P(P2P, GroupMixesSendRecvWithCollectives)
                                         comm, nullptr));
         };
         auto allgather = [&] {
-            XT_CHECK_LOOM(loomAllGather(ag_in.data(), ag_out.data(), count, loomFloat64, comm,
-                                        nullptr));
+            XT_CHECK_LOOM(
+                loomAllGather(ag_in.data(), ag_out.data(), count, loomFloat64, comm, nullptr));
         };
         // Collectives stay in the same order on every rank; the point-to-point calls move.
         XT_CHECK_LOOM(loomGroupStart());
@@ -285,9 +285,8 @@ TEST_P(P2P, AllToAllvZeroAndUnevenCounts)
             return (a + b) % 3 == 0 ? 0 : size_t(1 + 37 * a + 1001 * b);
         });
         loomtest::SetContext("uneven counts, bfloat16");
-        AllToAllvCase(rank, n, comm, loomBfloat16, 32, [](int a, int b) -> size_t {
-            return a == b ? 0 : size_t(a * 70000 + b);
-        });
+        AllToAllvCase(rank, n, comm, loomBfloat16, 32,
+                      [](int a, int b) -> size_t { return a == b ? 0 : size_t(a * 70000 + b); });
         loomtest::SetContext("only rank 0 receives");
         AllToAllvCase(rank, n, comm, loomUint8, 33,
                       [](int, int b) -> size_t { return b == 0 ? 5 : 0; });
@@ -313,8 +312,8 @@ TEST_P(P2P, NestedGroups)
         XT_CHECK_LOOM(loomGroupEnd());
         XT_CHECK_LOOM(loomGroupStart());
         XT_CHECK_LOOM(loomGroupStart());
-        XT_CHECK_LOOM(loomAllReduce(ar_in.data(), ar_out.data(), 8, loomInt32, loomMax, comm,
-                                    nullptr));
+        XT_CHECK_LOOM(
+            loomAllReduce(ar_in.data(), ar_out.data(), 8, loomInt32, loomMax, comm, nullptr));
         XT_CHECK_LOOM(loomGroupEnd());
         XT_CHECK_LOOM(loomRecv(in.data(), kLarge, loomFloat32, left, comm, nullptr));
         XT_CHECK_LOOM(loomGroupEnd());

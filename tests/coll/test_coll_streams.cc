@@ -53,17 +53,17 @@ TEST(Streams, QueuedCollectivesCompleteInOrder)
 
         const Bytes ar_in = ReduceInput(loomFloat32, loomSum, rank, 1, count);
         Bytes ar_out(count * 4);
-        XT_CHECK_LOOM(loomAllReduce(ar_in.data(), ar_out.data(), count, loomFloat32, loomSum,
-                                    comm, s));
+        XT_CHECK_LOOM(
+            loomAllReduce(ar_in.data(), ar_out.data(), count, loomFloat32, loomSum, comm, s));
         // The second all-reduce reads the first one's output: only in-order execution
         // gives the expected result.
         Bytes ar2_out(count * 4);
-        XT_CHECK_LOOM(loomAllReduce(ar_out.data(), ar2_out.data(), count, loomFloat32, loomSum,
-                                    comm, s));
+        XT_CHECK_LOOM(
+            loomAllReduce(ar_out.data(), ar2_out.data(), count, loomFloat32, loomSum, comm, s));
         const Bytes rs_in = ReduceInput(loomBfloat16, loomAvg, rank, 2, count * 2);
         Bytes rs_out(count * 2);
-        XT_CHECK_LOOM(loomReduceScatter(rs_in.data(), rs_out.data(), count, loomBfloat16, loomAvg,
-                                        comm, s));
+        XT_CHECK_LOOM(
+            loomReduceScatter(rs_in.data(), rs_out.data(), count, loomBfloat16, loomAvg, comm, s));
         Bytes bc(count * 8, 0);
         if (rank == 1)
             loomtest::FillPattern(bc.data(), bc.size(), 1, 3);
@@ -143,8 +143,8 @@ TEST(Streams, StreamAndBlockingCallsRunInIssueOrder)
         const Bytes b_in = ReduceInput(loomFloat16, loomMax, rank, 8, count);
         Bytes b_out(count * 2);
         XT_CHECK_LOOM(loomAllReduce(a.data(), a.data(), count, loomInt32, loomSum, comm, s));
-        XT_CHECK_LOOM(loomAllReduce(b_in.data(), b_out.data(), count, loomFloat16, loomMax, comm,
-                                    nullptr));
+        XT_CHECK_LOOM(
+            loomAllReduce(b_in.data(), b_out.data(), count, loomFloat16, loomMax, comm, nullptr));
         XT_CHECK_LOOM(loomStreamSynchronize(s));
         CheckEqual(a.data(), ReduceWant(loomInt32, loomSum, n, 7, 0, count), loomInt32,
                    "stream all-reduce");
@@ -182,6 +182,32 @@ TEST(Streams, FailedOperationSurfacesAtSynchronize)
             XT_CHECK_LOOM(loomStreamSynchronize(s)); // the stream's error was cleared
             XT_CHECK_LOOM(loomCommGetAsyncError(comm, &async));
             XT_CHECK_EQ(async, r); // the communicator keeps its first failure
+        }
+        XT_CHECK_LOOM(loomStreamDestroy(s));
+    }));
+}
+
+// loomStreamQuery reports a failed operation, but only Synchronize clears it: the header says
+// Synchronize returns the first error "since the last synchronize (then clears it)".
+TEST(Streams, QueryReportsAnErrorWithoutClearingIt)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(2, [](int rank, int, loomComm_t comm) {
+        loomStream_t s = nullptr;
+        XT_CHECK_LOOM(loomStreamCreate(&s));
+        uint8_t buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        if (rank == 0) {
+            XT_CHECK_LOOM(loomSend(buf, 8, loomUint8, 1, comm, s));
+            (void)loomStreamSynchronize(s);
+        } else {
+            XT_CHECK_LOOM(loomRecv(buf, 4, loomUint8, 0, comm, s));
+            loomResult_t q;
+            while ((q = loomStreamQuery(s)) == loomInProgress)
+                sched_yield();
+            XT_CHECK(q != loomSuccess);
+            XT_CHECK_EQ(loomStreamQuery(s), q); // still reported
+            XT_CHECK_EQ(loomStreamSynchronize(s), q);
+            XT_CHECK_LOOM(loomStreamSynchronize(s)); // cleared by the synchronize
+            XT_CHECK_LOOM(loomStreamQuery(s));
         }
         XT_CHECK_LOOM(loomStreamDestroy(s));
     }));

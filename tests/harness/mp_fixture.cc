@@ -33,8 +33,8 @@ namespace {
 struct RankState {
     int rank = -1;
     int nranks = 0;
-    int share_fd = -1;            // ranks > 0: read end of the pipe from rank 0
-    std::vector<int> share_to;    // rank 0: write ends, indexed by rank (entry 0 unused)
+    int share_fd = -1;         // ranks > 0: read end of the pipe from rank 0
+    std::vector<int> share_to; // rank 0: write ends, indexed by rank (entry 0 unused)
     std::string context;
 };
 
@@ -217,8 +217,7 @@ void Fail(const char *file, int line, const std::string &message)
     _exit(kExitCheckFailed);
 }
 
-void FailLoom(const char *file, int line, const char *call, loomResult_t got,
-              loomResult_t expected)
+void FailLoom(const char *file, int line, const char *call, loomResult_t got, loomResult_t expected)
 {
     const char *last = loomGetLastError(nullptr);
     Fail(file, line,
@@ -273,9 +272,9 @@ loomComm_t CreateComm(const loomConfig_t *config)
     if (nranks < 1)
         return ::testing::AssertionFailure() << "RunRanks: nranks " << nranks << " < 1";
     if (!opts.expected_exit.empty() && opts.expected_exit.size() != static_cast<size_t>(nranks))
-        return ::testing::AssertionFailure() << "RunRanks: expected_exit has "
-                                             << opts.expected_exit.size() << " entries for "
-                                             << nranks << " ranks";
+        return ::testing::AssertionFailure()
+               << "RunRanks: expected_exit has " << opts.expected_exit.size() << " entries for "
+               << nranks << " ranks";
     const char *tmp = getenv("TMPDIR");
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/loom-test-XXXXXX";
     std::vector<char> dir(templ.begin(), templ.end());
@@ -375,8 +374,8 @@ loomComm_t CreateComm(const loomConfig_t *config)
         why << "could not start every rank: " << start_error << "\n";
     for (int r = 0; r < nranks; r++) {
         const Child &c = kids[static_cast<size_t>(r)];
-        const int expect = opts.expected_exit.empty() ? kExitOk
-                                                      : opts.expected_exit[static_cast<size_t>(r)];
+        const int expect =
+            opts.expected_exit.empty() ? kExitOk : opts.expected_exit[static_cast<size_t>(r)];
         if (c.pid <= 0)
             continue;
         if (c.timed_out) {

@@ -47,15 +47,16 @@ struct RunOptions {
 // With create_comm, rank 0 makes the unique id and hands it to the other ranks through pipes
 // the parent created before forking; each rank builds its communicator, runs the body, destroys
 // the communicator and exits 0. Each rank's stdout and stderr go to <tmpdir>/rank<N>.log; the
-// directory is removed when the run succeeds (kept if LOOMTEST_KEEP_LOGS is set). Returns failure (with every rank's log) if a rank
-// exits with a code other than expected, or if the deadline passes ("rank N timed out").
+// directory is removed when the run succeeds (kept if LOOMTEST_KEEP_LOGS is set). Returns
+// failure, with every rank's log, if a rank exits with a code other than expected or if the
+// deadline passes ("rank N timed out").
 ::testing::AssertionResult RunRanks(int nranks, const RankBody &body,
                                     const RunOptions &opts = RunOptions());
 
 // ---- Inside a rank process only ----------------------------------------------------------------
 
-int CurrentRank();          // this process's rank; -1 in the parent
-int CurrentNranks();        // the run's rank count; 0 in the parent
+int CurrentRank();           // this process's rank; -1 in the parent
+int CurrentNranks();         // the run's rank count; 0 in the parent
 const std::string &RunDir(); // the run's temporary directory (also valid in the parent)
 
 // Copies nbytes at data from rank 0 to every other rank, through the harness pipes (not loom).
@@ -113,7 +114,8 @@ template <typename A, typename B> bool Equal(const A &a, const B &b)
 #define XT_CHECK_MSG(cond, msg)                                                                    \
     do {                                                                                           \
         if (!(cond))                                                                               \
-            ::loomtest::Fail(__FILE__, __LINE__, std::string("check failed: " #cond ": ") + (msg)); \
+            ::loomtest::Fail(__FILE__, __LINE__,                                                   \
+                             std::string("check failed: " #cond ": ") + (msg));                    \
     } while (0)
 
 #define XT_CHECK_EQ(a, b)                                                                          \

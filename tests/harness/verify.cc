@@ -175,7 +175,6 @@ uint64_t RankBase(uint64_t seed, int rank)
     return Mix64(seed ^ (static_cast<uint64_t>(rank) << 56) ^ 0x6c6f6f6dULL);
 }
 
-
 // Half-width of the integer range of sum/avg inputs: with 8 ranks the float32 and float64
 // sums stay exact; the narrow formats sometimes need the final rounding (e.g. 17 in E4M3).
 double SumRange(loomDataType_t dt)
@@ -244,8 +243,8 @@ double FloatInput(loomDataType_t dt, loomRedOp_t op, uint64_t h, size_t i)
     case loomMin:
         return RandomFinite(dt, h);
     case loomProd: {
-        static const double kFactors[16] = {1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, 2, 2, -2, 0.5,
-                                            -0.5};
+        static const double kFactors[16] = {1,  1,  1,  1, 1, 1,  -1,  -1,
+                                            -1, -1, -1, 2, 2, -2, 0.5, -0.5};
         return kFactors[h & 15u];
     }
     default: {
@@ -322,8 +321,7 @@ void ExpectedFloat(void *buf, loomDataType_t dt, loomRedOp_t op, int nranks, uin
 // Integers: sums and products in the unsigned type of the same width (wrapping modulo 2^bits),
 // comparisons in T, avg = the wrapped sum read as T, truncating division by nranks.
 template <typename T>
-void ExpectedInt(void *buf, loomRedOp_t op, int nranks, uint64_t seed, size_t first,
-                 size_t count)
+void ExpectedInt(void *buf, loomRedOp_t op, int nranks, uint64_t seed, size_t first, size_t count)
 {
     using U = std::make_unsigned_t<T>;
     std::vector<uint64_t> base(static_cast<size_t>(nranks));
@@ -394,9 +392,8 @@ size_t TypeSize(loomDataType_t dt)
 
 const char *TypeName(loomDataType_t dt)
 {
-    static const char *const kNames[] = {"int8",    "uint8",  "int32",  "uint32",
-                                         "int64",   "uint64", "half",   "float",
-                                         "double",  "bfloat16", "f8e4m3", "f8e5m2"};
+    static const char *const kNames[] = {"int8", "uint8", "int32",  "uint32",   "int64",  "uint64",
+                                         "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
     const int i = static_cast<int>(dt);
     return i >= 0 && i < loomNumTypes ? kNames[i] : "invalid";
 }
@@ -597,8 +594,8 @@ std::string FormatElement(const void *p, loomDataType_t dt)
     return s;
 }
 
-std::string CompareElements(const void *got, const void *expected, size_t count,
-                            loomDataType_t dt, size_t max_report)
+std::string CompareElements(const void *got, const void *expected, size_t count, loomDataType_t dt,
+                            size_t max_report)
 {
     const size_t es = TypeSize(dt);
     if (count == 0 || memcmp(got, expected, count * es) == 0)

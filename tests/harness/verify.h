@@ -18,15 +18,15 @@
 
 namespace loomtest {
 
-constexpr loomDataType_t kAllTypes[] = {
-    loomInt8,    loomUint8,   loomInt32,      loomUint32,     loomInt64, loomUint64,
-    loomFloat16, loomFloat32, loomFloat64,    loomBfloat16,   loomFloat8e4m3, loomFloat8e5m2};
+constexpr loomDataType_t kAllTypes[] = {loomInt8,    loomUint8,    loomInt32,      loomUint32,
+                                        loomInt64,   loomUint64,   loomFloat16,    loomFloat32,
+                                        loomFloat64, loomBfloat16, loomFloat8e4m3, loomFloat8e5m2};
 constexpr loomRedOp_t kAllOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
 
-size_t TypeSize(loomDataType_t dt);   // 0 for an invalid type
+size_t TypeSize(loomDataType_t dt); // 0 for an invalid type
 const char *TypeName(loomDataType_t dt);
 const char *OpName(loomRedOp_t op);
-bool IsFloatType(loomDataType_t dt);  // every floating-point type
+bool IsFloatType(loomDataType_t dt);   // every floating-point type
 bool IsNarrowFloat(loomDataType_t dt); // float16, bfloat16, fp8 (accumulated in float32)
 
 // ---- Reference conversions: round to nearest, ties to even ------------------------------------
@@ -44,10 +44,13 @@ float RefE5m2ToFloat(uint8_t v);
 // ---- Reductions ---------------------------------------------------------------------------------
 // Fills buf with elements [first, first + count) of rank's input for (dt, op, seed). The values:
 //  integers: full-width pseudo-random bits (sums and products wrap modulo 2^bits);
-//  floats, sum/avg: small integers (float32/float64 sums are exact in any order; the narrow
-//    formats sometimes need the final rounding, and every 61st fp8 element saturates);
+//  floats, sum/avg: small integers, so float32/float64 sums are exact in any order; the narrow
+//    formats sometimes need the final rounding (17 in E4M3 is a tie), and every 61st fp8 element
+//    is large enough that with 4-5 ranks the sum saturates;
 //  floats, prod: +-1, +-2, +-0.5 (products of up to 8 ranks are exact in every format);
 //  floats, max/min: pseudo-random finite bit patterns (no NaN, infinity or negative zero).
+// The expected values follow the contract step by step (float32 sums that are exact, then one
+// division for avg and one rounding), so all comparisons are bitwise: no case needs a tolerance.
 void FillReduceInput(void *buf, loomDataType_t dt, loomRedOp_t op, int rank, uint64_t seed,
                      size_t first, size_t count);
 // The expected result of reducing nranks such inputs, elements [first, first + count).
@@ -62,8 +65,8 @@ void FillPattern(void *buf, size_t nbytes, int rank, uint64_t seed, size_t first
 // ---- Comparison ---------------------------------------------------------------------------------
 // "" if the count elements are bitwise equal; otherwise the number of differing elements and
 // the first few (index, got, expected), decoded for dt.
-std::string CompareElements(const void *got, const void *expected, size_t count,
-                            loomDataType_t dt, size_t max_report = 4);
+std::string CompareElements(const void *got, const void *expected, size_t count, loomDataType_t dt,
+                            size_t max_report = 4);
 std::string FormatElement(const void *p, loomDataType_t dt);
 // A 64-bit hash of nbytes (order-sensitive); equal buffers give equal sums.
 uint64_t Checksum(const void *buf, size_t nbytes);

@@ -179,8 +179,8 @@ loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
     }
     int err = posix_fallocate(fd, 0, (off_t)bytes);
     if (err != 0) {
-        LOOM_WARN("shm: segment %s needs %zu bytes (%d local ranks, %llu-byte rings) and %s "
-                  "cannot provide them: %s",
+        LOOM_WARN("shm: segment %s needs %zu bytes (%d local ranks, %llu-byte rings: "
+                  "LOOM_SHM_RING_BYTES) and %s cannot provide them: %s",
                   path, bytes, n_local, (unsigned long long)ring_bytes, dir, strerror(err));
         goto err_unlink;
     }
