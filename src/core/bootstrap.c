@@ -355,7 +355,9 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
     }
     loomResult_t res = loom_handshake_connect(fd, id->secret, ROLE_BOOTSTRAP, deadline);
     if (res != loomSuccess) {
-        LOOM_WARN("rank %d: the rendezvous at %s did not accept this job's secret", rank, addr);
+        /* The handshake WARNed the cause; this adds where it happened. */
+        LOOM_INFO(LOOM_LOG_BOOTSTRAP, "rank %d: handshake with the rendezvous at %s failed", rank,
+                  addr);
         close(fd);
         return res;
     }

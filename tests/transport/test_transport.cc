@@ -4,7 +4,8 @@
  * tcp) driven through its loom_tp_t table by 2 or 3 forked processes.
  * Covers message sizes (0 bytes to 64 MiB, unaligned), ordering, tag
  * matching with parked frames, too-long messages, a peer killed mid-transfer,
- * a connector with the wrong secret (tcp), and shm segment cleanup.
+ * a connector with the wrong secret (tcp), and shm segment cleanup; then the
+ * pieces below them: SipHash vectors, the secret handshake, socket helpers.
  * It does not test p2p.c or collectives (the coll suite does). The parent
  * forks before touching the library; children report with XT_CHECK.
  */
@@ -857,14 +858,28 @@ TEST(Socket, ParseAndFormat)
     });
 }
 
-TEST(Socket, ConnectAcceptAndDeadlines)
+class SocketFamily : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(SocketFamily, ConnectAcceptAndDeadlines)
 {
-    RunRanks(nullptr, 1, [](Rank &) {
+    const char *where = GetParam();
+    if (where[0] == '[') {
+        struct sockaddr_in6 six = {};
+        six.sin6_family = AF_INET6;
+        six.sin6_addr = in6addr_loopback;
+        int probe = socket(AF_INET6, SOCK_STREAM, 0);
+        bool ok = probe >= 0 && bind(probe, reinterpret_cast<sockaddr *>(&six), sizeof(six)) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (!ok)
+            GTEST_SKIP() << "no IPv6 loopback on this machine";
+    }
+    RunRanks(nullptr, 1, [where](Rank &) {
         loom_sockaddr_t addr;
-        XT_OK(loom_sockaddr_parse("127.0.0.1:0", &addr));
+        XT_OK(loom_sockaddr_parse(where, &addr));
         int lfd = -1, cfd = -1, afd = -1, done = 0, err = 0;
         XT_OK(loom_socket_listen(&addr, &lfd));
-        XT_CHECK(addr.sin.sin_port != 0);
+        XT_CHECK((addr.sa.sa_family == AF_INET ? addr.sin.sin_port : addr.sin6.sin6_port) != 0);
         XT_OK(loom_socket_connect_start(&addr, &cfd));
         uint64_t deadline = loom_deadline_ms(kWaitMs);
         while (!done || afd < 0) {
@@ -897,6 +912,11 @@ TEST(Socket, ConnectAcceptAndDeadlines)
         close(cfd);
     });
 }
+
+INSTANTIATE_TEST_SUITE_P(All, SocketFamily, ::testing::Values("127.0.0.1:0", "[::1]:0"),
+                         [](const ::testing::TestParamInfo<const char *> &info) {
+                             return std::string(info.index == 0 ? "ipv4" : "ipv6");
+                         });
 
 TEST(Socket, InterfaceChoiceHonorsIfname)
 {

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+#
+# check_includes.py - enforces who may include whom (docs/ARCHITECTURE.md):
+# core sees only core; transport sees core and transport; collectives see
+# core, collectives and the transport layer's p2p.h/transport.h (never a
+# transport's own files); api sees everything; bench, examples and tests/coll
+# see only the public header and their own folder's headers. Run by the lint
+# suite; prints each violation and exits 1 if there is any.
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+# module -> modules whose headers it may include
+ALLOWED = {
+    "core": {"core"},
+    "transport": {"core", "transport", "transport-api"},
+    "collectives": {"core", "collectives", "transport-api"},
+    "api": {"core", "transport", "transport-api", "collectives", "api"},
+}
+
+
+def header_index():
+    """Maps a header's base name to the module that owns it."""
+    idx = {}
+    for mod in ALLOWED:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, "src", mod)):
+            for f in files:
+                if f.endswith(".h") or f.endswith(".def"):
+                    owner = mod
+                    if mod == "transport" and dirpath == os.path.join(ROOT, "src", "transport") \
+                            and f in ("p2p.h", "transport.h"):
+                        owner = "transport-api"
+                    idx[f] = owner
+    return idx
+
+
+def check_src(idx):
+    bad = []
+    for mod, allowed in ALLOWED.items():
+        for dirpath, _, files in os.walk(os.path.join(ROOT, "src", mod)):
+            for f in files:
+                if not f.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(dirpath, f)
+                for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                    m = INCLUDE.match(line)
+                    if not m or m.group(1) == "loom.h":
+                        continue
+                    name = os.path.basename(m.group(1))
+                    owner = idx.get(name)
+                    if owner is None:
+                        continue  # a header next to the file inside its own folder
+                    if owner not in allowed:
+                        bad.append(f"{os.path.relpath(path, ROOT)}:{n}: {mod} may not include "
+                                   f"{m.group(1)} ({owner})")
+    return bad
+
+
+def check_public_only(folder, extra_ok=()):
+    bad = []
+    base = os.path.join(ROOT, folder)
+    for dirpath, _, files in os.walk(base):
+        local = {f for f in files if f.endswith(".h")}
+        for f in files:
+            if not f.endswith((".c", ".cc", ".h")):
+                continue
+            path = os.path.join(dirpath, f)
+            for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                inc = m.group(1)
+                if inc == "loom.h" or inc in local or os.path.basename(inc) in extra_ok:
+                    continue
+                bad.append(f"{os.path.relpath(path, ROOT)}:{n}: {folder} may include only loom.h, "
+                           f"not {inc}")
+    return bad
+
+
+def main():
+    bad = check_src(header_index())
+    bad += check_public_only("bench")
+    bad += check_public_only("examples")
+    bad += check_public_only("tests/coll", extra_ok=("mp_fixture.h", "verify.h"))
+    for b in bad:
+        print(b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
