@@ -12,7 +12,8 @@ int main(void)
 {
     loomComm_t comm;
     if (loomCommInitFromEnv(&comm) != loomSuccess) {
-        fprintf(stderr, "init failed: %s\nHINT: start it with loomrun -n N\n", loomGetLastError(NULL));
+        fprintf(stderr, "init failed: %s\nHINT: start it with loomrun -n N\n",
+                loomGetLastError(NULL));
         return 1;
     }
     int rank, nranks;
@@ -21,7 +22,8 @@ int main(void)
     float x[4] = {1.0f * rank, 1, 2, 3};
     loomResult_t res = loomAllReduce(x, x, 4, loomFloat32, loomSum, comm, NULL);
     if (res != loomSuccess)
-        fprintf(stderr, "allreduce failed: %s: %s\n", loomGetErrorString(res), loomGetLastError(comm));
+        fprintf(stderr, "allreduce failed: %s: %s\n", loomGetErrorString(res),
+                loomGetLastError(comm));
     else if (rank == 0)
         printf("sum over %d ranks: %g %g %g %g\n", nranks, x[0], x[1], x[2], x[3]);
     loomCommDestroy(comm);

@@ -12,7 +12,8 @@ int main(void)
 {
     loomComm_t comm;
     if (loomCommInitFromEnv(&comm) != loomSuccess) {
-        fprintf(stderr, "init failed: %s\nHINT: start it with loomrun -n N\n", loomGetLastError(NULL));
+        fprintf(stderr, "init failed: %s\nHINT: start it with loomrun -n N\n",
+                loomGetLastError(NULL));
         return 1;
     }
     int rank, n;

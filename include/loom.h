@@ -22,11 +22,11 @@
 extern "C" {
 #endif
 
-#define LOOM_MAJOR 0
-#define LOOM_MINOR 1
-#define LOOM_PATCH 0
-#define LOOM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
-#define LOOM_VERSION_CODE LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
+#define LOOM_MAJOR            0
+#define LOOM_MINOR            1
+#define LOOM_PATCH            0
+#define LOOM_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+#define LOOM_VERSION_CODE     LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
 
 #if defined(__GNUC__)
 #define LOOM_API __attribute__((visibility("default")))
@@ -89,10 +89,10 @@ typedef struct {
 
 typedef struct loomComm *loomComm_t;
 typedef struct loomStream *loomStream_t;
-#define LOOM_COMM_NULL ((loomComm_t)NULL)
+#define LOOM_COMM_NULL     ((loomComm_t)NULL)
 #define LOOM_SPLIT_NOCOLOR (-1)
 
-#define LOOM_CONFIG_MAGIC 0x100f100fu
+#define LOOM_CONFIG_MAGIC     0x100f100fu
 #define LOOM_CONFIG_UNDEF_INT (-2147483647 - 1)
 
 /* Communicator options. Always start from LOOM_CONFIG_INITIALIZER: the size,
@@ -137,8 +137,7 @@ LOOM_API loomResult_t loomGetUniqueId(loomUniqueId *uniqueId);
  * (Timeout, naming the ranks that never arrived). Collective over all ranks.
  * Errors: InvalidArgument (nranks < 1, rank out of range, bad id),
  * SystemError, RemoteError, Timeout. */
-LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId,
-                                       int rank);
+LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank);
 /* As loomCommInitRank with options; config may be NULL. */
 LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId,
                                              int rank, loomConfig_t *config);
@@ -215,8 +214,8 @@ LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t
                                     loomStream_t stream);
 /* On root, recvbuff[i] = op over ranks of sendbuff[i]; recvbuff is ignored elsewhere. */
 LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 loomDataType_t datatype, loomRedOp_t op, int root,
-                                 loomComm_t comm, loomStream_t stream);
+                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                                 loomStream_t stream);
 /* Block j of sendbuff (count elements) goes to rank j's block `rank` of recvbuff. */
 LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream);

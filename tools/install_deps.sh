@@ -8,7 +8,7 @@ set -e
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
-for p in meson ninja-build pkg-config gcc g++ libgtest-dev python3; do
+for p in meson ninja-build pkg-config gcc g++ libgtest-dev python3 clang-format; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

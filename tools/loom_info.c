@@ -68,11 +68,21 @@ int main(int argc, char **argv)
     while ((opt = getopt(argc, argv, "vpah")) != -1) {
         any = 1;
         switch (opt) {
-        case 'v': print_version(); break;
-        case 'p': print_params(); break;
-        case 'a': print_algos(); break;
-        case 'h': usage(); return 0;
-        default: usage(); return 2;
+        case 'v':
+            print_version();
+            break;
+        case 'p':
+            print_params();
+            break;
+        case 'a':
+            print_algos();
+            break;
+        case 'h':
+            usage();
+            return 0;
+        default:
+            usage();
+            return 2;
         }
     }
     if (!any)

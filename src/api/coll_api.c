@@ -71,7 +71,8 @@ static loomResult_t check_overlap(const void *s, size_t sn, const void *r, size_
         return loomSuccess;
     if (a < b + rn && b < a + sn) {
         LOOM_WARN("%s: send buffer %p (%zu bytes) and receive buffer %p (%zu bytes) overlap "
-                  "without being the in-place layout", fn, s, sn, r, rn);
+                  "without being the in-place layout",
+                  fn, s, sn, r, rn);
         return loomInvalidArgument;
     }
     return loomSuccess;
@@ -100,8 +101,12 @@ LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t
     LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
     LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
-    loom_coll_args_t a = {.kind = LOOM_COLL_ALLREDUCE, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .count = count, .dt = datatype, .op = op};
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLREDUCE,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = count,
+                          .dt = datatype,
+                          .op = op};
     return enqueue_coll(comm, stream, &a);
 }
 
@@ -116,8 +121,11 @@ LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
     const void *inplace = recvbuff ? (const uint8_t *)recvbuff + (size_t)comm->rank * bytes : NULL;
     LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks, inplace, fn));
-    loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHER, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .count = sendcount, .dt = datatype};
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHER,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = sendcount,
+                          .dt = datatype};
     return enqueue_coll(comm, stream, &a);
 }
 
@@ -136,8 +144,12 @@ LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, si
      * send pointer, so swap roles: the receive block sits inside the send range. */
     const void *inplace = sendbuff ? (const uint8_t *)sendbuff + (size_t)comm->rank * bytes : NULL;
     LOOM_CHECK(check_overlap(recvbuff, bytes, sendbuff, bytes * (size_t)comm->nranks, inplace, fn));
-    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE_SCATTER, .sendbuff = sendbuff,
-                          .recvbuff = recvbuff, .count = recvcount, .dt = datatype, .op = op};
+    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE_SCATTER,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = recvcount,
+                          .dt = datatype,
+                          .op = op};
     return enqueue_coll(comm, stream, &a);
 }
 
@@ -154,14 +166,18 @@ LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t
         LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     }
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
-    loom_coll_args_t a = {.kind = LOOM_COLL_BCAST, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .count = count, .dt = datatype, .root = root};
+    loom_coll_args_t a = {.kind = LOOM_COLL_BCAST,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = count,
+                          .dt = datatype,
+                          .root = root};
     return enqueue_coll(comm, stream, &a);
 }
 
 LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 loomDataType_t datatype, loomRedOp_t op, int root,
-                                 loomComm_t comm, loomStream_t stream)
+                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                                 loomStream_t stream)
 {
     const char *fn = "loomReduce";
     size_t bytes;
@@ -173,8 +189,13 @@ LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t co
         LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff (on the root)", fn));
         LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     }
-    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .count = count, .dt = datatype, .op = op, .root = root};
+    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = count,
+                          .dt = datatype,
+                          .op = op,
+                          .root = root};
     return enqueue_coll(comm, stream, &a);
 }
 
@@ -189,8 +210,11 @@ LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t 
     LOOM_CHECK(check_buf(sendbuff, total, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, total, "recvbuff", fn));
     LOOM_CHECK(check_overlap(sendbuff, total, recvbuff, total, NULL, fn));
-    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALL, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .count = count, .dt = datatype};
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALL,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = count,
+                          .dt = datatype};
     return enqueue_coll(comm, stream, &a);
 }
 
@@ -240,9 +264,14 @@ LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcount
     memcpy(v + n, sdispls, (size_t)n * sizeof(size_t));
     memcpy(v + 2 * n, recvcounts, (size_t)n * sizeof(size_t));
     memcpy(v + 3 * n, rdispls, (size_t)n * sizeof(size_t));
-    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALLV, .sendbuff = sendbuff, .recvbuff = recvbuff,
-                          .dt = datatype, .sendcounts = v, .sdispls = v + n,
-                          .recvcounts = v + 2 * n, .rdispls = v + 3 * n};
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALLV,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .dt = datatype,
+                          .sendcounts = v,
+                          .sdispls = v + n,
+                          .recvcounts = v + 2 * n,
+                          .rdispls = v + 3 * n};
     return enqueue_coll(comm, stream, &a); /* the op owns v from here, even on failure */
 }
 

@@ -20,29 +20,28 @@
 #include "p2p.h"
 
 #define LOOM_COMM_MAGIC 0x636f6d6du /* "comm" */
-#define LOOM_COMM_DEAD 0xdeadc0deu
+#define LOOM_COMM_DEAD  0xdeadc0deu
 
 struct loomComm {
-    uint32_t magic;            /* LOOM_COMM_MAGIC while usable */
+    uint32_t magic; /* LOOM_COMM_MAGIC while usable */
     int rank;
     int nranks;
-    int local_rank;            /* rank among ranks with the same host id */
+    int local_rank; /* rank among ranks with the same host id */
     int local_size;
     int64_t timeout_ms;
     char name[64];
-    loom_peer_info_t *peers;   /* [nranks] */
+    loom_peer_info_t *peers; /* [nranks] */
     loom_p2p_t *p2p;
     loom_coll_ctx_t coll;
-    volatile int abort_flag;   /* set by loomCommAbort; every wait checks it */
-    char net[64];              /* transports allowed (config or LOOM_NET) */
+    volatile int abort_flag; /* set by loomCommAbort; every wait checks it */
+    char net[64];            /* transports allowed (config or LOOM_NET) */
 
-    pthread_mutex_t lock;      /* protects everything below */
+    pthread_mutex_t lock; /* protects everything below */
     pthread_cond_t cond;
-    uint64_t next_ticket;      /* next ticket to hand out */
-    uint64_t now_serving;      /* ticket allowed to execute */
-    int refs;                  /* 1 for the user + 1 per queued task */
-    int destroying;
-    loomResult_t async_error;  /* first failure of a stream task */
+    uint64_t next_ticket;     /* next ticket to hand out */
+    uint64_t now_serving;     /* ticket allowed to execute */
+    int refs;                 /* 1 for the user + 1 per queued task */
+    loomResult_t async_error; /* first failure of a stream task */
     char async_msg[256];
 };
 
@@ -50,10 +49,10 @@ typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV } loom_op_kind_t;
 
 typedef struct {
     loom_op_kind_t kind;
-    loom_coll_args_t coll;     /* for LOOM_OP_COLL (alltoallv arrays are owned copies) */
-    const void *sendbuff;      /* send */
-    void *recvbuff;            /* recv */
-    size_t nbytes;             /* send/recv */
+    loom_coll_args_t coll; /* for LOOM_OP_COLL (alltoallv arrays are owned copies) */
+    const void *sendbuff;  /* send */
+    void *recvbuff;        /* recv */
+    size_t nbytes;         /* send/recv */
     int peer;
 } loom_op_t;
 
@@ -63,8 +62,8 @@ typedef struct loom_task {
     int nops;
     int cap;
     uint64_t ticket;
-    loomStream_t stream;       /* NULL: run by the issuing thread */
-    struct loom_task *next;    /* stream queue / group list */
+    loomStream_t stream;    /* NULL: run by the issuing thread */
+    struct loom_task *next; /* stream queue / group list */
 } loom_task_t;
 
 /* Validation helper shared by every entry point: comm usable? */

@@ -98,10 +98,12 @@ static loomResult_t task_run_ops(loom_task_t *t)
         loom_op_t *op = &t->ops[i];
         if (op->kind == LOOM_OP_SEND)
             LOOM_CHECK_GOTO(loom_p2p_isend(comm->p2p, op->peer, op->sendbuff, op->nbytes,
-                                           LOOM_TAG_P2P, &reqs[nreq++]), res, out);
+                                           LOOM_TAG_P2P, &reqs[nreq++]),
+                            res, out);
         else if (op->kind == LOOM_OP_RECV)
             LOOM_CHECK_GOTO(loom_p2p_irecv(comm->p2p, op->peer, op->recvbuff, op->nbytes,
-                                           LOOM_TAG_P2P, &reqs[nreq++]), res, out);
+                                           LOOM_TAG_P2P, &reqs[nreq++]),
+                            res, out);
     }
     for (int i = 0; i < t->nops; i++) {
         if (t->ops[i].kind != LOOM_OP_COLL)
@@ -137,7 +139,8 @@ loomResult_t loom_task_execute(loom_task_t *t)
     if (aborted) {
         /* One WARN came from the abort itself; queued work must not flood the log. */
         loom_set_last_error("rank %d: operation on communicator %s not run: the communicator "
-                            "was aborted", comm->rank, comm->name);
+                            "was aborted",
+                            comm->rank, comm->name);
         res = loomRemoteError;
     } else {
         loom_debug_set_rank(comm->rank);

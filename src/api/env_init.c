@@ -39,8 +39,8 @@ static loomResult_t parse_int(const char *var, int min, int max, int *out_p)
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
     if (s == NULL || *s == '\0' || errno != 0 || *end != '\0' || v < min || v > max) {
-        LOOM_WARN("loomCommInitFromEnv: %s='%s' is not an integer in [%d, %d]", var,
-                  s ? s : "", min, max);
+        LOOM_WARN("loomCommInitFromEnv: %s='%s' is not an integer in [%d, %d]", var, s ? s : "",
+                  min, max);
         return loomInvalidArgument;
     }
     *out_p = (int)v;
@@ -84,7 +84,7 @@ static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM
     memcpy(secret, &a, 8);
     memcpy(secret + 8, &b, 8);
     LOOM_INFO(LOOM_LOG_INIT, "LOOM_SECRET not set: job secret derived from the rendezvous address "
-              "(set LOOM_SECRET to keep other local users out)");
+                             "(set LOOM_SECRET to keep other local users out)");
     return loomSuccess;
 }
 
@@ -104,7 +104,8 @@ static loomResult_t env_address(const convention_t *c, char *buf, size_t len)
         return loomSuccess;
     }
     LOOM_WARN("loomCommInitFromEnv: %s variables found but no rendezvous address: set "
-              "LOOM_COMM_ID=host:port or MASTER_ADDR and MASTER_PORT", c->name);
+              "LOOM_COMM_ID=host:port or MASTER_ADDR and MASTER_PORT",
+              c->name);
     return loomInvalidArgument;
 }
 
@@ -128,8 +129,8 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm)
     LOOM_CHECK(parse_int(c->size_var, 1, LOOM_BOOTSTRAP_MAX_RANKS, &nranks));
     LOOM_CHECK(parse_int(c->rank_var, 0, 0x7fffffff, &rank));
     if (rank >= nranks) {
-        LOOM_WARN("loomCommInitFromEnv: %s=%d is not below %s=%d", c->rank_var, rank,
-                  c->size_var, nranks);
+        LOOM_WARN("loomCommInitFromEnv: %s=%d is not below %s=%d", c->rank_var, rank, c->size_var,
+                  nranks);
         return loomInvalidArgument;
     }
     if (getenv(c->local_var))
@@ -142,15 +143,18 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm)
     id.version = LOOM_ID_VERSION;
     LOOM_CHECK(loom_sockaddr_parse(addr, &id.root));
     LOOM_CHECK(env_secret(addr, nranks, id.secret));
-    LOOM_INFO(LOOM_LOG_INIT, "loomCommInitFromEnv: %s convention, rank %d of %d, local rank %d, "
-              "rendezvous %s", c->name, rank, nranks, local, addr);
+    LOOM_INFO(LOOM_LOG_INIT,
+              "loomCommInitFromEnv: %s convention, rank %d of %d, local rank %d, "
+              "rendezvous %s",
+              c->name, rank, nranks, local, addr);
     if (rank == 0) {
         loom_sockaddr_t bind_addr = id.root;
         int fd = -1;
         loomResult_t res = loom_socket_listen(&bind_addr, &fd);
         if (res != loomSuccess) {
             LOOM_WARN("loomCommInitFromEnv: rank 0 cannot serve the rendezvous at %s (is the port "
-                      "in use or the address not local?)", addr);
+                      "in use or the address not local?)",
+                      addr);
             return res;
         }
         LOOM_CHECK(loom_bootstrap_root_start(fd, id.secret, loom_param_TIMEOUT_MS()));

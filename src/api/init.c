@@ -159,14 +159,15 @@ static loomResult_t check_config(const loomConfig_t *config)
         return loomSuccess;
     if (config->magic != LOOM_CONFIG_MAGIC || config->size < offsetof(loomConfig_t, blocking)) {
         LOOM_WARN("loomConfig_t was not initialized with LOOM_CONFIG_INITIALIZER (magic 0x%x, "
-                  "size %zu bytes)", config->magic, config->size);
+                  "size %zu bytes)",
+                  config->magic, config->size);
         return loomInvalidArgument;
     }
     return loomSuccess;
 }
 
 /* Reads a config field only if the caller's struct is large enough to hold it. */
-#define CONFIG_HAS(_cfg, _field)                                                                  \
+#define CONFIG_HAS(_cfg, _field)                                                                   \
     ((_cfg) != NULL && (_cfg)->size >= offsetof(loomConfig_t, _field) + sizeof((_cfg)->_field))
 
 static void apply_config(struct loomComm *c, const loomConfig_t *config)
@@ -266,8 +267,11 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         c->peers[r].hostname[LOOM_HOST_ID_MAX - 1] = '\0';
     }
     count_local(c);
-    loom_tp_init_args_t args = {.rank = rank, .nranks = nranks, .peers = c->peers,
-                                .secret = id->secret, .timeout_ms = c->timeout_ms,
+    loom_tp_init_args_t args = {.rank = rank,
+                                .nranks = nranks,
+                                .peers = c->peers,
+                                .secret = id->secret,
+                                .timeout_ms = c->timeout_ms,
                                 .abort_flag = &c->abort_flag};
     LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
@@ -280,9 +284,11 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         c->coll.chunk_bytes = 4096;
     c->magic = LOOM_COMM_MAGIC;
     LOOM_CHECK_GOTO(live_add(c), res, err_p2p);
-    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d host %s local rank %d/%d - Init "
-              "COMPLETE (%.1f ms)", c->name, rank, nranks, c->peers[rank].host_id, c->local_rank,
-              c->local_size, (double)(loom_now_ns() - t0) / 1e6);
+    LOOM_INFO(LOOM_LOG_INIT,
+              "comm %s rank %d nranks %d host %s local rank %d/%d - Init "
+              "COMPLETE (%.1f ms)",
+              c->name, rank, nranks, c->peers[rank].host_id, c->local_rank, c->local_size,
+              (double)(loom_now_ns() - t0) / 1e6);
     *comm_p = c;
     return loomSuccess;
 

@@ -19,15 +19,14 @@
 static loomResult_t comm_teardown(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
-    c->destroying = 1;
     while (c->refs > 1)
         pthread_cond_wait(&c->cond, &c->lock);
     c->magic = LOOM_COMM_DEAD;
     pthread_mutex_unlock(&c->lock);
     loomResult_t res = loom_p2p_destroy(c->p2p);
     c->p2p = NULL;
-    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank,
-              c->nranks, c->abort_flag ? "Abort" : "Destroy");
+    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank, c->nranks,
+              c->abort_flag ? "Abort" : "Destroy");
     loom_comm_release(c);
     return res;
 }
@@ -153,8 +152,8 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomCom
     loomConfig_t inherited = LOOM_CONFIG_INITIALIZER;
     inherited.timeout_ms = (int)comm->timeout_ms;
     inherited.net = comm->net;
-    res = loomCommInitRankConfig(newcomm, members, ids[first], newrank,
-                                 config ? config : &inherited);
+    res =
+        loomCommInitRankConfig(newcomm, members, ids[first], newrank, config ? config : &inherited);
 out:
     free(all);
     free(ids);

@@ -16,10 +16,14 @@
 #include "timer.h"
 
 static const char *const coll_names[LOOM_COLL_NUM] = {
-    [LOOM_COLL_ALLREDUCE] = "allreduce", [LOOM_COLL_ALLGATHER] = "allgather",
-    [LOOM_COLL_REDUCE_SCATTER] = "reducescatter", [LOOM_COLL_BCAST] = "broadcast",
-    [LOOM_COLL_REDUCE] = "reduce", [LOOM_COLL_ALLTOALL] = "alltoall",
-    [LOOM_COLL_ALLTOALLV] = "alltoallv", [LOOM_COLL_BARRIER] = "barrier",
+    [LOOM_COLL_ALLREDUCE] = "allreduce",
+    [LOOM_COLL_ALLGATHER] = "allgather",
+    [LOOM_COLL_REDUCE_SCATTER] = "reducescatter",
+    [LOOM_COLL_BCAST] = "broadcast",
+    [LOOM_COLL_REDUCE] = "reduce",
+    [LOOM_COLL_ALLTOALL] = "alltoall",
+    [LOOM_COLL_ALLTOALLV] = "alltoallv",
+    [LOOM_COLL_BARRIER] = "barrier",
 };
 
 /* First entry per collective = its default. */
@@ -112,11 +116,12 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     loomResult_t res = algo->fn(ctx, a);
     if (trace) {
         const char *tp = loom_p2p_transport_name(ctx->p2p, (ctx->rank + 1) % ctx->nranks);
-        LOOM_INFO(LOOM_LOG_COLL, "%s seq %llu: %zu bytes %s %s algo %s transport %s "
-                  "%.1f us -> %s", coll_names[a->kind], (unsigned long long)ctx->seq,
-                  loom_coll_bytes(a, ctx->nranks), loom_dtype_name(a->dt),
-                  loom_redop_name(a->op), algo->name, tp, (double)(loom_now_ns() - t0) / 1e3,
-                  loomGetErrorString(res));
+        LOOM_INFO(LOOM_LOG_COLL,
+                  "%s seq %llu: %zu bytes %s %s algo %s transport %s "
+                  "%.1f us -> %s",
+                  coll_names[a->kind], (unsigned long long)ctx->seq,
+                  loom_coll_bytes(a, ctx->nranks), loom_dtype_name(a->dt), loom_redop_name(a->op),
+                  algo->name, tp, (double)(loom_now_ns() - t0) / 1e3, loomGetErrorString(res));
     }
     return res;
 }

@@ -37,8 +37,9 @@ loomResult_t loom_allgather_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t 
     int nreq = 0;
     for (int d = 1; d < n; d++) {
         int p = (me - d + n) % n;
-        LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, p, recv + (size_t)p * bytes, bytes, tag,
-                                       &reqs[nreq++]), res, out);
+        LOOM_CHECK_GOTO(
+            loom_p2p_irecv(ctx->p2p, p, recv + (size_t)p * bytes, bytes, tag, &reqs[nreq++]), res,
+            out);
     }
     for (int d = 1; d < n; d++) {
         int p = (me + d) % n;

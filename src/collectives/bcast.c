@@ -38,8 +38,9 @@ loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     loomResult_t res = loomSuccess;
     int nreq = 0;
     for (int d = 1; d < n; d++)
-        LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, (me + d) % n, a->recvbuff, bytes, tag,
-                                       &reqs[nreq++]), res, out);
+        LOOM_CHECK_GOTO(
+            loom_p2p_isend(ctx->p2p, (me + d) % n, a->recvbuff, bytes, tag, &reqs[nreq++]), res,
+            out);
     res = loom_p2p_wait_all(ctx->p2p, reqs, nreq);
 out:
     free(reqs);

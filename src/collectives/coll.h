@@ -44,10 +44,10 @@ typedef struct {
     loom_p2p_t *p2p;
     int rank;
     int nranks;
-    uint64_t seq;         /* sequence number of the running collective (tags, messages) */
-    uint8_t *scratch;     /* grows on demand up to scratch_limit */
+    uint64_t seq;     /* sequence number of the running collective (tags, messages) */
+    uint8_t *scratch; /* grows on demand up to scratch_limit */
     size_t scratch_bytes;
-    size_t chunk_bytes;   /* pipeline chunk per peer (LOOM_CHUNK_BYTES) */
+    size_t chunk_bytes; /* pipeline chunk per peer (LOOM_CHUNK_BYTES) */
 } loom_coll_ctx_t;
 
 typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);

@@ -75,14 +75,16 @@ loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_ar
         int p = (me - k + n) % n; /* receive order mirrors the send order below */
         int slot = p < me ? p : p - 1;
         LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, p, slots + (size_t)slot * mylen * es, mylen * es,
-                                       tag, &reqs[nreq++]), res, out);
+                                       tag, &reqs[nreq++]),
+                        res, out);
     }
     for (int k = 1; k < n; k++) {
         int o = (me + k) % n;
         if (spans[o].len == 0)
             continue;
         LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, o, send + spans[o].off * es, spans[o].len * es,
-                                       tag, &reqs[nreq++]), res, out);
+                                       tag, &reqs[nreq++]),
+                        res, out);
     }
     LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
 

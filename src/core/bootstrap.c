@@ -25,9 +25,9 @@
 #include "check.h"
 #include "timer.h"
 
-#define HELLO_MAGIC 0x4c4d4845u /* "LMHE" */
-#define REQ_ALLGATHER 1u
-#define REQ_BYE 2u
+#define HELLO_MAGIC    0x4c4d4845u /* "LMHE" */
+#define REQ_ALLGATHER  1u
+#define REQ_BYE        2u
 #define ROLE_BOOTSTRAP 0x424f4f54u
 /* A single connection may hold up the root for at most this long. */
 #define PER_CONN_MS 2000
@@ -69,7 +69,8 @@ loomResult_t loom_id_decode(const loomUniqueId *uid, loom_id_t *id_p)
     memcpy(&id, uid->internal, sizeof(id));
     if (id.magic != LOOM_ID_MAGIC || id.version != LOOM_ID_VERSION) {
         LOOM_WARN("unique id is not valid (magic 0x%x version %u): was it made by "
-                  "loomGetUniqueId and passed unchanged?", id.magic, id.version);
+                  "loomGetUniqueId and passed unchanged?",
+                  id.magic, id.version);
         return loomInvalidArgument;
     }
     *id_p = id;
@@ -107,8 +108,7 @@ static void root_fail_all(int *fds, int nranks, loomResult_t status, const char 
 
 /* Accepts one connection and registers it if it proves the secret and says
  * hello with a valid, new rank. Everything else is closed and logged. */
-static void root_accept_one(root_args_t *a, int *fds, uint32_t *pids, int *nranks_p,
-                            int *arrived_p)
+static void root_accept_one(root_args_t *a, int *fds, uint32_t *pids, int *nranks_p, int *arrived_p)
 {
     int fd = -1;
     if (loom_socket_accept(a->listen_fd, &fd) != loomSuccess || fd < 0)
@@ -136,8 +136,8 @@ static void root_accept_one(root_args_t *a, int *fds, uint32_t *pids, int *nrank
     else if (h.rank < 0 || h.rank >= h.nranks)
         snprintf(msg, sizeof(msg), "rank %d out of range for nranks %d", h.rank, h.nranks);
     else if (*nranks_p > 0 && fds[h.rank] >= 0)
-        snprintf(msg, sizeof(msg), "rank %d joined twice (pids %u and %u)", h.rank,
-                 pids[h.rank], h.pid);
+        snprintf(msg, sizeof(msg), "rank %d joined twice (pids %u and %u)", h.rank, pids[h.rank],
+                 h.pid);
     if (msg[0]) {
         LOOM_WARN("bootstrap root: rejected a hello: %s", msg);
         root_send_reply(fd, loomInvalidUsage, msg, strlen(msg) + 1, deadline);
@@ -201,11 +201,13 @@ static void root_serve(root_args_t *a, int *fds, int nranks)
                 type = q.type;
                 len = q.len;
             }
-            if (res == loomSuccess && (q.type != type || q.len != len ||
-                                       (type != REQ_ALLGATHER && type != REQ_BYE) ||
-                                       len > LOOM_BOOTSTRAP_MAX_PAYLOAD)) {
-                snprintf(msg, sizeof(msg), "rank %d sent request %u of %u bytes, rank 0 sent "
-                         "%u of %u bytes", r, q.type, q.len, type, len);
+            if (res == loomSuccess &&
+                (q.type != type || q.len != len || (type != REQ_ALLGATHER && type != REQ_BYE) ||
+                 len > LOOM_BOOTSTRAP_MAX_PAYLOAD)) {
+                snprintf(msg, sizeof(msg),
+                         "rank %d sent request %u of %u bytes, rank 0 sent "
+                         "%u of %u bytes",
+                         r, q.type, q.len, type, len);
                 LOOM_WARN("bootstrap root: %s", msg);
                 root_fail_all(fds, nranks, loomInvalidUsage, msg);
                 goto out;
@@ -224,8 +226,10 @@ static void root_serve(root_args_t *a, int *fds, int nranks)
                 res = loom_socket_recv_all(fds[r], buf + (size_t)r * len, len, deadline);
             }
             if (res != loomSuccess) {
-                snprintf(msg, sizeof(msg), "rank %d left the rendezvous during communicator "
-                         "setup (%s)", r, loomGetErrorString(res));
+                snprintf(msg, sizeof(msg),
+                         "rank %d left the rendezvous during communicator "
+                         "setup (%s)",
+                         r, loomGetErrorString(res));
                 LOOM_WARN("bootstrap root: %s", msg);
                 close(fds[r]);
                 fds[r] = -1;
@@ -389,8 +393,7 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
     return loomSuccess;
 }
 
-loomResult_t loom_bootstrap_allgather(loom_bootstrap_t *bs, const void *data, size_t len,
-                                      void *out)
+loomResult_t loom_bootstrap_allgather(loom_bootstrap_t *bs, const void *data, size_t len, void *out)
 {
     if (len > LOOM_BOOTSTRAP_MAX_PAYLOAD) {
         LOOM_WARN("bootstrap all-gather of %zu bytes exceeds the %u byte limit", len,

@@ -24,10 +24,10 @@ typedef struct {
     loom_sockaddr_t root; /* address of the root service */
 } loom_id_t;
 
-#define LOOM_ID_MAGIC 0x4c4f4f4du /* "LOOM" */
+#define LOOM_ID_MAGIC   0x4c4f4f4du /* "LOOM" */
 #define LOOM_ID_VERSION 1u
 /* Upper bounds applied to everything a peer sends before it is used. */
-#define LOOM_BOOTSTRAP_MAX_RANKS (1 << 20)
+#define LOOM_BOOTSTRAP_MAX_RANKS   (1 << 20)
 #define LOOM_BOOTSTRAP_MAX_PAYLOAD (1u << 20)
 
 typedef struct loom_bootstrap loom_bootstrap_t;

@@ -35,10 +35,17 @@ static const struct {
     const char *name;
     uint32_t bit;
 } subsys_names[] = {
-    {"INIT", LOOM_LOG_INIT}, {"BOOTSTRAP", LOOM_LOG_BOOTSTRAP}, {"TRANSPORT", LOOM_LOG_TRANSPORT},
-    {"SHM", LOOM_LOG_SHM},   {"TCP", LOOM_LOG_TCP},             {"COLL", LOOM_LOG_COLL},
-    {"ENV", LOOM_LOG_ENV},   {"ALLOC", LOOM_LOG_ALLOC},         {"CALL", LOOM_LOG_CALL},
-    {"P2P", LOOM_LOG_P2P},   {"ALL", LOOM_LOG_ALL},
+    {"INIT", LOOM_LOG_INIT},
+    {"BOOTSTRAP", LOOM_LOG_BOOTSTRAP},
+    {"TRANSPORT", LOOM_LOG_TRANSPORT},
+    {"SHM", LOOM_LOG_SHM},
+    {"TCP", LOOM_LOG_TCP},
+    {"COLL", LOOM_LOG_COLL},
+    {"ENV", LOOM_LOG_ENV},
+    {"ALLOC", LOOM_LOG_ALLOC},
+    {"CALL", LOOM_LOG_CALL},
+    {"P2P", LOOM_LOG_P2P},
+    {"ALL", LOOM_LOG_ALL},
 };
 
 static uint32_t parse_subsys(const char *s)
@@ -124,8 +131,8 @@ int loom_log_enabled(loom_log_level_t level, uint32_t subsys)
     return level <= LOOM_LOG_WARN || (subsys & log_subsys) != 0;
 }
 
-void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int line,
-              const char *fmt, ...)
+void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int line, const char *fmt,
+              ...)
 {
     pthread_once(&log_once, log_init);
     char msg[LAST_ERROR_BYTES];
@@ -137,9 +144,10 @@ void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int lin
         snprintf(last_error, sizeof(last_error), "%s", msg);
     if (!loom_log_enabled(level, subsys))
         return;
-    const char *lvl = level == LOOM_LOG_WARN ? "WARN" : level == LOOM_LOG_INFO ? "INFO"
-                                                      : level == LOOM_LOG_TRACE ? "TRACE"
-                                                                                : "VERSION";
+    const char *lvl = level == LOOM_LOG_WARN    ? "WARN"
+                      : level == LOOM_LOG_INFO  ? "INFO"
+                      : level == LOOM_LOG_TRACE ? "TRACE"
+                                                : "VERSION";
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     pthread_mutex_lock(&log_lock);

@@ -20,24 +20,24 @@ typedef enum {
 } loom_log_level_t;
 
 /* Subsystems (bit flags) for LOOM_DEBUG_SUBSYS. */
-#define LOOM_LOG_INIT (1u << 0)
+#define LOOM_LOG_INIT      (1u << 0)
 #define LOOM_LOG_BOOTSTRAP (1u << 1)
 #define LOOM_LOG_TRANSPORT (1u << 2)
-#define LOOM_LOG_SHM (1u << 3)
-#define LOOM_LOG_TCP (1u << 4)
-#define LOOM_LOG_COLL (1u << 5)
-#define LOOM_LOG_ENV (1u << 6)
-#define LOOM_LOG_ALLOC (1u << 7)
-#define LOOM_LOG_CALL (1u << 8)
-#define LOOM_LOG_P2P (1u << 9)
-#define LOOM_LOG_ALL (~0u)
+#define LOOM_LOG_SHM       (1u << 3)
+#define LOOM_LOG_TCP       (1u << 4)
+#define LOOM_LOG_COLL      (1u << 5)
+#define LOOM_LOG_ENV       (1u << 6)
+#define LOOM_LOG_ALLOC     (1u << 7)
+#define LOOM_LOG_CALL      (1u << 8)
+#define LOOM_LOG_P2P       (1u << 9)
+#define LOOM_LOG_ALL       (~0u)
 
 /* The rank printed in log lines of the calling thread (-1: none). */
 void loom_debug_set_rank(int rank);
 int loom_debug_get_rank(void);
 
-void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int line,
-              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int line, const char *fmt,
+              ...) __attribute__((format(printf, 5, 6)));
 /* True if a message at this level and subsystem would be printed. */
 int loom_log_enabled(loom_log_level_t level, uint32_t subsys);
 
@@ -51,7 +51,7 @@ void loom_clear_last_error(void);
 void loom_debug_abort(void) __attribute__((noreturn));
 
 /* WARN always records the message as the last error, even when not printed. */
-#define LOOM_WARN(...) loom_log(LOOM_LOG_WARN, LOOM_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
+#define LOOM_WARN(...)          loom_log(LOOM_LOG_WARN, LOOM_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
 #define LOOM_INFO(_subsys, ...) loom_log(LOOM_LOG_INFO, (_subsys), __FILE__, __LINE__, __VA_ARGS__)
 #ifdef LOOM_ENABLE_TRACE
 #define LOOM_TRACE(_subsys, ...)                                                                   \

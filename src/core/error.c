@@ -11,12 +11,12 @@
 
 #define LOOM_RESULT_MAP(X)                                                                         \
     X(loomSuccess, "no error")                                                                     \
-    X(loomUnhandledDeviceError, "unhandled device error (details in loomGetLastError)")   \
-    X(loomSystemError, "unhandled system error (details in loomGetLastError)")            \
+    X(loomUnhandledDeviceError, "unhandled device error (details in loomGetLastError)")            \
+    X(loomSystemError, "unhandled system error (details in loomGetLastError)")                     \
     X(loomInternalError, "internal error - please report this issue to the loom developers")       \
-    X(loomInvalidArgument, "invalid argument (details in loomGetLastError)")              \
-    X(loomInvalidUsage, "invalid usage (details in loomGetLastError)")                    \
-    X(loomRemoteError, "remote process exited or there was a network error")                      \
+    X(loomInvalidArgument, "invalid argument (details in loomGetLastError)")                       \
+    X(loomInvalidUsage, "invalid usage (details in loomGetLastError)")                             \
+    X(loomRemoteError, "remote process exited or there was a network error")                       \
     X(loomInProgress, "loom operation in progress")                                                \
     X(loomTimeout, "operation timed out (see LOOM_TIMEOUT_MS)")
 

@@ -28,11 +28,25 @@ int loom_parse_size(const char *s, int64_t *out_p)
         return -1;
     int shift = 0;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: return -1;
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        return -1;
     }
     if (*end == 'B' || *end == 'b')
         end++;
@@ -85,9 +99,9 @@ static const char *param_read_str(const char *name, const char *def)
     return s;
 }
 
-#define PARAM_READ_int(_name, _def) param_read_num(#_name, "int", (_def))
+#define PARAM_READ_int(_name, _def)  param_read_num(#_name, "int", (_def))
 #define PARAM_READ_size(_name, _def) param_read_num(#_name, "size", (_def))
-#define PARAM_READ_str(_name, _def) param_read_str(#_name, (_def))
+#define PARAM_READ_str(_name, _def)  param_read_str(#_name, (_def))
 
 #define X(_name, _type, _def, _doc, _sub)                                                          \
     LOOM_PARAM_TYPE_##_type loom_param_##_name(void)                                               \
@@ -110,9 +124,9 @@ static const char *param_read_str(const char *name, const char *def)
 #include "params.def"
 #undef X
 
-#define STR_int(_def) #_def
-#define STR_size(_def) #_def
-#define STR_str(_def) _def
+#define STR_int(_def)                     #_def
+#define STR_size(_def)                    #_def
+#define STR_str(_def)                     _def
 #define X(_name, _type, _def, _doc, _sub) {#_name, #_type, STR_##_type(_def), _doc, #_sub},
 static const loom_param_info_t param_table[] = {
 #include "params.def"

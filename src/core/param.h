@@ -10,18 +10,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOOM_PARAM_TYPE_int int64_t
+#define LOOM_PARAM_TYPE_int  int64_t
 #define LOOM_PARAM_TYPE_size int64_t
-#define LOOM_PARAM_TYPE_str const char *
+#define LOOM_PARAM_TYPE_str  const char *
 
 #define X(_name, _type, _def, _doc, _sub) LOOM_PARAM_TYPE_##_type loom_param_##_name(void);
 #include "params.def"
 #undef X
 
 typedef struct {
-    const char *name;    /* without the LOOM_ prefix */
-    const char *type;    /* "int", "size" or "str" */
-    const char *def;     /* default, as text */
+    const char *name; /* without the LOOM_ prefix */
+    const char *type; /* "int", "size" or "str" */
+    const char *def;  /* default, as text */
     const char *doc;
     const char *subsys;
 } loom_param_info_t;

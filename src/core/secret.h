@@ -15,16 +15,17 @@
 #include "loom.h"
 
 #define LOOM_SECRET_BYTES 16
-#define LOOM_NONCE_BYTES 16
-#define LOOM_MAC_BYTES 16
+#define LOOM_NONCE_BYTES  16
+#define LOOM_MAC_BYTES    16
 
 /* Fills buf with bytes from the kernel's CSPRNG (getrandom). */
 loomResult_t loom_random_bytes(void *buf, size_t len);
 /* SipHash-2-4 of msg under a 16-byte key. */
 uint64_t loom_siphash24(const uint8_t key[16], const void *msg, size_t len);
 /* 16-byte MAC of (nonce, role) under the secret; role separates the two ends. */
-void loom_mac_compute(const uint8_t secret[LOOM_SECRET_BYTES], const uint8_t nonce[LOOM_NONCE_BYTES],
-                      uint32_t role, uint8_t mac[LOOM_MAC_BYTES]);
+void loom_mac_compute(const uint8_t secret[LOOM_SECRET_BYTES],
+                      const uint8_t nonce[LOOM_NONCE_BYTES], uint32_t role,
+                      uint8_t mac[LOOM_MAC_BYTES]);
 /* Constant-time comparison; 1 if equal. */
 int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYTES]);
 
@@ -32,10 +33,10 @@ int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYT
  * socket. The acceptor sends a nonce; the connector answers with
  * MAC(nonce, role) and its own nonce; the acceptor answers that. Both ends
  * thus prove the secret. Returns RemoteError on a wrong or missing proof. */
-loomResult_t loom_handshake_accept(int fd, const uint8_t secret[LOOM_SECRET_BYTES],
-                                   uint32_t role, uint64_t deadline_ns);
-loomResult_t loom_handshake_connect(int fd, const uint8_t secret[LOOM_SECRET_BYTES],
-                                    uint32_t role, uint64_t deadline_ns);
+loomResult_t loom_handshake_accept(int fd, const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                   uint64_t deadline_ns);
+loomResult_t loom_handshake_connect(int fd, const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
+                                    uint64_t deadline_ns);
 
 /* role (< 0x80000000, one value per protocol) names what the listener serves:
  * a connector expecting another role fails before any proof is computed.

@@ -23,7 +23,7 @@
 #include "param.h"
 #include "timer.h"
 
-#define MAX_TP 4
+#define MAX_TP             4
 #define LIVENESS_PERIOD_NS 100000000ull /* check peers' pids every 100 ms without progress */
 
 typedef struct {
@@ -206,7 +206,8 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
         }
         if (p->conns[r].tp < 0) {
             LOOM_WARN("rank %d: no transport reaches rank %d (host %s); LOOM_NET allows %d "
-                      "transport(s)", p->rank, r, p->peers[r].host_id, p->ntp);
+                      "transport(s)",
+                      p->rank, r, p->peers[r].host_id, p->ntp);
             res = loomSystemError;
             goto err_close;
         }
@@ -297,8 +298,8 @@ static loomResult_t self_complete(loom_p2p_req_t *send, const void *sbuf, loom_p
                                   void *rbuf)
 {
     if (send->nbytes > recv->nbytes) {
-        LOOM_WARN("message to self of %zu bytes is longer than the %zu byte receive",
-                  send->nbytes, recv->nbytes);
+        LOOM_WARN("message to self of %zu bytes is longer than the %zu byte receive", send->nbytes,
+                  recv->nbytes);
         return loomInvalidUsage;
     }
     if (send->nbytes > 0 && sbuf != rbuf)
@@ -446,9 +447,8 @@ static loomResult_t check_liveness(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
             continue;
         if (kill(peer->pid, 0) == -1 && errno == ESRCH) {
             p->broken = 1;
-            LOOM_WARN("rank %d: rank %d (host %s, pid %d) died during %s seq %llu",
-                      p->rank, reqs[i].peer, peer->host_id, peer->pid, p->what,
-                      (unsigned long long)p->seq);
+            LOOM_WARN("rank %d: rank %d (host %s, pid %d) died during %s seq %llu", p->rank,
+                      reqs[i].peer, peer->host_id, peer->pid, p->what, (unsigned long long)p->seq);
             return loomRemoteError;
         }
     }
@@ -463,8 +463,8 @@ static void report_timeout(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
         if (reqs[i].done)
             continue;
         o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %s rank %d (%zu bytes, tag 0x%x);",
-                      reqs[i].is_send ? "send to" : "receive from", reqs[i].peer,
-                      reqs[i].nbytes, reqs[i].tag);
+                      reqs[i].is_send ? "send to" : "receive from", reqs[i].peer, reqs[i].nbytes,
+                      reqs[i].tag);
     }
     msg[o] = '\0';
     p->broken = 1;

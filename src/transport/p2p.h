@@ -19,13 +19,13 @@ typedef struct loom_p2p loom_p2p_t;
 /* One outstanding operation. Owned by the caller (stack or array); filled by
  * isend/irecv and completed by wait. */
 typedef struct {
-    void *tp_req;       /* transport request, NULL once complete */
+    void *tp_req; /* transport request, NULL once complete */
     const loom_tp_t *tp;
-    int peer;           /* rank in the communicator */
+    int peer; /* rank in the communicator */
     int is_send;
     uint32_t tag;
-    size_t nbytes;      /* requested bytes */
-    size_t done_bytes;  /* bytes moved (receives: the message's size) */
+    size_t nbytes;     /* requested bytes */
+    size_t done_bytes; /* bytes moved (receives: the message's size) */
     int done;
 } loom_p2p_req_t;
 
@@ -49,8 +49,8 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p2p);
 /* Post a send/receive of nbytes with tag to/from peer (peer may be self: the
  * message is copied locally when the matching receive is posted). Never
  * blocks. nbytes == 0 is allowed and still matches a message. */
-loomResult_t loom_p2p_isend(loom_p2p_t *p2p, int peer, const void *buf, size_t nbytes,
-                            uint32_t tag, loom_p2p_req_t *req);
+loomResult_t loom_p2p_isend(loom_p2p_t *p2p, int peer, const void *buf, size_t nbytes, uint32_t tag,
+                            loom_p2p_req_t *req);
 loomResult_t loom_p2p_irecv(loom_p2p_t *p2p, int peer, void *buf, size_t nbytes, uint32_t tag,
                             loom_p2p_req_t *req);
 /* Progress without blocking: *all_done_p = 1 when every request of reqs[n] completed. */

@@ -20,22 +20,23 @@
 
 #include "loom.h"
 
-#define LOOM_TP_ABI_V1 1u
+#define LOOM_TP_ABI_V1     1u
 #define LOOM_TP_HANDLE_MAX 128 /* bytes exchanged through bootstrap per listen() */
-#define LOOM_HOST_ID_MAX 64
+#define LOOM_HOST_ID_MAX   64
 
 /* What the bootstrap tells every rank about every rank. */
 typedef struct {
     int32_t rank;
     int32_t pid;
-    uint64_t host_hash;           /* equal on ranks that share memory */
-    uint64_t machine_hash;        /* hostname + boot id: equal on one real machine, whatever LOOM_HOST_ID says */
+    uint64_t host_hash;    /* equal on ranks that share memory */
+    uint64_t machine_hash; /* hostname + boot id: equal on one real machine, whatever LOOM_HOST_ID
+                              says */
     char host_id[LOOM_HOST_ID_MAX]; /* printable host identity (hostname or LOOM_HOST_ID) */
     char hostname[LOOM_HOST_ID_MAX];
 } loom_peer_info_t;
 
 typedef struct {
-    int rank;                       /* this rank */
+    int rank; /* this rank */
     int nranks;
     const loom_peer_info_t *peers;  /* [nranks], peers[rank] is this rank */
     const uint8_t *secret;          /* 16-byte job secret: every connection proves it */
@@ -66,8 +67,7 @@ typedef struct loom_tp {
     loomResult_t (*accept)(void *listen, void **recv_comm_p, int *peer_p);
     /* Queue a message. Never block; *req_p is the request to test. Messages on
      * one connection are delivered in order. buf must stay valid until done. */
-    loomResult_t (*isend)(void *send_comm, const void *buf, size_t len, uint32_t tag,
-                          void **req_p);
+    loomResult_t (*isend)(void *send_comm, const void *buf, size_t len, uint32_t tag, void **req_p);
     /* Post a receive for the next message carrying tag on this connection;
      * receives with equal tags match in posting order. A message longer than
      * len fails the request with InvalidUsage. */
