@@ -3,7 +3,8 @@
  * algo_select.c - the table of collective algorithms and the choice per call.
  * Selection is data: LOOM_ALGO ("direct", or "allreduce:direct,bcast:direct")
  * forces an algorithm; otherwise the first registered algorithm of the
- * collective is its default. LOOM_COLL_TRACE=1 logs one INFO line per call.
+ * collective whose size limit covers the call is used. LOOM_COLL_TRACE=1 logs one INFO line per
+ * call.
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,16 +27,20 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
     [LOOM_COLL_BARRIER] = "barrier",
 };
 
-/* First entry per collective = its default. */
+/* Default per call: the first entry of the collective whose max_bytes covers the
+ * call's bytes. Thresholds are where the measured latency of the cheaper-per-
+ * message algorithm stops winning (docs/ALGORITHMS.md). */
+#define SMALL_ALLREDUCE_BYTES 4096
 static const loom_algo_t algos[] = {
-    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct},
-    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct},
-    {LOOM_COLL_REDUCE_SCATTER, "direct", loom_reduce_scatter_direct},
-    {LOOM_COLL_BCAST, "direct", loom_bcast_direct},
-    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct},
-    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise},
-    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise},
-    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination},
+    {LOOM_COLL_ALLREDUCE, "reduce_bcast", loom_allreduce_reduce_bcast, SMALL_ALLREDUCE_BYTES},
+    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, 0},
+    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, 0},
+    {LOOM_COLL_REDUCE_SCATTER, "direct", loom_reduce_scatter_direct, 0},
+    {LOOM_COLL_BCAST, "direct", loom_bcast_direct, 0},
+    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, 0},
+    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, 0},
+    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, 0},
+    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, 0},
 };
 
 const loom_algo_t *loom_algo_table(int *n_p)
@@ -101,8 +106,9 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
     const loom_algo_t *algo = forced_algo(a->kind);
+    size_t bytes = loom_coll_bytes(a, ctx->nranks);
     for (size_t i = 0; algo == NULL && i < sizeof(algos) / sizeof(algos[0]); i++)
-        if (algos[i].kind == a->kind)
+        if (algos[i].kind == a->kind && (algos[i].max_bytes == 0 || bytes <= algos[i].max_bytes))
             algo = &algos[i];
     if (algo == NULL) {
         LOOM_WARN("no algorithm registered for collective %d", (int)a->kind);
@@ -119,9 +125,9 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
         LOOM_INFO(LOOM_LOG_COLL,
                   "%s seq %llu: %zu bytes %s %s algo %s transport %s "
                   "%.1f us -> %s",
-                  coll_names[a->kind], (unsigned long long)ctx->seq,
-                  loom_coll_bytes(a, ctx->nranks), loom_dtype_name(a->dt), loom_redop_name(a->op),
-                  algo->name, tp, (double)(loom_now_ns() - t0) / 1e3, loomGetErrorString(res));
+                  coll_names[a->kind], (unsigned long long)ctx->seq, bytes, loom_dtype_name(a->dt),
+                  loom_redop_name(a->op), algo->name, tp, (double)(loom_now_ns() - t0) / 1e3,
+                  loomGetErrorString(res));
     }
     return res;
 }

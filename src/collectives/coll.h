@@ -56,10 +56,12 @@ typedef struct {
     loom_coll_kind_t kind;
     const char *name; /* LOOM_ALGO spelling */
     loom_algo_fn_t fn;
+    size_t max_bytes; /* default only up to this many bytes (loom_coll_bytes); 0 = any */
 } loom_algo_t;
 
 /* Algorithms (one file per collective). */
 loomResult_t loom_allreduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_reduce_bcast(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_scatter_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allgather_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
