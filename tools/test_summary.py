@@ -2,60 +2,113 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # test_summary.py - counts test cases over one or more meson build dirs and
-# prints the closing line "N passed, N failed[, N skipped]". GoogleTest cases
-# are counted one by one (from meson's JUnit log); a test program that failed
-# without reporting a failing case (crash, timeout) counts as one failure.
-# Exits 1 if anything failed.
+# prints a line per test log, then the closing line "N passed, N failed[, N
+# skipped]". GoogleTest cases are counted one by one (from meson's JUnit log);
+# a test program that failed without reporting a failing case (crash, timeout)
+# counts as one failure. A build dir may hold several logs, one per `meson
+# test --logbase NAME` run. Checks that are not meson tests (valgrind runs,
+# fuzzers) come in through --extra files of "PASS|FAIL|SKIP name" lines.
+# Exits 1 if anything failed or a log is missing. Run by .ci/run.
+import argparse
+import glob
 import json
-import sys
+import os
 import xml.etree.ElementTree as ET
 
 
-def count(build):
+def count_log(junit_path):
+    """Counts one `meson test` run: its JUnit log and the JSON log beside it."""
     passed = failed = skipped = 0
-    failing_cases = {}
+    failing_suites = set()  # JUnit suite names holding a failing case
     try:
-        root = ET.parse(f"{build}/meson-logs/testlog.junit.xml").getroot()
+        root = ET.parse(junit_path).getroot()
     except (OSError, ET.ParseError) as e:
-        print(f"{build}: no JUnit log ({e})")
+        print(f"{junit_path}: unreadable JUnit log ({e})")
         return 0, 1, 0
     for suite in root:
         name = suite.attrib.get("name", "")
         for case in suite.iter("testcase"):
             if case.find("failure") is not None or case.find("error") is not None:
                 failed += 1
-                failing_cases[name] = failing_cases.get(name, 0) + 1
+                # A gtest case sits in "<project>.<test>.<Suite>"; a plain test is a case
+                # named "<test>" in "<project>".
+                failing_suites.add(name + "." + case.attrib.get("name", "") + ".")
+                failing_suites.add(name + ".")
             elif case.find("skipped") is not None:
                 skipped += 1
             else:
                 passed += 1
+    json_path = junit_path[: -len(".junit.xml")] + ".json"
     try:
-        with open(f"{build}/meson-logs/testlog.json") as f:
+        with open(json_path) as f:
             for line in f:
                 t = json.loads(line)
                 if t["result"] in ("OK", "SKIP", "EXPECTEDFAIL"):
                     continue
-                prefix = "loom." + t["name"]
-                if not any(k.startswith(prefix) for k in failing_cases):
+                project = t["name"].split(":", 1)[0]
+                prefix = f"{project}.{t['name']}."
+                if not any(k.startswith(prefix) for k in failing_suites):
                     failed += 1
-                    print(f"{build}: {t['name']}: {t['result']}")
-    except OSError as e:
-        print(f"{build}: no test log ({e})")
+                    print(f"{junit_path}: {t['name']}: {t['result']} (no failing case reported)")
+    except (OSError, ValueError, KeyError) as e:
+        print(f"{json_path}: unreadable test log ({e})")
         failed += 1
     return passed, failed, skipped
 
 
-def main():
-    p = f = s = 0
-    for build in sys.argv[1:]:
-        a, b, c = count(build)
-        p, f, s = p + a, f + b, s + c
+def count_build(build):
+    logs = sorted(glob.glob(os.path.join(build, "meson-logs", "*.junit.xml")))
+    if not logs:
+        print(f"{build}: no test log")
+        return [(f"{build}", (0, 1, 0))]
+    return [(log, count_log(log)) for log in logs]
+
+
+def count_extra(path):
+    passed = failed = skipped = 0
+    try:
+        with open(path) as f:
+            for line in f:
+                word = line.split(None, 1)[0] if line.strip() else ""
+                if word == "PASS":
+                    passed += 1
+                elif word == "SKIP":
+                    skipped += 1
+                elif word:
+                    failed += 1
+                    if word != "FAIL":
+                        print(f"{path}: unrecognised line counted as a failure: {line.rstrip()}")
+    except OSError as e:
+        print(f"{path}: unreadable ({e})")
+        failed += 1
+    return passed, failed, skipped
+
+
+def line_of(p, f, s):
     line = f"{p} passed, {f} failed"
     if s:
         line += f", {s} skipped"
-    print(line)
-    return 1 if f else 0
+    return line
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Counts test cases over meson build dirs.")
+    ap.add_argument("builds", nargs="*", help="meson build directories")
+    ap.add_argument("--extra", action="append", default=[],
+                    help='file of "PASS|FAIL|SKIP name" lines (repeatable)')
+    args = ap.parse_args()
+    results = []
+    for build in args.builds:
+        results += count_build(build)
+    for path in args.extra:
+        results.append((path, count_extra(path)))
+    total = [0, 0, 0]
+    for name, counts in results:
+        print(f"  {name}: {line_of(*counts)}")
+        total = [a + b for a, b in zip(total, counts)]
+    print(line_of(*total))
+    return 1 if total[1] or not results else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

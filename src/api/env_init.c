@@ -47,33 +47,15 @@ static loomResult_t parse_int(const char *var, int min, int max, int *out_p)
     return loomSuccess;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM_SECRET_BYTES])
 {
     const char *hex = loom_param_SECRET();
     if (hex && *hex) {
-        if (strlen(hex) != 2 * LOOM_SECRET_BYTES) {
-            LOOM_WARN("loomCommInitFromEnv: LOOM_SECRET must be %d hex digits, got %zu characters",
-                      2 * LOOM_SECRET_BYTES, strlen(hex));
+        char why[128];
+        if (loom_secret_parse_hex(hex, secret, why, sizeof(why)) != loomSuccess) {
+            /* The value itself is never logged: it is the job's secret. */
+            LOOM_WARN("loomCommInitFromEnv: LOOM_SECRET %s", why);
             return loomInvalidArgument;
-        }
-        for (int i = 0; i < LOOM_SECRET_BYTES; i++) {
-            int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-            if (hi < 0 || lo < 0) {
-                LOOM_WARN("loomCommInitFromEnv: LOOM_SECRET has a non-hex character");
-                return loomInvalidArgument;
-            }
-            secret[i] = (uint8_t)(hi * 16 + lo);
         }
         return loomSuccess;
     }
@@ -91,16 +73,29 @@ static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM
 static loomResult_t env_address(const convention_t *c, char *buf, size_t len)
 {
     const char *id = loom_param_COMM_ID();
+    int n;
     if (id && *id) {
-        snprintf(buf, len, "%s", id);
+        n = snprintf(buf, len, "%s", id);
+        if (n < 0 || (size_t)n >= len) {
+            LOOM_WARN("loomCommInitFromEnv: LOOM_COMM_ID is %zu characters long, more than the "
+                      "%zu a host:port may have",
+                      strlen(id), len - 1);
+            return loomInvalidArgument;
+        }
         return loomSuccess;
     }
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     if (addr && *addr && port && *port) {
         if (strchr(addr, ':') && addr[0] != '[')
-            snprintf(buf, len, "[%s]:%s", addr, port);
+            n = snprintf(buf, len, "[%s]:%s", addr, port);
         else
-            snprintf(buf, len, "%s:%s", addr, port);
+            n = snprintf(buf, len, "%s:%s", addr, port);
+        if (n < 0 || (size_t)n >= len) {
+            LOOM_WARN("loomCommInitFromEnv: MASTER_ADDR and MASTER_PORT make an address of more "
+                      "than %zu characters",
+                      len - 1);
+            return loomInvalidArgument;
+        }
         return loomSuccess;
     }
     LOOM_WARN("loomCommInitFromEnv: %s variables found but no rendezvous address: set "

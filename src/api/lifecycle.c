@@ -4,7 +4,8 @@
  * destroy, abort, and the queries. Destroy waits for this rank's queued
  * work; abort stops it (every wait checks the abort flag) and never waits
  * for peers. Both tear down only after every task holding the communicator
- * has let go of it.
+ * has let go of it, and neither touches a handle that is no longer live: a
+ * second call on a freed handle gets InvalidArgument from the registry.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +15,51 @@
 #include "check.h"
 #include "comm.h"
 #include "init.h"
+
+/* Communicators being torn down. Between leaving the live registry and being
+ * freed a communicator is listed here, so that loomCommAbort from another
+ * thread still reaches one whose destroy waits for blocked work; closing_lock
+ * keeps it from being freed while an abort sets its flag. Lock order:
+ * closing_lock, then the registry's, then the communicator's. */
+static pthread_mutex_t closing_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct loomComm **closing;
+static int nclosing, closing_cap;
+
+/* Under closing_lock. Without memory the communicator is simply not listed:
+ * its teardown still completes; only a concurrent abort cannot hurry it. */
+static void closing_add(struct loomComm *c)
+{
+    if (nclosing == closing_cap) {
+        int cap = closing_cap ? 2 * closing_cap : 8;
+        struct loomComm **l = realloc(closing, (size_t)cap * sizeof(*l));
+        if (l == NULL)
+            return;
+        closing = l;
+        closing_cap = cap;
+    }
+    closing[nclosing++] = c;
+}
+
+/* Under closing_lock: removes c if listed; returns 1 if it was. */
+static int closing_take(struct loomComm *c, int remove)
+{
+    for (int i = 0; i < nclosing; i++) {
+        if (closing[i] == c) {
+            if (remove)
+                closing[i] = closing[--nclosing];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void set_abort_flag(struct loomComm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->abort_flag = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
 
 /* Waits until only the caller's reference is left, then frees the resources. */
 static loomResult_t comm_teardown(struct loomComm *c)
@@ -27,6 +73,9 @@ static loomResult_t comm_teardown(struct loomComm *c)
     c->p2p = NULL;
     LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank, c->nranks,
               c->abort_flag ? "Abort" : "Destroy");
+    pthread_mutex_lock(&closing_lock);
+    (void)closing_take(c, 1);
+    pthread_mutex_unlock(&closing_lock);
     loom_comm_release(c);
     return res;
 }
@@ -36,7 +85,12 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm)
     if (comm == NULL)
         return loomSuccess;
     LOOM_CHECK(loom_comm_check(comm, "loomCommDestroy"));
-    if (!loom_comm_live_remove(comm))
+    pthread_mutex_lock(&closing_lock);
+    int won = loom_comm_live_remove(comm);
+    if (won)
+        closing_add(comm);
+    pthread_mutex_unlock(&closing_lock);
+    if (!won)
         return loomSuccess; /* a concurrent destroy or abort owns it */
     return comm_teardown(comm);
 }
@@ -45,13 +99,22 @@ LOOM_API loomResult_t loomCommAbort(loomComm_t comm)
 {
     if (comm == NULL)
         return loomSuccess;
-    LOOM_CHECK(loom_comm_check(comm, "loomCommAbort"));
-    pthread_mutex_lock(&comm->lock);
-    comm->abort_flag = 1;
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
-    if (!loom_comm_live_remove(comm))
-        return loomSuccess;
+    pthread_mutex_lock(&closing_lock);
+    int won = loom_comm_live_remove(comm);
+    int closing_now = !won && closing_take(comm, 0);
+    if (won)
+        closing_add(comm);
+    if (won || closing_now)
+        set_abort_flag(comm); /* cannot be freed: leaving `closing` needs closing_lock */
+    pthread_mutex_unlock(&closing_lock);
+    if (!won && !closing_now) {
+        LOOM_WARN("loomCommAbort: communicator %p is not valid (destroyed, aborted or never "
+                  "created)",
+                  (void *)comm);
+        return loomInvalidArgument;
+    }
+    if (!won)
+        return loomSuccess;    /* the destroy or abort under way now stops its pending work */
     (void)comm_teardown(comm); /* errors of closing broken connections are expected here */
     return loomSuccess;
 }

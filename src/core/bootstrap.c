@@ -1,19 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * bootstrap.c - the rendezvous protocol, root and rank sides.
- *
- * Wire protocol (all integers little-endian as the host writes them; every
- * connection first passes the secret handshake of secret.c):
- *   rank -> root  HELLO  {u32 magic, i32 rank, i32 nranks, u32 pid}
- *   root -> rank  REPLY  {u32 status, u32 0, u64 len} + len bytes
- *                 (status 0: all ranks arrived; else a loomResult_t and a text)
- *   rank -> root  REQ    {u32 type, u32 len} + len bytes   type ALLGATHER or BYE
- *   root -> rank  REPLY  with nranks*len bytes, rank order
- * The root checks every field against fixed bounds before using it; a
- * connection that fails the handshake or sends a bad HELLO is closed and the
- * root keeps waiting for the real ranks, so stray connections cannot break a
- * rendezvous. If a rank disconnects, every other rank gets RemoteError naming it.
+ * bootstrap.c - the rendezvous protocol, root and rank sides. The messages
+ * and their bounds live in bootstrap_wire.c; this file moves them.
+ * It carries only setup data (identities, transport handles), never user
+ * data. Callers: api/init.c (loomGetUniqueId, communicator creation),
+ * api/env_init.c (rank 0 serves the rendezvous), transport/p2p.c (handles).
  */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,30 +18,39 @@
 #include "check.h"
 #include "timer.h"
 
-#define HELLO_MAGIC    0x4c4d4845u /* "LMHE" */
-#define REQ_ALLGATHER  1u
-#define REQ_BYE        2u
-#define ROLE_BOOTSTRAP 0x424f4f54u
-/* A single connection may hold up the root for at most this long. */
-#define PER_CONN_MS 2000
+/* The root serves in two phases.
+ *
+ * Gather: one poll() loop over the listening socket and every connection that
+ * has not yet said a valid hello. Each one is a small state machine: the
+ * non-blocking secret handshake (secret.c, as acceptor), then the 16-byte
+ * HELLO, which is decoded and bounded (bootstrap_wire.c) before it is used.
+ * Nothing else is read from a connection until it has proved the job secret.
+ * No connection can hold up another:
+ *   - every pending connection has HS_MS from its accept to finish its hello,
+ *     then it is dropped;
+ *   - at most MAX_PENDING are held at once; a new one beyond that evicts the
+ *     oldest unproven one (one that has sent nothing first). A real rank that
+ *     loses its connection this way connects again (loom_bootstrap_join
+ *     retries a connection the root closed during the handshake), while one
+ *     with a wrong secret is told so and gives up at once;
+ *   - out of descriptors, the root evicts too, else pauses accepting for
+ *     EMFILE_PAUSE_MS.
+ * Refused unproven connections are logged through a loom_stray_log_t: one
+ * WARN, INFO lines after it, and a count when the gather ends. A connection
+ * that proved the secret but sends a bad hello is a member of the job going
+ * wrong (or an insider): it is WARNed, told why in a REPLY, and closed.
+ *
+ * Serve: once every rank has arrived the listening socket is closed and the
+ * root answers each rank, then serves all-gather rounds: it reads one REQ
+ * (plus payload) from every rank in rank order, checks that all agree, and
+ * sends every rank the concatenation. Only proven ranks are left by then; a
+ * rank that disconnects or breaks protocol fails everyone with a message. */
 
-typedef struct {
-    uint32_t magic;
-    int32_t rank;
-    int32_t nranks;
-    uint32_t pid;
-} hello_t;
-
-typedef struct {
-    uint32_t status;
-    uint32_t pad;
-    uint64_t len;
-} reply_t;
-
-typedef struct {
-    uint32_t type;
-    uint32_t len;
-} req_t;
+#define HS_MS           2000 /* from accept to a valid hello, per connection */
+#define MAX_PENDING     128  /* connections held before their hello */
+#define ACCEPT_BURST    64   /* accepts per poll round, so pending ones progress */
+#define EMFILE_PAUSE_MS 100
+#define REPLY_MS        2000 /* bound on sending a failure reply or a BYE */
 
 struct loom_bootstrap {
     int fd;
@@ -57,23 +59,16 @@ struct loom_bootstrap {
     int64_t timeout_ms;
 };
 
-typedef struct {
-    int listen_fd;
-    uint8_t secret[LOOM_SECRET_BYTES];
-    int64_t timeout_ms;
-} root_args_t;
-
 loomResult_t loom_id_decode(const loomUniqueId *uid, loom_id_t *id_p)
 {
-    loom_id_t id;
-    memcpy(&id, uid->internal, sizeof(id));
-    if (id.magic != LOOM_ID_MAGIC || id.version != LOOM_ID_VERSION) {
-        LOOM_WARN("unique id is not valid (magic 0x%x version %u): was it made by "
-                  "loomGetUniqueId and passed unchanged?",
-                  id.magic, id.version);
+    char why[128];
+    if (loom_bs_id_decode(uid->internal, sizeof(uid->internal), id_p, why, sizeof(why)) !=
+        loomSuccess) {
+        LOOM_WARN("unique id is not valid (%s): was it made by loomGetUniqueId and passed "
+                  "unchanged?",
+                  why);
         return loomInvalidArgument;
     }
-    *id_p = id;
     return loomSuccess;
 }
 
@@ -84,168 +79,468 @@ void loom_id_encode(const loom_id_t *id, loomUniqueId *uid)
     memcpy(uid->internal, id, sizeof(*id));
 }
 
-// ---- root side ------------------------------------------------------------
+// ---- root: state ------------------------------------------------------------
 
-static void root_send_reply(int fd, loomResult_t status, const void *data, size_t len,
-                            uint64_t deadline)
+typedef struct {
+    int fd;
+    int proven; /* handshake done: waiting for the hello */
+    short revents;
+    uint64_t deadline_ns;
+    loom_handshake_t hs;
+    uint8_t hello[LOOM_BS_HELLO_BYTES];
+    size_t have;
+} pending_t;
+
+typedef struct {
+    int listen_fd;
+    uint8_t secret[LOOM_SECRET_BYTES];
+    int64_t timeout_ms;
+    pending_t pend[MAX_PENDING]; /* in accept order */
+    int npend;
+    int nranks; /* announced by the first accepted hello; 0 before it */
+    int arrived;
+    int *fds;        /* [nranks], -1 until the rank arrives */
+    uint32_t *pids;  /* [nranks] */
+    uint8_t *joined; /* [nranks] */
+    uint64_t accept_again_ns;
+    int fd_warned;
+    loom_stray_log_t strays;
+} root_t;
+
+static void root_free(root_t *rt)
 {
-    reply_t r = {.status = (uint32_t)status, .pad = 0, .len = len};
-    if (loom_socket_send_all(fd, &r, sizeof(r), deadline) == loomSuccess && len > 0)
-        (void)loom_socket_send_all(fd, data, len, deadline);
+    for (int i = 0; i < rt->npend; i++) {
+        close(rt->pend[i].fd);
+        loom_handshake_clear(&rt->pend[i].hs);
+    }
+    for (int r = 0; r < rt->nranks; r++)
+        if (rt->fds[r] >= 0)
+            close(rt->fds[r]);
+    if (rt->listen_fd >= 0)
+        close(rt->listen_fd);
+    free(rt->fds);
+    free(rt->pids);
+    free(rt->joined);
+    volatile uint8_t *sec = rt->secret;
+    for (size_t i = 0; i < sizeof(rt->secret); i++)
+        sec[i] = 0;
+    free(rt);
 }
 
-static void root_fail_all(int *fds, int nranks, loomResult_t status, const char *msg)
+/* Removes pending entry i, closing its socket unless it was handed on (fd -1). */
+static void pend_remove(root_t *rt, int i)
 {
-    uint64_t deadline = loom_deadline_ms(PER_CONN_MS);
-    for (int r = 0; r < nranks; r++) {
-        if (fds[r] >= 0) {
-            root_send_reply(fds[r], status, msg, strlen(msg) + 1, deadline);
-            close(fds[r]);
-            fds[r] = -1;
+    pending_t *p = &rt->pend[i];
+    if (p->fd >= 0)
+        close(p->fd);
+    loom_handshake_clear(&p->hs);
+    memmove(p, p + 1, (size_t)(rt->npend - i - 1) * sizeof(*p));
+    rt->npend--;
+}
+
+/* Drops an unproven connection, logged through the stray counter. A cause
+ * from the handshake (hs.why) already names the peer. */
+static void pend_stray(root_t *rt, int i, const char *cause)
+{
+    char peer[96], why[256];
+    if (cause == rt->pend[i].hs.why)
+        snprintf(why, sizeof(why), "dropped a connection: %s", cause);
+    else
+        snprintf(why, sizeof(why), "dropped a connection from %s: %s",
+                 loom_socket_peer_str(rt->pend[i].fd, peer, sizeof(peer)), cause);
+    LOOM_STRAY_NOTE(&rt->strays, why);
+    pend_remove(rt, i);
+}
+
+/* Evicts the oldest unproven connection, preferring one that sent nothing.
+ * Returns 0 if every pending connection has proved the secret. */
+static int pend_evict(root_t *rt, const char *cause)
+{
+    int pick = -1;
+    for (int i = 0; i < rt->npend && pick < 0; i++)
+        if (!rt->pend[i].proven && loom_handshake_received(&rt->pend[i].hs) == 0)
+            pick = i;
+    for (int i = 0; i < rt->npend && pick < 0; i++)
+        if (!rt->pend[i].proven)
+            pick = i;
+    if (pick < 0)
+        return 0;
+    pend_stray(rt, pick, cause);
+    return 1;
+}
+
+/* One non-blocking attempt to tell a refused rank why; the caller closes. */
+static void reply_once(int fd, loomResult_t status, const char *text)
+{
+    uint8_t buf[LOOM_BS_REPLY_BYTES + LOOM_BS_TEXT_MAX];
+    size_t tlen = strlen(text) + 1;
+    if (tlen > LOOM_BS_TEXT_MAX)
+        tlen = LOOM_BS_TEXT_MAX;
+    loom_bs_reply_encode(status, tlen, buf);
+    memcpy(buf + LOOM_BS_REPLY_BYTES, text, tlen);
+    buf[LOOM_BS_REPLY_BYTES + tlen - 1] = '\0';
+    size_t n = 0;
+    (void)loom_socket_send_some(fd, buf, LOOM_BS_REPLY_BYTES + tlen, &n);
+}
+
+static loomResult_t root_send_reply(int fd, loomResult_t status, const void *data, size_t len,
+                                    uint64_t deadline)
+{
+    uint8_t hdr[LOOM_BS_REPLY_BYTES];
+    loom_bs_reply_encode(status, len, hdr);
+    LOOM_CHECK(loom_socket_send_all(fd, hdr, sizeof(hdr), deadline));
+    return len > 0 ? loom_socket_send_all(fd, data, len, deadline) : loomSuccess;
+}
+
+/* Tells every arrived rank that the rendezvous failed, then closes them the
+ * lingering way: shut down the sending side, discard what the ranks still
+ * send (a request already on its way) until they close or REPLY_MS passes.
+ * Closing with unread input would reset the connection, and a reset can
+ * destroy the reply before the rank reads it. */
+static void root_fail_all(root_t *rt, loomResult_t status, const char *msg)
+{
+    uint64_t deadline = loom_deadline_ms(REPLY_MS);
+    int open = 0;
+    for (int r = 0; r < rt->nranks; r++) {
+        if (rt->fds[r] < 0)
+            continue;
+        (void)root_send_reply(rt->fds[r], status, msg, strlen(msg) + 1, deadline);
+        shutdown(rt->fds[r], SHUT_WR);
+        open++;
+    }
+    for (int r = 0; open > 0 && r < rt->nranks;) {
+        uint64_t now = loom_now_ns();
+        if (rt->fds[r] < 0) {
+            r++;
+            continue;
+        }
+        char sink[256];
+        size_t n = 0;
+        loomResult_t res = loom_socket_recv_some(rt->fds[r], sink, sizeof(sink), &n);
+        if (res == loomSuccess && n == 0 && now < deadline) {
+            struct pollfd p = {.fd = rt->fds[r], .events = POLLIN};
+            (void)poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+            continue;
+        }
+        if (res == loomSuccess && n > 0 && now < deadline)
+            continue;
+        close(rt->fds[r]);
+        rt->fds[r] = -1;
+        open--;
+        r++;
+    }
+}
+
+// ---- root: gather -------------------------------------------------------------
+
+/* Records a valid hello: the connection becomes rank h->rank's. */
+static loomResult_t root_register(root_t *rt, int i, const loom_bs_hello_t *h)
+{
+    if (rt->nranks == 0) {
+        rt->fds = malloc((size_t)h->nranks * sizeof(*rt->fds));
+        rt->pids = calloc((size_t)h->nranks, sizeof(*rt->pids));
+        rt->joined = calloc((size_t)h->nranks, 1);
+        if (rt->fds == NULL || rt->pids == NULL || rt->joined == NULL) {
+            LOOM_WARN("bootstrap root: out of memory for the tables of %d ranks", h->nranks);
+            reply_once(rt->pend[i].fd, loomSystemError, "bootstrap root out of memory");
+            free(rt->fds);
+            free(rt->pids);
+            free(rt->joined);
+            rt->fds = NULL;
+            rt->pids = NULL;
+            rt->joined = NULL;
+            pend_remove(rt, i);
+            return loomSystemError;
+        }
+        for (int r = 0; r < h->nranks; r++)
+            rt->fds[r] = -1;
+        rt->nranks = h->nranks;
+    }
+    char peer[96];
+    LOOM_INFO(LOOM_LOG_BOOTSTRAP, "bootstrap root: rank %d of %d arrived from %s (pid %u)", h->rank,
+              h->nranks, loom_socket_peer_str(rt->pend[i].fd, peer, sizeof(peer)), h->pid);
+    rt->fds[h->rank] = rt->pend[i].fd;
+    rt->pids[h->rank] = h->pid;
+    rt->joined[h->rank] = 1;
+    rt->arrived++;
+    rt->pend[i].fd = -1;
+    pend_remove(rt, i);
+    return loomSuccess;
+}
+
+/* Advances pending connection i as far as its socket allows. *gone_p = 1 when
+ * it left the pending list (refused, or registered as a rank). */
+static loomResult_t pend_step(root_t *rt, int i, int *gone_p)
+{
+    pending_t *p = &rt->pend[i];
+    char peer[96], why[256];
+    *gone_p = 1;
+    if (!p->proven) {
+        int done = 0;
+        if (loom_handshake_step(&p->hs, &done) != loomSuccess) {
+            pend_stray(rt, i, p->hs.why);
+            return loomSuccess;
+        }
+        if (!done) {
+            *gone_p = 0;
+            return loomSuccess;
+        }
+        loom_handshake_clear(&p->hs);
+        p->proven = 1;
+    }
+    size_t n = 0;
+    if (loom_socket_recv_some(p->fd, p->hello + p->have, sizeof(p->hello) - p->have, &n) !=
+        loomSuccess) {
+        LOOM_WARN("bootstrap root: a connection from %s proved the job secret, then closed "
+                  "before its hello (%zu of %d bytes)",
+                  loom_socket_peer_str(p->fd, peer, sizeof(peer)), p->have, LOOM_BS_HELLO_BYTES);
+        pend_remove(rt, i);
+        return loomSuccess;
+    }
+    p->have += n;
+    if (p->have < sizeof(p->hello)) {
+        *gone_p = 0;
+        return loomSuccess;
+    }
+    loom_bs_hello_t h;
+    if (loom_bs_hello_decode(p->hello, sizeof(p->hello), rt->nranks, rt->joined, &h, why,
+                             sizeof(why)) != loomSuccess) {
+        LOOM_WARN("bootstrap root: refused the hello of %s, which proved the job secret: %s",
+                  loom_socket_peer_str(p->fd, peer, sizeof(peer)), why);
+        reply_once(p->fd, loomInvalidUsage, why);
+        pend_remove(rt, i);
+        return loomSuccess;
+    }
+    return root_register(rt, i, &h);
+}
+
+static loomResult_t root_accept(root_t *rt)
+{
+    for (int k = 0; k < ACCEPT_BURST; k++) {
+        int fd = -1;
+        loomResult_t res = loom_socket_accept(rt->listen_fd, &fd);
+        if (res == loomInProgress) {
+            if (pend_evict(rt, "evicted to free a descriptor (process out of files)"))
+                continue;
+            if (!rt->fd_warned)
+                LOOM_WARN("bootstrap root: out of file descriptors with %d connections pending; "
+                          "accepting again every %d ms",
+                          rt->npend, EMFILE_PAUSE_MS);
+            rt->fd_warned = 1;
+            rt->accept_again_ns = loom_deadline_ms(EMFILE_PAUSE_MS);
+            return loomSuccess;
+        }
+        if (res != loomSuccess)
+            return res;
+        if (fd < 0)
+            return loomSuccess;
+        if (rt->npend == MAX_PENDING &&
+            !pend_evict(rt, "evicted by a newer connection (too many unproven ones)")) {
+            char peer[96], why[192];
+            snprintf(why, sizeof(why),
+                     "refused a connection from %s: %d proven connections are pending",
+                     loom_socket_peer_str(fd, peer, sizeof(peer)), rt->npend);
+            LOOM_STRAY_NOTE(&rt->strays, why);
+            close(fd);
+            continue;
+        }
+        pending_t *p = &rt->pend[rt->npend];
+        memset(p, 0, sizeof(*p));
+        p->fd = fd;
+        p->deadline_ns = loom_deadline_ms(HS_MS);
+        if (loom_socket_tune(fd, 0) != loomSuccess) {
+            close(fd); /* WARNed by the socket layer; this connection only */
+            continue;
+        }
+        res = loom_handshake_init(&p->hs, fd, rt->secret, LOOM_BS_ROLE, 1);
+        if (res != loomSuccess) {
+            close(fd);
+            return res;
+        }
+        p->hs.quiet = 1;
+        rt->npend++;
+        int gone = 0;
+        LOOM_CHECK(pend_step(rt, rt->npend - 1, &gone)); /* sends the challenge */
+    }
+    return loomSuccess;
+}
+
+/* Drops pending connections past their deadline. */
+static void root_expire(root_t *rt, uint64_t now)
+{
+    char peer[96], why[96];
+    for (int i = 0; i < rt->npend;) {
+        pending_t *p = &rt->pend[i];
+        if (now < p->deadline_ns) {
+            i++;
+        } else if (!p->proven) {
+            snprintf(why, sizeof(why), "no proof of the job secret within %d ms", HS_MS);
+            pend_stray(rt, i, why);
+        } else {
+            LOOM_WARN("bootstrap root: dropped a connection from %s: it proved the job secret "
+                      "but sent no hello within %d ms (%zu of %d bytes)",
+                      loom_socket_peer_str(p->fd, peer, sizeof(peer)), HS_MS, p->have,
+                      LOOM_BS_HELLO_BYTES);
+            pend_remove(rt, i);
         }
     }
 }
 
-/* Accepts one connection and registers it if it proves the secret and says
- * hello with a valid, new rank. Everything else is closed and logged. */
-static void root_accept_one(root_args_t *a, int *fds, uint32_t *pids, int *nranks_p, int *arrived_p)
+/* One poll round. */
+static loomResult_t root_poll(root_t *rt, uint64_t deadline)
 {
-    int fd = -1;
-    if (loom_socket_accept(a->listen_fd, &fd) != loomSuccess || fd < 0)
-        return;
-    uint64_t deadline = loom_deadline_ms(PER_CONN_MS);
-    if (loom_handshake_accept(fd, a->secret, ROLE_BOOTSTRAP, deadline) != loomSuccess) {
-        LOOM_INFO(LOOM_LOG_BOOTSTRAP, "bootstrap root: dropped a connection that did not prove "
-                                      "the job secret");
-        close(fd);
-        return;
+    struct pollfd pfd[MAX_PENDING + 1];
+    uint64_t now = loom_now_ns(), wake = deadline;
+    int n = 0, listening = now >= rt->accept_again_ns;
+    for (int i = 0; i < rt->npend; i++) {
+        pending_t *p = &rt->pend[i];
+        pfd[n].fd = p->fd;
+        pfd[n].events = p->proven ? POLLIN : loom_handshake_events(&p->hs);
+        pfd[n++].revents = 0;
+        if (p->deadline_ns < wake)
+            wake = p->deadline_ns;
     }
-    hello_t h;
-    if (loom_socket_recv_all(fd, &h, sizeof(h), deadline) != loomSuccess) {
-        close(fd);
-        return;
+    if (listening) {
+        pfd[n].fd = rt->listen_fd;
+        pfd[n].events = POLLIN;
+        pfd[n++].revents = 0;
+    } else if (rt->accept_again_ns < wake) {
+        wake = rt->accept_again_ns;
     }
-    char msg[160] = "";
-    if (h.magic != HELLO_MAGIC)
-        snprintf(msg, sizeof(msg), "bad hello magic 0x%x", h.magic);
-    else if (h.nranks < 1 || h.nranks > LOOM_BOOTSTRAP_MAX_RANKS)
-        snprintf(msg, sizeof(msg), "nranks %d out of range", h.nranks);
-    else if (*nranks_p > 0 && h.nranks != *nranks_p)
-        snprintf(msg, sizeof(msg), "rank %d says nranks %d, others said %d", h.rank, h.nranks,
-                 *nranks_p);
-    else if (h.rank < 0 || h.rank >= h.nranks)
-        snprintf(msg, sizeof(msg), "rank %d out of range for nranks %d", h.rank, h.nranks);
-    else if (*nranks_p > 0 && fds[h.rank] >= 0)
-        snprintf(msg, sizeof(msg), "rank %d joined twice (pids %u and %u)", h.rank, pids[h.rank],
-                 h.pid);
-    if (msg[0]) {
-        LOOM_WARN("bootstrap root: rejected a hello: %s", msg);
-        root_send_reply(fd, loomInvalidUsage, msg, strlen(msg) + 1, deadline);
-        close(fd);
-        return;
+    int ms = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+    int rc = poll(pfd, (nfds_t)n, ms > 1000 ? 1000 : ms);
+    if (rc < 0 && errno != EINTR) {
+        LOOM_WARN("bootstrap root: poll over %d sockets failed: %s", n, strerror(errno));
+        return loomSystemError;
     }
-    if (*nranks_p == 0) {
-        *nranks_p = h.nranks;
-        for (int r = 0; r < h.nranks; r++)
-            fds[r] = -1;
+    if (rc <= 0) {
+        root_expire(rt, loom_now_ns());
+        return loomSuccess;
     }
-    fds[h.rank] = fd;
-    pids[h.rank] = h.pid;
-    (*arrived_p)++;
+    int npolled = rt->npend;
+    for (int i = 0; i < npolled; i++)
+        rt->pend[i].revents = pfd[i].revents;
+    /* In accept order, so that a hello that arrived first is decided first. */
+    for (int i = 0; i < rt->npend;) {
+        int gone = 0;
+        if (rt->pend[i].revents == 0) {
+            i++;
+            continue;
+        }
+        LOOM_CHECK(pend_step(rt, i, &gone));
+        if (!gone)
+            rt->pend[i++].revents = 0;
+    }
+    root_expire(rt, loom_now_ns());
+    if (listening && (pfd[n - 1].revents & POLLIN) && (rt->nranks == 0 || rt->arrived < rt->nranks))
+        LOOM_CHECK(root_accept(rt));
+    return loomSuccess;
 }
 
-/* Waits for every rank. Returns 0 when all arrived, -1 on deadline (the ranks
- * that did arrive are told which ones never did). */
-static int root_gather(root_args_t *a, int *fds, uint32_t *pids, int *nranks_p)
+/* Waits for every rank. Returns Success when all arrived; otherwise the ranks
+ * that did arrive are told why (and which ranks never did). */
+static loomResult_t root_gather(root_t *rt)
 {
-    int arrived = 0;
-    uint64_t deadline = loom_deadline_ms(a->timeout_ms);
-    while (*nranks_p == 0 || arrived < *nranks_p) {
-        uint64_t now = loom_now_ns();
-        if (now >= deadline)
+    uint64_t deadline = loom_deadline_ms(rt->timeout_ms);
+    loomResult_t res = loomSuccess;
+    while (rt->nranks == 0 || rt->arrived < rt->nranks) {
+        if (loom_now_ns() >= deadline) {
+            res = loomTimeout;
             break;
-        struct pollfd p = {.fd = a->listen_fd, .events = POLLIN};
-        int ms = (int)((deadline - now) / 1000000ull) + 1;
-        if (poll(&p, 1, ms > 1000 ? 1000 : ms) > 0)
-            root_accept_one(a, fds, pids, nranks_p, &arrived);
+        }
+        res = root_poll(rt, deadline);
+        if (res != loomSuccess)
+            break;
     }
-    if (*nranks_p > 0 && arrived == *nranks_p)
-        return 0;
+    /* Late or idle strays: nothing more is accepted, so close them now. */
+    while (rt->npend > 0) {
+        if (rt->pend[0].proven)
+            pend_remove(rt, 0);
+        else
+            pend_stray(rt, 0, "still unproven when the rendezvous ended");
+    }
+    close(rt->listen_fd);
+    rt->listen_fd = -1;
+    loom_stray_summary(&rt->strays);
+    if (res == loomSuccess)
+        return loomSuccess;
     char msg[512];
-    int o = snprintf(msg, sizeof(msg), "ranks that never arrived at the rendezvous within %lld ms:",
-                     (long long)a->timeout_ms);
-    for (int r = 0; r < *nranks_p && o < (int)sizeof(msg) - 16; r++)
-        if (fds[r] < 0)
-            o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", r);
+    if (res != loomTimeout) {
+        snprintf(msg, sizeof(msg), "the bootstrap root failed (%s)", loomGetErrorString(res));
+    } else if (rt->nranks == 0) {
+        snprintf(msg, sizeof(msg), "no rank arrived at the rendezvous within %lld ms",
+                 (long long)rt->timeout_ms);
+    } else {
+        int o =
+            snprintf(msg, sizeof(msg), "ranks that never arrived at the rendezvous within %lld ms:",
+                     (long long)rt->timeout_ms);
+        for (int r = 0; r < rt->nranks && o < (int)sizeof(msg) - 16; r++)
+            if (rt->fds[r] < 0)
+                o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", r);
+    }
     LOOM_WARN("bootstrap root: %s", msg);
-    if (*nranks_p > 0)
-        root_fail_all(fds, *nranks_p, loomTimeout, msg);
-    return -1;
+    root_fail_all(rt, res, msg);
+    return res;
 }
+
+// ---- root: serve --------------------------------------------------------------
 
 /* Serves all-gather rounds until every rank says BYE or one fails. */
-static void root_serve(root_args_t *a, int *fds, int nranks)
+static void root_serve(root_t *rt)
 {
     uint8_t *buf = NULL;
     size_t cap = 0;
+    char msg[320], why[256];
+    int nranks = rt->nranks;
     for (int r = 0; r < nranks; r++)
-        root_send_reply(fds[r], loomSuccess, NULL, 0, loom_deadline_ms(a->timeout_ms));
+        (void)root_send_reply(rt->fds[r], loomSuccess, NULL, 0, loom_deadline_ms(rt->timeout_ms));
     for (;;) {
-        uint32_t len = 0, type = 0;
+        loom_bs_req_t first = {0, 0}, q = {0, 0};
         for (int r = 0; r < nranks; r++) {
-            req_t q;
-            uint64_t deadline = loom_deadline_ms(a->timeout_ms);
-            char msg[160];
-            loomResult_t res = loom_socket_recv_all(fds[r], &q, sizeof(q), deadline);
-            if (res == loomSuccess && r == 0) {
-                type = q.type;
-                len = q.len;
-            }
+            uint8_t qb[LOOM_BS_REQ_BYTES];
+            uint64_t deadline = loom_deadline_ms(rt->timeout_ms);
+            loomResult_t res = loom_socket_recv_all(rt->fds[r], qb, sizeof(qb), deadline);
             if (res == loomSuccess &&
-                (q.type != type || q.len != len || (type != REQ_ALLGATHER && type != REQ_BYE) ||
-                 len > LOOM_BOOTSTRAP_MAX_PAYLOAD)) {
-                snprintf(msg, sizeof(msg),
-                         "rank %d sent request %u of %u bytes, rank 0 sent "
-                         "%u of %u bytes",
-                         r, q.type, q.len, type, len);
+                loom_bs_req_decode(qb, sizeof(qb), nranks, r == 0 ? NULL : &first, &q, why,
+                                   sizeof(why)) != loomSuccess) {
+                snprintf(msg, sizeof(msg), "rank %d broke the bootstrap protocol: %s", r, why);
                 LOOM_WARN("bootstrap root: %s", msg);
-                root_fail_all(fds, nranks, loomInvalidUsage, msg);
+                root_fail_all(rt, loomInvalidUsage, msg);
                 goto out;
             }
-            if (res == loomSuccess && type == REQ_ALLGATHER) {
-                size_t need = (size_t)len * (size_t)nranks;
-                if (need > cap) {
+            if (res == loomSuccess && r == 0) {
+                first = q;
+                size_t need = (size_t)q.len * (size_t)nranks; /* bounded by the decoder */
+                if (q.type == LOOM_BS_REQ_ALLGATHER && need > cap) {
                     uint8_t *nb = realloc(buf, need);
                     if (nb == NULL) {
-                        root_fail_all(fds, nranks, loomSystemError, "bootstrap root out of memory");
+                        LOOM_WARN("bootstrap root: out of memory for a %zu-byte all-gather", need);
+                        root_fail_all(rt, loomSystemError, "bootstrap root out of memory");
                         goto out;
                     }
                     buf = nb;
                     cap = need;
                 }
-                res = loom_socket_recv_all(fds[r], buf + (size_t)r * len, len, deadline);
             }
+            if (res == loomSuccess && q.type == LOOM_BS_REQ_ALLGATHER && q.len > 0)
+                res = loom_socket_recv_all(rt->fds[r], buf + (size_t)r * q.len, q.len, deadline);
             if (res != loomSuccess) {
                 snprintf(msg, sizeof(msg),
-                         "rank %d left the rendezvous during communicator "
-                         "setup (%s)",
-                         r, loomGetErrorString(res));
+                         "rank %d left the rendezvous during communicator setup (%s)", r,
+                         loomGetErrorString(res));
                 LOOM_WARN("bootstrap root: %s", msg);
-                close(fds[r]);
-                fds[r] = -1;
-                root_fail_all(fds, nranks, loomRemoteError, msg);
+                close(rt->fds[r]);
+                rt->fds[r] = -1;
+                root_fail_all(rt, loomRemoteError, msg);
                 goto out;
             }
         }
-        if (type == REQ_BYE)
+        if (first.type == LOOM_BS_REQ_BYE)
             break;
+        size_t total = (size_t)first.len * (size_t)nranks;
         for (int r = 0; r < nranks; r++)
-            root_send_reply(fds[r], loomSuccess, buf, (size_t)len * (size_t)nranks,
-                            loom_deadline_ms(a->timeout_ms));
-    }
-    for (int r = 0; r < nranks; r++) {
-        close(fds[r]);
-        fds[r] = -1;
+            (void)root_send_reply(rt->fds[r], loomSuccess, buf, total,
+                                  loom_deadline_ms(rt->timeout_ms));
     }
 out:
     free(buf);
@@ -253,41 +548,35 @@ out:
 
 static void *root_main(void *arg)
 {
-    root_args_t *a = arg;
-    int *fds = calloc(LOOM_BOOTSTRAP_MAX_RANKS, sizeof(int));
-    uint32_t *pids = calloc(LOOM_BOOTSTRAP_MAX_RANKS, sizeof(uint32_t));
-    int nranks = 0;
-    if (fds && pids && root_gather(a, fds, pids, &nranks) == 0)
-        root_serve(a, fds, nranks);
-    free(fds);
-    free(pids);
-    close(a->listen_fd);
-    free(a);
+    root_t *rt = arg;
+    if (root_gather(rt) == loomSuccess)
+        root_serve(rt);
+    root_free(rt);
     return NULL;
 }
 
 loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_SECRET_BYTES],
                                        int64_t timeout_ms)
 {
-    root_args_t *a = calloc(1, sizeof(*a));
-    if (a == NULL) {
-        LOOM_WARN("out of memory starting the bootstrap root");
+    root_t *rt = calloc(1, sizeof(*rt));
+    if (rt == NULL) {
+        LOOM_WARN("out of memory starting the bootstrap root (%zu bytes)", sizeof(*rt));
         close(listen_fd);
         return loomSystemError;
     }
-    a->listen_fd = listen_fd;
-    memcpy(a->secret, secret, LOOM_SECRET_BYTES);
-    a->timeout_ms = timeout_ms;
+    rt->listen_fd = listen_fd;
+    memcpy(rt->secret, secret, LOOM_SECRET_BYTES);
+    rt->timeout_ms = timeout_ms;
+    loom_stray_init(&rt->strays, "bootstrap root", LOOM_LOG_BOOTSTRAP);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t t;
-    int ret = pthread_create(&t, &attr, root_main, a);
+    int ret = pthread_create(&t, &attr, root_main, rt);
     pthread_attr_destroy(&attr);
     if (ret != 0) {
         LOOM_WARN("pthread_create for the bootstrap root failed: %s", strerror(ret));
-        close(listen_fd);
-        free(a);
+        root_free(rt);
         return loomSystemError;
     }
     return loomSuccess;
@@ -297,42 +586,42 @@ loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_
 
 static loomResult_t read_reply(loom_bootstrap_t *bs, void *out, size_t expect, const char *what)
 {
-    reply_t r;
+    uint8_t hdr[LOOM_BS_REPLY_BYTES];
     uint64_t deadline = loom_deadline_ms(bs->timeout_ms);
-    loomResult_t res = loom_socket_recv_all(bs->fd, &r, sizeof(r), deadline);
+    loomResult_t res = loom_socket_recv_all(bs->fd, hdr, sizeof(hdr), deadline);
     if (res != loomSuccess) {
         LOOM_WARN("rank %d: lost the bootstrap root while waiting for %s (%s)", bs->rank, what,
                   loomGetErrorString(res));
         return res == loomTimeout ? loomTimeout : loomRemoteError;
     }
-    if (r.status != loomSuccess) {
-        char msg[512] = "";
-        size_t n = r.len < sizeof(msg) - 1 ? (size_t)r.len : sizeof(msg) - 1;
-        if (n > 0)
-            (void)loom_socket_recv_all(bs->fd, msg, n, deadline);
+    loom_bs_reply_t r = {0, 0};
+    char why[128];
+    res = loom_bs_reply_decode(hdr, sizeof(hdr), expect, &r, why, sizeof(why));
+    if (res != loomSuccess && r.status != loomSuccess) {
+        char msg[LOOM_BS_TEXT_MAX] = "";
+        size_t n = (size_t)r.len; /* bounded by the decoder */
+        if (n > 0 && loom_socket_recv_all(bs->fd, msg, n, deadline) != loomSuccess)
+            n = 0;
         msg[n] = '\0';
-        loomResult_t st = r.status < loomNumResults ? (loomResult_t)r.status : loomRemoteError;
-        LOOM_WARN("rank %d: rendezvous failed during %s: %s", bs->rank, what, msg);
-        return st;
+        LOOM_WARN("rank %d: rendezvous failed during %s: %s", bs->rank, what,
+                  msg[0] ? msg : "(no reason given)");
+        return res;
     }
-    if (r.len != expect) {
-        LOOM_WARN("rank %d: bootstrap root sent %llu bytes for %s, expected %zu", bs->rank,
-                  (unsigned long long)r.len, what, expect);
-        return loomRemoteError;
+    if (res != loomSuccess) {
+        LOOM_WARN("rank %d: bootstrap root broke protocol during %s: %s", bs->rank, what, why);
+        return res;
     }
     return expect ? loom_socket_recv_all(bs->fd, out, expect, deadline) : loomSuccess;
 }
 
-loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int64_t timeout_ms,
-                                 loom_bootstrap_t **bs_p)
+/* A TCP connection to the root, retrying refused connects (the root may not
+ * listen yet: rank 0 of an env launch starts it) until deadline. */
+static loomResult_t join_connect(const loom_id_t *id, int rank, uint64_t deadline,
+                                 int64_t timeout_ms, const char *addr, int *fd_p)
 {
-    uint64_t deadline = loom_deadline_ms(timeout_ms);
-    char addr[96];
-    loom_sockaddr_str(&id->root, addr, sizeof(addr));
     int fd = -1, last_errno = 0;
     uint64_t backoff_us = 1000;
-    /* The root may not listen yet (rank 0 of an env launch starts it): retry refused connects. */
-    while (fd < 0) {
+    for (;;) {
         int done = 0, err = 0;
         loomResult_t res = loom_socket_connect_start(&id->root, &fd);
         while (res == loomSuccess && !done && loom_now_ns() < deadline) {
@@ -342,8 +631,10 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
                 poll(&p, 1, 10);
             }
         }
-        if (res == loomSuccess && done)
-            break;
+        if (res == loomSuccess && done) {
+            *fd_p = fd;
+            return loomSuccess;
+        }
         if (fd >= 0)
             close(fd);
         fd = -1;
@@ -357,16 +648,79 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
         if (backoff_us < 100000)
             backoff_us *= 2;
     }
-    loomResult_t res = loom_handshake_connect(fd, id->secret, ROLE_BOOTSTRAP, deadline);
-    if (res != loomSuccess) {
-        /* The handshake WARNed the cause; this adds where it happened. */
-        LOOM_INFO(LOOM_LOG_BOOTSTRAP, "rank %d: handshake with the rendezvous at %s failed", rank,
-                  addr);
-        close(fd);
-        return res;
+}
+
+/* The handshake as connector. *retry_p = 1 when the root closed the connection
+ * before the end without refusing the proof: it sheds load that way, and a
+ * new connection is worth trying. */
+static loomResult_t join_handshake(int fd, const loom_id_t *id, int rank, uint64_t deadline,
+                                   const char *addr, int *retry_p)
+{
+    loom_handshake_t hs;
+    *retry_p = 0;
+    loomResult_t res = loom_handshake_init(&hs, fd, id->secret, LOOM_BS_ROLE, 0);
+    hs.quiet = 1;
+    while (res == loomSuccess) {
+        int done = 0;
+        res = loom_handshake_step(&hs, &done);
+        if (res != loomSuccess || done)
+            break;
+        uint64_t now = loom_now_ns();
+        if (now >= deadline) {
+            LOOM_WARN("rank %d: handshake with the rendezvous at %s timed out", rank, addr);
+            res = loomTimeout;
+            break;
+        }
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
+        struct pollfd pfd = {.fd = fd, .events = loom_handshake_events(&hs)};
+        if (poll(&pfd, 1, left_ms > 1000 ? 1000 : (int)left_ms) < 0 && errno != EINTR) {
+            LOOM_WARN("rank %d: poll during the handshake with %s failed: %s", rank, addr,
+                      strerror(errno));
+            res = loomSystemError;
+        }
     }
-    hello_t h = {.magic = HELLO_MAGIC, .rank = rank, .nranks = nranks, .pid = (uint32_t)getpid()};
-    res = loom_socket_send_all(fd, &h, sizeof(h), deadline);
+    if (res != loomSuccess && hs.fail == LOOM_HS_FAIL_CLOSED) {
+        LOOM_INFO(LOOM_LOG_BOOTSTRAP, "rank %d: %s; connecting again", rank, hs.why);
+        *retry_p = 1;
+    } else if (res != loomSuccess && hs.fail != LOOM_HS_FAIL_NONE) {
+        LOOM_WARN("rank %d: handshake with the rendezvous at %s failed: %s", rank, addr, hs.why);
+    }
+    loom_handshake_clear(&hs);
+    return res;
+}
+
+loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int64_t timeout_ms,
+                                 loom_bootstrap_t **bs_p)
+{
+    uint64_t deadline = loom_deadline_ms(timeout_ms);
+    char addr[96];
+    loom_sockaddr_str(&id->root, addr, sizeof(addr));
+    int fd = -1;
+    uint64_t backoff_us = 1000;
+    for (;;) {
+        LOOM_CHECK(join_connect(id, rank, deadline, timeout_ms, addr, &fd));
+        int retry = 0;
+        loomResult_t res = join_handshake(fd, id, rank, deadline, addr, &retry);
+        if (res == loomSuccess)
+            break;
+        close(fd);
+        if (!retry)
+            return res;
+        if (loom_now_ns() + backoff_us * 1000 >= deadline) {
+            LOOM_WARN("rank %d: the rendezvous at %s kept closing the connection during the "
+                      "handshake for %lld ms",
+                      rank, addr, (long long)timeout_ms);
+            return loomTimeout;
+        }
+        usleep((useconds_t)backoff_us);
+        if (backoff_us < 100000)
+            backoff_us *= 2;
+    }
+    loom_bs_hello_t h = {
+        .magic = LOOM_BS_HELLO_MAGIC, .rank = rank, .nranks = nranks, .pid = (uint32_t)getpid()};
+    uint8_t hb[LOOM_BS_HELLO_BYTES];
+    loom_bs_hello_encode(&h, hb);
+    loomResult_t res = loom_socket_send_all(fd, hb, sizeof(hb), deadline);
     if (res != loomSuccess) {
         close(fd);
         return res;
@@ -380,8 +734,11 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
     bs->fd = fd;
     bs->rank = rank;
     bs->nranks = nranks;
-    bs->timeout_ms = timeout_ms;
+    /* The root's verdict (which ranks never arrived) is due at its own deadline,
+     * which is this one: wait REPLY_MS longer, so that it is what a rank reports. */
+    bs->timeout_ms = timeout_ms + REPLY_MS;
     res = read_reply(bs, NULL, 0, "all ranks to arrive");
+    bs->timeout_ms = timeout_ms;
     if (res != loomSuccess) {
         close(fd);
         free(bs);
@@ -395,14 +752,19 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
 
 loomResult_t loom_bootstrap_allgather(loom_bootstrap_t *bs, const void *data, size_t len, void *out)
 {
-    if (len > LOOM_BOOTSTRAP_MAX_PAYLOAD) {
-        LOOM_WARN("bootstrap all-gather of %zu bytes exceeds the %u byte limit", len,
-                  LOOM_BOOTSTRAP_MAX_PAYLOAD);
+    if (len > LOOM_BOOTSTRAP_MAX_PAYLOAD ||
+        (uint64_t)len * (uint64_t)bs->nranks > LOOM_BOOTSTRAP_MAX_TOTAL) {
+        LOOM_WARN("bootstrap all-gather of %zu bytes from %d ranks exceeds the limits (%u bytes "
+                  "per rank, %llu in all)",
+                  len, bs->nranks, LOOM_BOOTSTRAP_MAX_PAYLOAD,
+                  (unsigned long long)LOOM_BOOTSTRAP_MAX_TOTAL);
         return loomInternalError;
     }
-    req_t q = {.type = REQ_ALLGATHER, .len = (uint32_t)len};
+    loom_bs_req_t q = {.type = LOOM_BS_REQ_ALLGATHER, .len = (uint32_t)len};
+    uint8_t qb[LOOM_BS_REQ_BYTES];
+    loom_bs_req_encode(&q, qb);
     uint64_t deadline = loom_deadline_ms(bs->timeout_ms);
-    LOOM_CHECK(loom_socket_send_all(bs->fd, &q, sizeof(q), deadline));
+    LOOM_CHECK(loom_socket_send_all(bs->fd, qb, sizeof(qb), deadline));
     if (len > 0)
         LOOM_CHECK(loom_socket_send_all(bs->fd, data, len, deadline));
     return read_reply(bs, out, len * (size_t)bs->nranks, "an all-gather");
@@ -412,8 +774,10 @@ loomResult_t loom_bootstrap_leave(loom_bootstrap_t *bs)
 {
     if (bs == NULL)
         return loomSuccess;
-    req_t q = {.type = REQ_BYE, .len = 0};
-    loomResult_t res = loom_socket_send_all(bs->fd, &q, sizeof(q), loom_deadline_ms(PER_CONN_MS));
+    loom_bs_req_t q = {.type = LOOM_BS_REQ_BYE, .len = 0};
+    uint8_t qb[LOOM_BS_REQ_BYTES];
+    loom_bs_req_encode(&q, qb);
+    loomResult_t res = loom_socket_send_all(bs->fd, qb, sizeof(qb), loom_deadline_ms(REPLY_MS));
     close(bs->fd);
     free(bs);
     return res;

@@ -12,33 +12,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bootstrap_wire.h"
 #include "loom.h"
 #include "secret.h"
 #include "socket.h"
 
-/* What the 128-byte loomUniqueId holds. */
-typedef struct {
-    uint32_t magic;   /* LOOM_ID_MAGIC */
-    uint32_t version; /* LOOM_ID_VERSION */
-    uint8_t secret[LOOM_SECRET_BYTES];
-    loom_sockaddr_t root; /* address of the root service */
-} loom_id_t;
-
-#define LOOM_ID_MAGIC   0x4c4f4f4du /* "LOOM" */
-#define LOOM_ID_VERSION 1u
-/* Upper bounds applied to everything a peer sends before it is used. */
-#define LOOM_BOOTSTRAP_MAX_RANKS   (1 << 20)
-#define LOOM_BOOTSTRAP_MAX_PAYLOAD (1u << 20)
-
 typedef struct loom_bootstrap loom_bootstrap_t;
 
-/* Decodes and checks a unique id. */
+/* Decodes and checks a unique id (loom_bs_id_decode); WARNs what is wrong. */
 loomResult_t loom_id_decode(const loomUniqueId *uid, loom_id_t *id_p);
 void loom_id_encode(const loom_id_t *id, loomUniqueId *uid);
 
 /* Starts the root service on an already bound, listening socket (it takes
  * ownership of listen_fd). The thread ends when every rank has left, when a
- * rank fails, or after timeout_ms without all ranks arriving. */
+ * rank fails, or after timeout_ms without all ranks arriving. Until every
+ * rank has said hello it serves all pending connections at once (poll), so
+ * stray or hostile ones cannot delay the ranks; see bootstrap.c. */
 loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_SECRET_BYTES],
                                        int64_t timeout_ms);
 

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -153,9 +154,15 @@ int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYT
  *                                   u32 role, u32 zero, nonce_a[16]
  *   connector -> acceptor  RESPONSE  32 bytes: MAC(nonce_a, role), nonce_c[16]
  *   acceptor -> connector  CONFIRM   16 bytes: MAC(nonce_c, role | ACCEPTOR_BIT)
+ *                          or REFUSED 16 bytes "LMHS-REFUSED" + 4 zero bytes when
+ *                          the RESPONSE was wrong (sent once, best effort, then
+ *                          the acceptor closes)
  * The acceptor reads exactly the 32-byte RESPONSE before it has verified the
  * connector, so an unauthenticated peer can make it read nothing more. The
  * direction bit keeps a connector from reflecting the acceptor's own proof.
+ * REFUSED carries nothing secret; a real CONFIRM equals it with probability
+ * 2^-128. It lets a connector tell "wrong secret" (give up) from a listener
+ * that dropped the connection under load (connect again).
  * The role in the CHALLENGE lets a connector refuse a listener of another
  * kind before computing anything. */
 
@@ -165,6 +172,8 @@ int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYT
 #define HS_CHALLENGE_BYTES 32
 #define HS_RESPONSE_BYTES  32
 #define HS_CONFIRM_BYTES   16
+
+static const uint8_t hs_refused[HS_CONFIRM_BYTES] = "LMHS-REFUSED";
 
 enum {
     HS_SEND_CHALLENGE, /* acceptor */
@@ -206,6 +215,21 @@ static const char *fd_peer(int fd, char *buf, size_t len)
     return loom_sockaddr_str(&peer, buf, len);
 }
 
+/* Records why the handshake failed and WARNs it unless the caller logs. */
+static loomResult_t hs_fail(loom_handshake_t *hs, int kind, loomResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static loomResult_t hs_fail(loom_handshake_t *hs, int kind, loomResult_t res, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(hs->why, sizeof(hs->why), fmt, ap);
+    va_end(ap);
+    hs->fail = kind;
+    if (!hs->quiet)
+        LOOM_WARN("%s", hs->why);
+    return res;
+}
+
 loomResult_t loom_handshake_init(loom_handshake_t *hs, int fd,
                                  const uint8_t secret[LOOM_SECRET_BYTES], uint32_t role,
                                  int acceptor)
@@ -234,6 +258,25 @@ void loom_handshake_clear(loom_handshake_t *hs)
     volatile uint8_t *p = hs->secret;
     for (size_t i = 0; i < sizeof(hs->secret); i++)
         p[i] = 0;
+}
+
+size_t loom_handshake_received(const loom_handshake_t *hs)
+{
+    switch (hs->state) {
+    case HS_SEND_CHALLENGE:
+        return 0;
+    case HS_RECV_CHALLENGE:
+    case HS_RECV_RESPONSE:
+        return hs->have;
+    case HS_SEND_CONFIRM:
+        return HS_RESPONSE_BYTES;
+    case HS_SEND_RESPONSE:
+        return HS_CHALLENGE_BYTES;
+    case HS_RECV_CONFIRM:
+        return HS_CHALLENGE_BYTES + hs->have;
+    default:
+        return hs->acceptor ? HS_RESPONSE_BYTES : HS_CHALLENGE_BYTES + HS_CONFIRM_BYTES;
+    }
 }
 
 short loom_handshake_events(const loom_handshake_t *hs)
@@ -272,17 +315,15 @@ static loomResult_t hs_consume(loom_handshake_t *hs)
         uint32_t magic = load_le32(hs->msg);
         uint32_t version = load_le32(hs->msg + 4);
         uint32_t role = load_le32(hs->msg + 8);
-        if (magic != HS_MAGIC) {
-            LOOM_WARN("%s is not a loom listener (handshake magic 0x%08x)",
-                      fd_peer(hs->fd, pbuf, sizeof(pbuf)), magic);
-            return loomRemoteError;
-        }
-        if (version != HS_VERSION || role != hs->role) {
-            LOOM_WARN(
+        if (magic != HS_MAGIC)
+            return hs_fail(hs, LOOM_HS_FAIL_PROOF, loomRemoteError,
+                           "%s is not a loom listener (handshake magic 0x%08x)",
+                           fd_peer(hs->fd, pbuf, sizeof(pbuf)), magic);
+        if (version != HS_VERSION || role != hs->role)
+            return hs_fail(
+                hs, LOOM_HS_FAIL_PROOF, loomRemoteError,
                 "listener %s speaks handshake version %u role %u, this end version %u role %u",
                 fd_peer(hs->fd, pbuf, sizeof(pbuf)), version, role, HS_VERSION, hs->role);
-            return loomRemoteError;
-        }
         uint8_t nonce_a[LOOM_NONCE_BYTES];
         memcpy(nonce_a, hs->msg + 16, LOOM_NONCE_BYTES);
         loom_mac_compute(hs->secret, nonce_a, hs->role, hs->msg);
@@ -293,9 +334,13 @@ static loomResult_t hs_consume(loom_handshake_t *hs)
     case HS_RECV_RESPONSE:
         loom_mac_compute(hs->secret, hs->nonce, hs->role, mac);
         if (!loom_mac_equal(mac, hs->msg)) {
-            LOOM_WARN("connection from %s refused: it did not prove the job secret",
-                      fd_peer(hs->fd, pbuf, sizeof(pbuf)));
-            return loomRemoteError;
+            /* Best effort: one non-blocking send into a socket that has sent
+             * only the challenge, so its buffer has room; then the caller closes. */
+            size_t sent = 0;
+            (void)loom_socket_send_some(hs->fd, hs_refused, sizeof(hs_refused), &sent);
+            return hs_fail(hs, LOOM_HS_FAIL_PROOF, loomRemoteError,
+                           "connection from %s refused: it did not prove the job secret",
+                           fd_peer(hs->fd, pbuf, sizeof(pbuf)));
         }
         {
             uint8_t nonce_c[LOOM_NONCE_BYTES];
@@ -306,16 +351,19 @@ static loomResult_t hs_consume(loom_handshake_t *hs)
         return loomSuccess;
     case HS_RECV_CONFIRM:
         loom_mac_compute(hs->secret, hs->nonce, hs->role | HS_ACCEPTOR_BIT, mac);
-        if (!loom_mac_equal(mac, hs->msg)) {
-            LOOM_WARN("listener %s did not prove the job secret",
-                      fd_peer(hs->fd, pbuf, sizeof(pbuf)));
-            return loomRemoteError;
-        }
+        if (memcmp(hs->msg, hs_refused, sizeof(hs_refused)) == 0)
+            return hs_fail(hs, LOOM_HS_FAIL_REFUSED, loomRemoteError,
+                           "listener %s refused this end's proof: it holds another job secret",
+                           fd_peer(hs->fd, pbuf, sizeof(pbuf)));
+        if (!loom_mac_equal(mac, hs->msg))
+            return hs_fail(hs, LOOM_HS_FAIL_PROOF, loomRemoteError,
+                           "listener %s did not prove the job secret",
+                           fd_peer(hs->fd, pbuf, sizeof(pbuf)));
         hs->state = HS_DONE;
         return loomSuccess;
     default:
-        LOOM_WARN("handshake consumed in state %d", hs->state);
-        return loomInternalError;
+        return hs_fail(hs, LOOM_HS_FAIL_SYSTEM, loomInternalError, "handshake consumed in state %d",
+                       hs->state);
     }
 }
 
@@ -329,14 +377,17 @@ loomResult_t loom_handshake_step(loom_handshake_t *hs, int *done_p)
         loomResult_t res =
             sending ? loom_socket_send_some(hs->fd, hs->msg + hs->have, want - hs->have, &n)
                     : loom_socket_recv_some(hs->fd, hs->msg + hs->have, want - hs->have, &n);
-        if (res == loomRemoteError) {
-            LOOM_WARN("handshake with %s failed: connection closed or reset by the peer while "
-                      "%s (%zu of %zu bytes moved)",
-                      fd_peer(hs->fd, pbuf, sizeof(pbuf)), step_name(hs->state), hs->have, want);
+        if (res == loomRemoteError)
+            return hs_fail(hs, LOOM_HS_FAIL_CLOSED, res,
+                           "handshake with %s failed: connection closed or reset by the peer "
+                           "while %s (%zu of %zu bytes moved)",
+                           fd_peer(hs->fd, pbuf, sizeof(pbuf)), step_name(hs->state), hs->have,
+                           want);
+        if (res != loomSuccess) {
+            hs->fail = LOOM_HS_FAIL_SYSTEM; /* WARNed by the socket layer */
+            snprintf(hs->why, sizeof(hs->why), "socket error during the handshake");
             return res;
         }
-        if (res != loomSuccess)
-            return res;
         if (n == 0) {
             *done_p = 0;
             return loomSuccess;
@@ -351,8 +402,11 @@ loomResult_t loom_handshake_step(loom_handshake_t *hs, int *done_p)
             hs->state = HS_RECV_CONFIRM;
         else if (hs->state == HS_SEND_CONFIRM)
             hs->state = HS_DONE;
-        else
-            LOOM_CHECK(hs_consume(hs));
+        else {
+            loomResult_t res2 = hs_consume(hs);
+            if (res2 != loomSuccess)
+                return res2;
+        }
     }
     *done_p = 1;
     return loomSuccess;

@@ -42,15 +42,33 @@ loomResult_t loom_handshake_connect(int fd, const uint8_t secret[LOOM_SECRET_BYT
  * a connector expecting another role fails before any proof is computed.
  * The same handshake driven without ever waiting, for callers that must not
  * block (the tcp transport's connect and accept, where two ranks waiting on
- * each other's handshake would deadlock). loom_handshake_step moves what the
- * socket allows now; *done_p = 1 once both ends are proven. Errors as above,
- * WARNed once; the caller then closes fd. */
+ * each other's handshake would deadlock, and the bootstrap root, which serves
+ * many connections at once). loom_handshake_step moves what the socket allows
+ * now; *done_p = 1 once both ends are proven. Errors as above; the caller then
+ * closes fd. A failure is WARNed once by the handshake, unless the caller set
+ * `quiet` (listeners facing stray traffic log through their own rate limit);
+ * either way `why` names the cause and `fail` its kind.
+ * An acceptor that refuses a proof first tells the connector so (a fixed
+ * 16-byte REFUSED in place of its own proof): a connector can then tell a
+ * wrong secret (fail = REFUSED, do not retry) from a listener that shed the
+ * connection under load (fail = CLOSED, worth a new connection). */
+enum {
+    LOOM_HS_FAIL_NONE = 0,
+    LOOM_HS_FAIL_CLOSED,  /* the peer closed or reset the connection before the end */
+    LOOM_HS_FAIL_PROOF,   /* the peer sent a wrong proof, magic, version or role */
+    LOOM_HS_FAIL_REFUSED, /* connector: the listener refused this end's proof */
+    LOOM_HS_FAIL_SYSTEM   /* a local failure (socket error, randomness) */
+};
+
 typedef struct {
     int fd;
     int acceptor; /* 1: the listening end */
+    int quiet;    /* 1: do not WARN failures; the caller logs `why` */
     uint32_t role;
     int state;   /* internal step of the exchange */
     size_t have; /* bytes of the current message moved so far */
+    int fail;    /* LOOM_HS_FAIL_* once a step failed */
+    char why[160];
     uint8_t secret[LOOM_SECRET_BYTES];
     uint8_t nonce[LOOM_NONCE_BYTES]; /* this end's challenge */
     uint8_t msg[32];                 /* the message being sent or received */
@@ -62,6 +80,8 @@ loomResult_t loom_handshake_init(loom_handshake_t *hs, int fd,
 loomResult_t loom_handshake_step(loom_handshake_t *hs, int *done_p);
 /* poll() events the handshake is waiting for (POLLIN or POLLOUT). */
 short loom_handshake_events(const loom_handshake_t *hs);
+/* Bytes this end has received from the peer so far (0: the peer said nothing). */
+size_t loom_handshake_received(const loom_handshake_t *hs);
 /* Wipes the secret copy; call when done or abandoned. */
 void loom_handshake_clear(loom_handshake_t *hs);
 

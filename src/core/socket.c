@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * socket.c - the TCP socket helpers of socket.h: address parsing, interface
- * choice from LOOM_SOCKET_IFNAME, non-blocking listen/connect/accept, and
- * deadline-bounded full reads and writes built on poll().
+ * choice from LOOM_SOCKET_IFNAME, non-blocking listen/connect/accept,
+ * deadline-bounded full reads and writes built on poll(), and the refused-
+ * connection log that keeps stray traffic from flooding the log.
  * It carries no protocol and keeps no state: framing lives in the transports,
  * authentication in secret.c. Callers: bootstrap.c, tcp/tcp.c, secret.c.
  */
@@ -50,39 +51,65 @@ const char *loom_sockaddr_str(const loom_sockaddr_t *addr, char *buf, size_t len
     return buf;
 }
 
+int loom_sockaddr_split(const char *text, char *host, size_t host_len, int *port_p)
+{
+    const char *port_s;
+    size_t n;
+    if (text == NULL || host == NULL || host_len == 0)
+        return -1;
+    if (text[0] == '[') {
+        /* "[v6]:port": the brackets keep the address's colons apart from the port's. */
+        const char *close = strchr(text, ']');
+        if (close == NULL || close[1] != ':')
+            return -1;
+        n = (size_t)(close - text - 1);
+        if (n >= host_len)
+            return -1;
+        memcpy(host, text + 1, n);
+        port_s = close + 2;
+    } else {
+        const char *colon = strrchr(text, ':');
+        if (colon == NULL)
+            return -1;
+        n = (size_t)(colon - text);
+        if (n >= host_len)
+            return -1;
+        memcpy(host, text, n);
+        port_s = colon + 1;
+    }
+    host[n] = '\0';
+    if (n == 0)
+        return -1;
+    /* Digits only: strtol would also take spaces, signs and overflow quietly. */
+    long port = 0;
+    size_t digits = 0;
+    for (const char *p = port_s; *p != '\0'; p++, digits++) {
+        if (*p < '0' || *p > '9' || digits >= 5)
+            return -2;
+        port = port * 10 + (*p - '0');
+    }
+    if (digits == 0 || port > 65535)
+        return -2;
+    *port_p = (int)port;
+    return 0;
+}
+
 loomResult_t loom_sockaddr_parse(const char *text, loom_sockaddr_t *addr_p)
 {
     char host[256];
-    const char *port_s;
+    int port = 0;
     if (text == NULL || text[0] == '\0') {
         LOOM_WARN("empty socket address");
         return loomInvalidArgument;
     }
-    if (text[0] == '[') {
-        /* "[v6]:port": the brackets keep the address's colons apart from the port's. */
-        const char *close = strchr(text, ']');
-        if (close == NULL || close[1] != ':' || (size_t)(close - text - 1) >= sizeof(host)) {
-            LOOM_WARN("socket address '%s' is not [ipv6]:port", text);
-            return loomInvalidArgument;
-        }
-        memcpy(host, text + 1, (size_t)(close - text - 1));
-        host[close - text - 1] = '\0';
-        port_s = close + 2;
-    } else {
-        const char *colon = strrchr(text, ':');
-        if (colon == NULL || (size_t)(colon - text) >= sizeof(host)) {
-            LOOM_WARN("socket address '%s' is not host:port", text);
-            return loomInvalidArgument;
-        }
-        memcpy(host, text, (size_t)(colon - text));
-        host[colon - text] = '\0';
-        port_s = colon + 1;
+    int rc = loom_sockaddr_split(text, host, sizeof(host), &port);
+    if (rc == -2) {
+        LOOM_WARN("socket address '%s' has an invalid port (expected 0 to 65535)", text);
+        return loomInvalidArgument;
     }
-    char *end = NULL;
-    errno = 0;
-    long port = strtol(port_s, &end, 10);
-    if (port_s[0] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535) {
-        LOOM_WARN("socket address '%s' has an invalid port '%s'", text, port_s);
+    if (rc != 0) {
+        LOOM_WARN("socket address '%s' is not %s", text,
+                  text[0] == '[' ? "[ipv6]:port" : "host:port");
         return loomInvalidArgument;
     }
 
@@ -90,7 +117,7 @@ loomResult_t loom_sockaddr_parse(const char *text, loom_sockaddr_t *addr_p)
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
+    rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0) {
         LOOM_WARN("cannot resolve host '%s' of socket address '%s': %s", host, text,
                   gai_strerror(rc));
@@ -123,7 +150,7 @@ loomResult_t loom_sockaddr_parse(const char *text, loom_sockaddr_t *addr_p)
 /* LOOM_SOCKET_IFNAME follows NCCL_SOCKET_IFNAME: a comma list of name
  * prefixes; a leading '^' turns the whole list into exclusions and a '='
  * (after the optional '^') makes the names exact. */
-static int ifname_matches(const char *spec, const char *name)
+int loom_ifname_matches(const char *spec, const char *name)
 {
     int exclude = 0, exact = 0;
     if (*spec == '^') {
@@ -180,7 +207,8 @@ loomResult_t loom_socket_pick_addr(loom_sockaddr_t *addr_p, char *ifname, size_t
                 if (!ifaddr_usable(ifa) || ifa->ifa_addr->sa_family != want)
                     continue;
                 int loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
-                if (have_spec ? !ifname_matches(spec, ifa->ifa_name) : (loopback != (pass == 1)))
+                if (have_spec ? !loom_ifname_matches(spec, ifa->ifa_name)
+                              : (loopback != (pass == 1)))
                     continue;
                 pick = ifa;
                 break;
@@ -315,6 +343,10 @@ loomResult_t loom_socket_accept(int listen_fd, int *fd_p)
             *fd_p = -1;
             return loomSuccess;
         }
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            *fd_p = -1;
+            return loomInProgress;
+        }
         LOOM_WARN("accept on listening socket %d failed: %s", listen_fd, strerror(errno));
         return loomSystemError;
     }
@@ -398,7 +430,7 @@ loomResult_t loom_socket_recv_some(int fd, void *buf, size_t len, size_t *nbytes
     return xfer_some(fd, buf, len, 0, nbytes_p, &gone);
 }
 
-static const char *peer_str(int fd, char *buf, size_t len)
+const char *loom_socket_peer_str(int fd, char *buf, size_t len)
 {
     loom_sockaddr_t peer;
     socklen_t plen = sizeof(peer);
@@ -446,7 +478,7 @@ static loomResult_t xfer_all(int fd, char *buf, size_t len, uint64_t deadline_ns
         loomResult_t res = xfer_some(fd, buf + done, len - done, sending, &n, &gone);
         if (res == loomRemoteError) {
             LOOM_WARN("%s of %zu bytes %s %s failed after %zu bytes: %s", what, len,
-                      sending ? "to" : "from", peer_str(fd, pbuf, sizeof(pbuf)), done,
+                      sending ? "to" : "from", loom_socket_peer_str(fd, pbuf, sizeof(pbuf)), done,
                       gone != 0 ? strerror(gone) : "connection closed by peer");
             return res;
         }
@@ -458,7 +490,8 @@ static loomResult_t xfer_all(int fd, char *buf, size_t len, uint64_t deadline_ns
             LOOM_CHECK(wait_ready(fd, sending ? POLLOUT : POLLIN, deadline_ns, &ready));
             if (!ready) {
                 LOOM_WARN("%s of %zu bytes %s %s timed out after %zu bytes", what, len,
-                          sending ? "to" : "from", peer_str(fd, pbuf, sizeof(pbuf)), done);
+                          sending ? "to" : "from", loom_socket_peer_str(fd, pbuf, sizeof(pbuf)),
+                          done);
                 return loomTimeout;
             }
         }
@@ -474,4 +507,33 @@ loomResult_t loom_socket_send_all(int fd, const void *buf, size_t len, uint64_t 
 loomResult_t loom_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
 {
     return xfer_all(fd, (char *)buf, len, deadline_ns, 0);
+}
+
+// ---- refused connections ---------------------------------------------------
+
+void loom_stray_init(loom_stray_log_t *log, const char *who, uint32_t subsys)
+{
+    memset(log, 0, sizeof(*log));
+    snprintf(log->who, sizeof(log->who), "%s", who);
+    log->subsys = subsys;
+}
+
+void loom_stray_note_at(loom_stray_log_t *log, const char *file, int line, const char *why)
+{
+    log->count++;
+    if (log->count == 1)
+        loom_log(LOOM_LOG_WARN, LOOM_LOG_ALL, file, line,
+                 "%s: %s (later refusals are logged at INFO and counted)", log->who, why);
+    else
+        loom_log(LOOM_LOG_INFO, log->subsys, file, line, "%s: %s (refusal %llu)", log->who, why,
+                 (unsigned long long)log->count);
+}
+
+void loom_stray_summary(loom_stray_log_t *log)
+{
+    if (log->count > 1)
+        LOOM_WARN("%s: refused %llu connections in all that did not prove the job secret (stray "
+                  "or hostile traffic on its port)",
+                  log->who, (unsigned long long)log->count);
+    log->count = 0;
 }

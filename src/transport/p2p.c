@@ -5,16 +5,21 @@
  * connects every peer in both directions through the bootstrap-exchanged
  * listen handles, loops messages to self, and runs every wait with the
  * communicator's bounds: abort flag, timeout without progress, and a
- * liveness check of same-machine peers (a dead pid is reported at once
- * instead of after the timeout).
+ * liveness check of same-machine peers. It also owns the failure protocol
+ * (notices, see below): how a broken communicator tells its peers why, so
+ * that a failure anywhere ends every rank's wait quickly and names its cause.
+ * It does not retry or recover: a failed wait breaks the layer for good.
+ * Callers: api/ (create, destroy, send/recv) and the collective algorithms.
  */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -23,14 +28,69 @@
 #include "param.h"
 #include "timer.h"
 
+/* Failure protocol.
+ * Every connection ends with exactly one notice: a frame with the reserved
+ * tag LOOM_TAG_NOTICE and NOTICE_BYTES of payload (little-endian):
+ *   u32 magic, u32 kind, i32 from, i32 cause rank, u32 code, u32 0, u64 seq
+ * kind BYE: the sender destroyed its communicator normally. Any other kind:
+ * the sender's communicator broke, and `cause` is the rank found at fault
+ * first (DEAD: its process is gone; LOST: it closed its connections without
+ * a notice; TIMEOUT: it made no progress for the timeout; ABORT: it called
+ * loomCommAbort; ERROR: it failed locally with result `code`; CLOSED: it
+ * destroyed its communicator while the sender still needed it).
+ * A receive for the notice is posted on every receive connection as soon as
+ * the layer is up, so a notice never waits unmatched, and a BYE ends the
+ * stream before its end is read: a normal close never looks like a failure.
+ *
+ * When a wait fails (dead peer, closed connection, timeout, abort, notice),
+ * the layer breaks at once: it queues a notice carrying the first cause on
+ * every send connection, drives them for at most NOTICE_FLUSH_NS, and closes
+ * every connection, so that a peer waiting on this rank (and, hop by hop, a
+ * peer waiting on that one) fails within its next look at the connection,
+ * naming the rank that failed first. A rank that learns of a timeout from a
+ * notice still returns loomTimeout no earlier than its own timeout. */
+
 #define MAX_TP             4
 #define LIVENESS_PERIOD_NS 100000000ull /* check peers' pids every 100 ms without progress */
+#define NOTICE_MAGIC       0x4e4d4f4cu  /* "LOMN" */
+#define NOTICE_BYTES       32
+#define NOTICE_FLUSH_NS    100000000ull /* at most 100 ms to hand notices to the transports */
+#define EXIT_GRACE_NS      300000000ull /* a same-machine peer that closed may take this to exit */
+#define DUMP_MAX_PENDING   64           /* requests listed in a timeout dump */
+
+enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_KINDS };
+static const char *const kind_names[N_KINDS] = {"none",    "bye",   "dead",  "lost",
+                                                "timeout", "abort", "error", "closed"};
+
+/* What a notice from a peer said. */
+typedef struct {
+    int kind;
+    int from;
+    int cause;
+    uint32_t code;
+    uint64_t seq;
+} notice_t;
+
+enum { NS_WAITING, NS_GOT, NS_ENDED }; /* notice state of a receive connection */
 
 typedef struct {
-    int tp;     /* index into p2p->tps, -1 for self */
-    void *send; /* transport send connection */
-    void *recv; /* transport receive connection */
+    int tp;           /* index into p2p->tps, -1 for self */
+    void *send;       /* transport send connection */
+    void *recv;       /* transport receive connection */
+    void *notice_req; /* the posted notice receive; NULL once finished or closed */
+    int notice_state; /* NS_*: NS_ENDED when the stream ended without a notice */
+    notice_t got;     /* valid in NS_GOT */
+    uint8_t notice_buf[NOTICE_BYTES];
 } peer_conn_t;
+
+/* Why the layer broke: the first cause, as found here or as a notice told it. */
+typedef struct {
+    int kind;      /* N_* (never N_BYE) */
+    int rank;      /* the rank at fault */
+    int via;       /* the peer whose notice told us; -1 when found here */
+    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
+    uint64_t seq;  /* via >= 0: the reporter's sequence number */
+} cause_t;
 
 /* Handles every rank publishes: one slot per registry transport. */
 typedef struct {
@@ -41,7 +101,9 @@ typedef struct {
 struct loom_p2p {
     int rank;
     int nranks;
-    loom_tp_init_args_t args;
+    loom_tp_init_args_t args;       /* the transports get args.abort_flag = &tp_abort */
+    volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
+    volatile int tp_abort; /* set once aborted or broken: transports give up, shm closes hard */
     loom_peer_info_t *peers;
     int ntp;
     const loom_tp_t *tps[MAX_TP];
@@ -58,8 +120,41 @@ struct loom_p2p {
     int self_cap;
     char what[64];
     uint64_t seq;
-    int broken;
+    int broken;    /* a wait failed: every later call fails */
+    int closed;    /* connections closed (after a break, or in destroy) */
+    cause_t cause; /* valid once broken */
+    void **flush;  /* [nranks] notice sends being flushed */
+    uint8_t notice_out[NOTICE_BYTES];
 };
+
+static int aborted(const loom_p2p_t *p)
+{
+    return p->abort_flag != NULL && *p->abort_flag != 0;
+}
+
+/* 1 if pid no longer runs: gone, or a zombie its parent has not reaped yet. */
+static int pid_gone(int pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) == -1 && errno == ESRCH)
+        return 1;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the command name may contain anything */
+    return rp != NULL && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static int same_machine(const loom_p2p_t *p, int peer)
+{
+    return p->peers[peer].machine_hash == p->peers[p->rank].machine_hash;
+}
 
 // ---- setup ------------------------------------------------------------------
 
@@ -100,6 +195,24 @@ static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
     return loomSuccess;
 }
 
+/* A same-machine peer that is not fully connected yet and whose process is gone. */
+static loomResult_t connect_check_peers(loom_p2p_t *p)
+{
+    for (int r = 0; r < p->nranks; r++) {
+        const peer_conn_t *c = &p->conns[r];
+        if (r == p->rank || (c->send != NULL && c->recv != NULL) || !same_machine(p, r))
+            continue;
+        if (pid_gone(p->peers[r].pid)) {
+            LOOM_WARN("rank %d: rank %d (host %s, pid %d) died while the communicator was being "
+                      "created (connection %s)",
+                      p->rank, r, p->peers[r].hostname, p->peers[r].pid,
+                      c->send == NULL ? "to it not established" : "from it not accepted");
+            return loomRemoteError;
+        }
+    }
+    return loomSuccess;
+}
+
 static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
 {
     int pending_send = 0, pending_recv = 0;
@@ -110,7 +223,13 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
         pending_recv++;
     }
     uint64_t deadline = loom_deadline_ms(p->args.timeout_ms);
+    uint64_t next_check = loom_now_ns() + LIVENESS_PERIOD_NS;
     while (pending_send > 0 || pending_recv > 0) {
+        if (aborted(p)) {
+            p->tp_abort = 1;
+            LOOM_WARN("rank %d: communicator aborted while connecting", p->rank);
+            return loomRemoteError;
+        }
         for (int r = 0; r < p->nranks; r++) {
             peer_conn_t *c = &p->conns[r];
             if (r == p->rank || c->send != NULL)
@@ -140,11 +259,8 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
         }
         if (pending_send == 0 && pending_recv == 0)
             break;
-        if (p->args.abort_flag && *p->args.abort_flag) {
-            LOOM_WARN("rank %d: communicator aborted while connecting", p->rank);
-            return loomRemoteError;
-        }
-        if (loom_now_ns() > deadline) {
+        uint64_t now = loom_now_ns();
+        if (now > deadline) {
             char msg[256];
             int o = 0;
             for (int r = 0; r < p->nranks && o < 200; r++)
@@ -155,7 +271,25 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
                       (long long)p->args.timeout_ms);
             return loomTimeout;
         }
+        if (now > next_check) {
+            next_check = now + LIVENESS_PERIOD_NS;
+            LOOM_CHECK(connect_check_peers(p));
+        }
         usleep(50);
+    }
+    return loomSuccess;
+}
+
+/* Posts the receive of every peer's notice (see the failure protocol). */
+static loomResult_t post_notice_recvs(loom_p2p_t *p)
+{
+    for (int r = 0; r < p->nranks; r++) {
+        peer_conn_t *c = &p->conns[r];
+        if (r == p->rank)
+            continue;
+        c->notice_state = NS_WAITING;
+        LOOM_CHECK(p->tps[c->tp]->irecv(c->recv, c->notice_buf, NOTICE_BYTES, LOOM_TAG_NOTICE,
+                                        &c->notice_req));
     }
     return loomSuccess;
 }
@@ -171,13 +305,18 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     p->rank = args->rank;
     p->nranks = args->nranks;
     p->args = *args;
+    p->abort_flag = args->abort_flag;
+    p->args.abort_flag = &p->tp_abort;
     p->peers = calloc((size_t)args->nranks, sizeof(*p->peers));
     p->conns = calloc((size_t)args->nranks, sizeof(*p->conns));
+    p->flush = calloc((size_t)args->nranks, sizeof(*p->flush));
     all = calloc((size_t)args->nranks, sizeof(*all));
-    if (p->peers == NULL || p->conns == NULL || all == NULL)
+    if (p->peers == NULL || p->conns == NULL || p->flush == NULL || all == NULL)
         goto err_nomem;
     memcpy(p->peers, args->peers, (size_t)args->nranks * sizeof(*p->peers));
     p->args.peers = p->peers;
+    for (int r = 0; r < p->nranks; r++)
+        p->conns[r].tp = -1;
     LOOM_CHECK_GOTO(pick_transports(p, net_list), res, err_free);
 
     handles_t mine;
@@ -192,7 +331,6 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
 
     const loom_peer_info_t *self = &p->peers[p->rank];
     for (int r = 0; r < p->nranks; r++) {
-        p->conns[r].tp = -1;
         if (r == p->rank)
             continue;
         for (int t = 0; t < p->ntp && p->conns[r].tp < 0; t++) {
@@ -215,6 +353,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
                   p->tps[p->conns[r].tp]->name);
     }
     LOOM_CHECK_GOTO(connect_all(p, all), res, err_close);
+    LOOM_CHECK_GOTO(post_notice_recvs(p), res, err_close);
     free(all);
     *p2p_p = p;
     return loomSuccess;
@@ -226,21 +365,152 @@ err_nomem:
         return res;
     goto err_free;
 err_close:
-    (void)loom_p2p_destroy(p);
+    /* Peers that finished connecting learn of this failure from the notice. */
+    p->broken = 1;
+    p->cause = (cause_t){.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
+    p->tp_abort = 1;
+    {
+        char keep[1024]; /* closing must not replace the message of the failure */
+        snprintf(keep, sizeof(keep), "%s", loom_last_error());
+        (void)loom_p2p_destroy(p);
+        loom_set_last_error("%s", keep);
+    }
     free(all);
     return res;
 err_free:
     free(all);
     free(p->peers);
     free(p->conns);
+    free(p->flush);
     free(p);
     return res;
 }
 
-loomResult_t loom_p2p_destroy(loom_p2p_t *p)
+// ---- notices ------------------------------------------------------------------
+
+static void put32(uint8_t *b, uint32_t v)
 {
-    if (p == NULL)
-        return loomSuccess;
+    for (int i = 0; i < 4; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *b)
+{
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void notice_encode(loom_p2p_t *p, int kind, const cause_t *c)
+{
+    const uint64_t seq = c && c->via >= 0 ? c->seq : p->seq;
+    const uint32_t w[8] = {NOTICE_MAGIC,      (uint32_t)kind,
+                           (uint32_t)p->rank, (uint32_t)(c ? c->rank : p->rank),
+                           c ? c->code : 0u,  0u,
+                           (uint32_t)seq,     (uint32_t)(seq >> 32)};
+    for (int i = 0; i < 8; i++)
+        put32(p->notice_out + 4 * i, w[i]);
+}
+
+/* Checks a received notice against fixed bounds before anything uses it. */
+static void notice_decode(loom_p2p_t *p, int peer, size_t nbytes)
+{
+    peer_conn_t *c = &p->conns[peer];
+    const uint8_t *b = c->notice_buf;
+    notice_t n = {.kind = (int)get32(b + 4),
+                  .from = (int32_t)get32(b + 8),
+                  .cause = (int32_t)get32(b + 12),
+                  .code = get32(b + 16),
+                  .seq = (uint64_t)get32(b + 24) | (uint64_t)get32(b + 28) << 32};
+    if (nbytes != NOTICE_BYTES || get32(b) != NOTICE_MAGIC || n.kind <= N_NONE ||
+        n.kind >= N_KINDS || n.from != peer || n.cause < 0 || n.cause >= p->nranks) {
+        LOOM_WARN("rank %d: malformed notice from rank %d (%zu bytes, kind %d, from %d, cause %d); "
+                  "treated as its failure",
+                  p->rank, peer, nbytes, n.kind, n.from, n.cause);
+        n = (notice_t){.kind = N_ERROR, .from = peer, .cause = peer, .code = loomRemoteError};
+    }
+    c->got = n;
+    c->notice_state = NS_GOT;
+}
+
+/* Looks for peer's notice without blocking (progresses its receive stream). */
+static void notice_poll(loom_p2p_t *p, int peer)
+{
+    peer_conn_t *c = &p->conns[peer];
+    if (c->notice_req == NULL)
+        return;
+    int done = 0;
+    size_t nb = 0;
+    const loom_tp_t *tp = p->tps[c->tp];
+    if (tp->test(c->notice_req, &done, &nb) != loomSuccess) {
+        c->notice_req = NULL; /* the stream ended without a notice */
+        c->notice_state = NS_ENDED;
+        return;
+    }
+    if (done) {
+        c->notice_req = NULL;
+        notice_decode(p, peer, nb);
+    }
+}
+
+/* Polls every peer's notice; returns a peer whose notice reports a failure or
+ * whose stream ended without one (it died or could not say why), or -1. */
+static int notices_poll_all(loom_p2p_t *p)
+{
+    for (int r = 0; r < p->nranks; r++) {
+        if (r == p->rank)
+            continue;
+        notice_poll(p, r);
+        const peer_conn_t *c = &p->conns[r];
+        if (c->notice_state == NS_ENDED || (c->notice_state == NS_GOT && c->got.kind != N_BYE))
+            return r;
+    }
+    return -1;
+}
+
+/* Queues the notice on every open send connection except to `skip`, then
+ * drives them for at most NOTICE_FLUSH_NS. A notice that cannot leave in that
+ * time (a dead or stuck peer) is dropped: the close that follows still tells
+ * the peer, only without the cause. Errors here are expected and ignored. */
+static void notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int skip)
+{
+    notice_encode(p, kind, cause);
+    int pending = 0;
+    for (int r = 0; r < p->nranks; r++) {
+        peer_conn_t *c = &p->conns[r];
+        p->flush[r] = NULL;
+        if (r == p->rank || r == skip || c->send == NULL)
+            continue;
+        if (p->tps[c->tp]->isend(c->send, p->notice_out, NOTICE_BYTES, LOOM_TAG_NOTICE,
+                                 &p->flush[r]) == loomSuccess &&
+            p->flush[r] != NULL)
+            pending++;
+    }
+    uint64_t deadline = loom_now_ns() + NOTICE_FLUSH_NS;
+    while (pending > 0) {
+        for (int r = 0; r < p->nranks; r++) {
+            if (p->flush[r] == NULL)
+                continue;
+            int done = 0;
+            size_t nb = 0;
+            if (p->tps[p->conns[r].tp]->test(p->flush[r], &done, &nb) != loomSuccess || done) {
+                p->flush[r] = NULL;
+                pending--;
+            }
+        }
+        if (pending == 0 || loom_now_ns() > deadline)
+            break;
+        for (int t = 0; t < p->ntp; t++)
+            if (p->tps[t]->wait)
+                (void)p->tps[t]->wait(p->ctx[t], 1000);
+    }
+    if (pending > 0)
+        LOOM_INFO(LOOM_LOG_TRANSPORT, "rank %d: %d notice(s) (%s) could not be sent within %llu ms",
+                  p->rank, pending, kind_names[kind], NOTICE_FLUSH_NS / 1000000ull);
+}
+
+/* Closes every connection: peers see the end of the stream at once. Requests
+ * still queued on them are freed with them. */
+static loomResult_t close_all(loom_p2p_t *p)
+{
     loomResult_t res = loomSuccess;
     for (int r = 0; r < p->nranks; r++) {
         peer_conn_t *c = &p->conns[r];
@@ -250,6 +520,44 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
             LOOM_CHECK_IGNORE(p->tps[c->tp]->close_send(c->send), res);
         if (c->recv)
             LOOM_CHECK_IGNORE(p->tps[c->tp]->close_recv(c->recv), res);
+        c->send = c->recv = c->notice_req = NULL;
+        p->flush[r] = NULL;
+    }
+    p->closed = 1;
+    return res;
+}
+
+/* Breaks the layer (once): every peer gets the cause, then every connection closes. */
+static void p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++)
+        reqs[i].tp_req = NULL; /* freed with their connections */
+    if (p->closed)
+        return;
+    p->broken = 1;
+    p->cause = *cause;
+    p->tp_abort = 1; /* from now on shm closes its rings hard: writers fail at once */
+    int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
+    notices_send(p, cause->kind, cause, skip);
+    (void)close_all(p);
+}
+
+loomResult_t loom_p2p_destroy(loom_p2p_t *p)
+{
+    if (p == NULL)
+        return loomSuccess;
+    loomResult_t res = loomSuccess;
+    if (!p->closed && p->conns != NULL) {
+        if (p->broken) {
+            notices_send(p, p->cause.kind, &p->cause, -1);
+        } else if (aborted(p)) {
+            p->tp_abort = 1;
+            cause_t c = {.kind = N_ABORT, .rank = p->rank, .via = -1};
+            notices_send(p, N_ABORT, &c, -1);
+        } else {
+            notices_send(p, N_BYE, NULL, -1);
+        }
+        LOOM_CHECK_IGNORE(close_all(p), res);
     }
     for (int t = 0; t < p->ntp; t++) {
         if (p->listen[t])
@@ -263,6 +571,7 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
     free(p->self_rbufs);
     free(p->peers);
     free(p->conns);
+    free(p->flush);
     free(p);
     return res;
 }
@@ -342,7 +651,313 @@ static loomResult_t self_post(loom_p2p_t *p, loom_p2p_req_t *req, const void *sb
     return loomSuccess;
 }
 
-// ---- posting and waiting ------------------------------------------------------
+// ---- failures -----------------------------------------------------------------
+
+/* "rank 2 (host h, pid 7)" */
+static const char *who(const loom_p2p_t *p, int rank, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d (host %s, pid %d)", rank, p->peers[rank].hostname,
+             (int)p->peers[rank].pid);
+    return buf;
+}
+
+/* The still pending requests, e.g.
+ * " receive from rank 2 (host h, pid 7; 4096 bytes, tag 0x80000281);". */
+static void pending_list(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, char *buf,
+                         size_t len)
+{
+    size_t o = 0;
+    char a[160];
+    buf[0] = '\0';
+    for (int i = 0; i < n && o + 240 < len; i++) {
+        if (reqs[i].done)
+            continue;
+        snprintf(a, sizeof(a), "rank %d (host %s, pid %d", reqs[i].peer,
+                 p->peers[reqs[i].peer].hostname, (int)p->peers[reqs[i].peer].pid);
+        o += (size_t)snprintf(buf + o, len - o, " %s %s; %zu bytes, tag 0x%x);",
+                              reqs[i].is_send ? "send to" : "receive from", a, reqs[i].nbytes,
+                              reqs[i].tag);
+    }
+    if (o == 0)
+        snprintf(buf, len, " nothing");
+}
+
+/* The message of a failure, one shape for every cause:
+ *   rank R: OP seq S failed: <cause>[ (reported by <peer> in its seq N)][: <detail>]; pending: ...
+ * where the cause names the rank at fault first with its host and pid. */
+static void describe(const loom_p2p_t *p, const cause_t *c, const char *direct, const char *pend,
+                     char *msg, size_t len)
+{
+    char a[160], b[224], cause[640], via[256] = "";
+    who(p, c->rank, a, sizeof(a));
+    const int here = c->via < 0;
+    switch (c->kind) {
+    case N_DEAD:
+        snprintf(cause, sizeof(cause), "%s died", a);
+        break;
+    case N_LOST:
+        snprintf(cause, sizeof(cause),
+                 "%s closed its connection%s without a notice (it crashed or exited, or its host "
+                 "is unreachable)",
+                 a, here ? "" : "s");
+        break;
+    case N_CLOSED:
+        snprintf(cause, sizeof(cause), "%s destroyed its communicator while it was still needed",
+                 a);
+        break;
+    case N_TIMEOUT:
+        if (here)
+            snprintf(cause, sizeof(cause), "no progress for %lld ms, first waiting for %s",
+                     (long long)p->args.timeout_ms, a);
+        else
+            snprintf(cause, sizeof(cause),
+                     "its wait made no progress for its timeout, stalled on %s", a);
+        break;
+    case N_ABORT:
+        snprintf(cause, sizeof(cause), "%s aborted the communicator%s", a,
+                 here ? " (loomCommAbort)" : "");
+        break;
+    default:
+        snprintf(cause, sizeof(cause), "%s failed with '%s'", a,
+                 loomGetErrorString((loomResult_t)c->code));
+        break;
+    }
+    if (!here)
+        snprintf(via, sizeof(via), " (reported by %s in its seq %llu)",
+                 who(p, c->via, b, sizeof(b)), (unsigned long long)c->seq);
+    snprintf(msg, len, "rank %d: %s seq %llu %s: %s%s%s%s; pending:%s", p->rank, p->what,
+             (unsigned long long)p->seq, c->kind == N_TIMEOUT ? "timed out" : "failed", cause, via,
+             direct[0] ? ": " : "", direct, pend);
+}
+
+// ---- timeout dump ---------------------------------------------------------------
+
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} jbuf_t;
+
+static void jput(jbuf_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jput(jbuf_t *j, const char *fmt, ...)
+{
+    if (j->len >= j->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(j->buf + j->len, j->cap - j->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        j->len = j->len + (size_t)n < j->cap ? j->len + (size_t)n : j->cap;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void jstr(jbuf_t *j, const char *s)
+{
+    jput(j, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            jput(j, "\\%c", ch);
+        else if (ch < 0x20)
+            jput(j, "\\u%04x", ch);
+        else
+            jput(j, "%c", ch);
+    }
+    jput(j, "\"");
+}
+
+static void dump_header(const loom_p2p_t *p, const cause_t *c, uint64_t waited_ns, int npending,
+                        jbuf_t *j)
+{
+    const loom_peer_info_t *me = &p->peers[p->rank];
+    jput(j, "{\"event\":\"timeout\",\"rank\":%d,\"nranks\":%d,\"host\":", p->rank, p->nranks);
+    jstr(j, me->hostname);
+    jput(j, ",\"pid\":%d,\"op\":", (int)me->pid);
+    jstr(j, p->what);
+    jput(j, ",\"seq\":%llu,\"timeout_ms\":%lld,\"waited_ms\":%llu,\"cause\":{\"kind\":",
+         (unsigned long long)p->seq, (long long)p->args.timeout_ms,
+         (unsigned long long)(waited_ns / 1000000ull));
+    jstr(j, kind_names[c->kind]);
+    jput(j, ",\"rank\":%d,\"host\":", c->rank);
+    jstr(j, p->peers[c->rank].hostname);
+    jput(j, ",\"pid\":%d,\"reported_by\":%d},\"pending_count\":%d", (int)p->peers[c->rank].pid,
+         c->via, npending);
+}
+
+static void dump_request(const loom_p2p_t *p, const loom_p2p_req_t *r, jbuf_t *j)
+{
+    const int coll = (r->tag & 0x80000000u) != 0;
+    jput(j, "{\"peer\":%d,\"host\":", r->peer);
+    jstr(j, p->peers[r->peer].hostname);
+    jput(j, ",\"pid\":%d,\"transport\":\"%s\",\"dir\":\"%s\",\"bytes\":%zu,\"tag\":\"0x%08x\"",
+         (int)p->peers[r->peer].pid, r->tp ? r->tp->name : "self", r->is_send ? "send" : "recv",
+         r->nbytes, r->tag);
+    if (coll)
+        jput(j, ",\"tag_kind\":\"collective\",\"tag_seq\":%u,\"step\":%u}",
+             (r->tag >> 7) & 0xFFFFFFu, r->tag & 0x7Fu);
+    else
+        jput(j, ",\"tag_kind\":\"%s\"}", r->tag == LOOM_TAG_P2P ? "send/recv" : "other");
+}
+
+/* "%h" host, "%p" pid, "%r" rank, "%%" a percent sign. */
+static void expand_path(const loom_p2p_t *p, const char *pattern, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *s = pattern; *s && o + 1 < len; s++) {
+        if (s[0] == '%' && (s[1] == 'h' || s[1] == 'p' || s[1] == 'r' || s[1] == '%')) {
+            s++;
+            if (*s == 'h')
+                o += (size_t)snprintf(out + o, len - o, "%s", p->peers[p->rank].hostname);
+            else if (*s == 'p')
+                o += (size_t)snprintf(out + o, len - o, "%d", (int)getpid());
+            else if (*s == 'r')
+                o += (size_t)snprintf(out + o, len - o, "%d", p->rank);
+            else
+                out[o++] = '%';
+            if (o >= len)
+                o = len - 1;
+        } else {
+            out[o++] = *s;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* What this rank waited for when it timed out: at INFO, one JSON object per line
+ * (the header, then each pending request), and with LOOM_DUMP_ON_TIMEOUT one JSON
+ * object in that file. */
+static void dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, const cause_t *c,
+                         uint64_t waited_ns)
+{
+    const char *pattern = loom_param_DUMP_ON_TIMEOUT();
+    const int info = loom_log_enabled(LOOM_LOG_INFO, LOOM_LOG_ALL);
+    if (!info && (pattern == NULL || *pattern == '\0'))
+        return;
+    int npending = 0;
+    for (int i = 0; i < n; i++)
+        npending += !reqs[i].done;
+    char line[960];
+    jbuf_t j = {line, sizeof(line), 0};
+    if (info) {
+        dump_header(p, c, waited_ns, npending, &j);
+        jput(&j, "}");
+        LOOM_INFO(LOOM_LOG_ALL, "timeout dump: %s", line);
+        for (int i = 0; i < n; i++) {
+            if (reqs[i].done)
+                continue;
+            j.len = 0;
+            dump_request(p, &reqs[i], &j);
+            LOOM_INFO(LOOM_LOG_ALL, "timeout dump pending: %s", line);
+        }
+    }
+    if (pattern == NULL || *pattern == '\0')
+        return;
+    size_t cap = 1024 + (size_t)DUMP_MAX_PENDING * 320;
+    char *doc = malloc(cap);
+    if (doc == NULL) {
+        LOOM_WARN("rank %d: out of memory (%zu bytes) for the timeout dump", p->rank, cap);
+        return;
+    }
+    jbuf_t d = {doc, cap, 0};
+    dump_header(p, c, waited_ns, npending, &d);
+    jput(&d, ",\"pending\":[");
+    int listed = 0;
+    for (int i = 0; i < n && listed < DUMP_MAX_PENDING; i++) {
+        if (reqs[i].done)
+            continue;
+        jput(&d, "%s", listed++ ? "," : "");
+        dump_request(p, &reqs[i], &d);
+    }
+    jput(&d, "]}\n");
+    char path[512];
+    expand_path(p, pattern, path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    int bad = f == NULL || fputs(doc, f) == EOF, e = errno;
+    if (f != NULL && fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad)
+        LOOM_WARN("rank %d: cannot write the timeout dump (LOOM_DUMP_ON_TIMEOUT) to %s: %s",
+                  p->rank, path, strerror(e));
+    else
+        LOOM_INFO(LOOM_LOG_ALL, "rank %d: timeout dump written to %s", p->rank, path);
+    free(doc);
+}
+
+/* Sleeps until deadline_ns or an abort, in slices. */
+static void hold_until(const loom_p2p_t *p, uint64_t deadline_ns)
+{
+    for (uint64_t now = loom_now_ns(); now < deadline_ns && !aborted(p); now = loom_now_ns()) {
+        uint64_t left = deadline_ns - now;
+        if (left > 10000000ull)
+            left = 10000000ull;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)left};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Ends a failed wait: break (notices, close), then the message as the last WARN.
+ * A timeout learned from a peer is returned no earlier than this wait's own. */
+static loomResult_t fail(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, const cause_t *cause,
+                         loomResult_t res, uint64_t start_ns, const char *direct)
+{
+    p2p_break(p, cause, reqs, n);
+    if (res == loomTimeout && start_ns != 0)
+        hold_until(p, start_ns + (uint64_t)p->args.timeout_ms * 1000000ull);
+    char pend[640], msg[1024];
+    pending_list(p, reqs, n, pend, sizeof(pend));
+    describe(p, cause, direct ? direct : "", pend, msg, sizeof(msg));
+    if (res == loomTimeout)
+        dump_timeout(p, reqs, n, cause, start_ns ? loom_now_ns() - start_ns : 0);
+    LOOM_WARN("%s", msg);
+    return res;
+}
+
+/* How a peer's connection ended: with a failure notice (its cause travels on),
+ * after a BYE, or silently (then a same-machine peer is given a moment to exit,
+ * so that a killed process is reported as dead). Returns what to return. */
+static loomResult_t classify_lost_peer(loom_p2p_t *p, int peer, cause_t *c)
+{
+    peer_conn_t *pc = &p->conns[peer];
+    notice_poll(p, peer);
+    if (pc->notice_state == NS_GOT && pc->got.kind != N_BYE) {
+        *c = (cause_t){.kind = pc->got.kind,
+                       .rank = pc->got.cause,
+                       .via = peer,
+                       .code = pc->got.code,
+                       .seq = pc->got.seq};
+        return c->kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
+    }
+    *c = (cause_t){.kind = N_LOST, .rank = peer, .via = -1};
+    if (pc->notice_state == NS_GOT) {
+        c->kind = N_CLOSED;
+    } else if (same_machine(p, peer)) {
+        uint64_t until = loom_now_ns() + EXIT_GRACE_NS;
+        while (!pid_gone(p->peers[peer].pid) && loom_now_ns() < until)
+            usleep(2000);
+        if (pid_gone(p->peers[peer].pid))
+            c->kind = N_DEAD;
+    }
+    return loomRemoteError;
+}
+
+/* A transport call for a request to or from peer failed with res. */
+static loomResult_t request_failed(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int peer,
+                                   int is_send, loomResult_t res, uint64_t start_ns)
+{
+    char direct[640], a[160];
+    /* The transport's WARN (the first detection) becomes part of this one. */
+    snprintf(direct, sizeof(direct), "%s %s failed: %s (%s)", is_send ? "send to" : "receive from",
+             who(p, peer, a, sizeof(a)), loomGetErrorString(res), loom_last_error());
+    cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
+    loomResult_t ret = res;
+    if (res == loomRemoteError)
+        ret = classify_lost_peer(p, peer, &c);
+    return fail(p, reqs, n, &c, ret, start_ns, direct);
+}
+
+// ---- posting ------------------------------------------------------------------
 
 static loomResult_t check_peer(loom_p2p_t *p, int peer)
 {
@@ -370,7 +985,8 @@ loomResult_t loom_p2p_isend(loom_p2p_t *p, int peer, const void *buf, size_t nby
         return self_post(p, req, buf, NULL);
     peer_conn_t *c = &p->conns[peer];
     req->tp = p->tps[c->tp];
-    return req->tp->isend(c->send, buf, nbytes, tag, &req->tp_req);
+    loomResult_t res = req->tp->isend(c->send, buf, nbytes, tag, &req->tp_req);
+    return res == loomSuccess ? res : request_failed(p, NULL, 0, peer, 1, res, 0);
 }
 
 loomResult_t loom_p2p_irecv(loom_p2p_t *p, int peer, void *buf, size_t nbytes, uint32_t tag,
@@ -386,12 +1002,16 @@ loomResult_t loom_p2p_irecv(loom_p2p_t *p, int peer, void *buf, size_t nbytes, u
         return self_post(p, req, NULL, buf);
     peer_conn_t *c = &p->conns[peer];
     req->tp = p->tps[c->tp];
-    return req->tp->irecv(c->recv, buf, nbytes, tag, &req->tp_req);
+    loomResult_t res = req->tp->irecv(c->recv, buf, nbytes, tag, &req->tp_req);
+    return res == loomSuccess ? res : request_failed(p, NULL, 0, peer, 0, res, 0);
 }
 
-/* One pass over the requests; *progress_p counts completions. */
-static loomResult_t test_pass(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *all_done_p,
-                              int *progress_p)
+// ---- waiting ------------------------------------------------------------------
+
+/* One pass over the requests; *progress_p counts completions. On a transport
+ * error *failed_p is the failed request (its transport request is gone). */
+static loomResult_t test_pass(loom_p2p_req_t *reqs, int n, int *all_done_p, int *progress_p,
+                              int *failed_p)
 {
     int all = 1;
     for (int i = 0; i < n; i++) {
@@ -407,13 +1027,7 @@ static loomResult_t test_pass(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *a
         loomResult_t res = r->tp->test(r->tp_req, &done, &nb);
         if (res != loomSuccess) {
             r->tp_req = NULL;
-            p->broken = 1;
-            char cause[512]; /* the transport's WARN, which this one would overwrite */
-            snprintf(cause, sizeof(cause), "%s", loom_last_error());
-            LOOM_WARN("rank %d: %s rank %d (host %s, pid %d) failed during %s seq %llu: %s (%s)",
-                      p->rank, r->is_send ? "send to" : "receive from", r->peer,
-                      p->peers[r->peer].host_id, p->peers[r->peer].pid, p->what,
-                      (unsigned long long)p->seq, loomGetErrorString(res), cause);
+            *failed_p = i;
             return res;
         }
         if (done) {
@@ -431,48 +1045,31 @@ static loomResult_t test_pass(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *a
 
 loomResult_t loom_p2p_test_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *all_done_p)
 {
-    int progress = 0;
-    return test_pass(p, reqs, n, all_done_p, &progress);
-}
-
-/* Same-machine peers with a pending request whose process is gone. */
-static loomResult_t check_liveness(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
-{
-    const loom_peer_info_t *self = &p->peers[p->rank];
-    for (int i = 0; i < n; i++) {
-        if (reqs[i].done || reqs[i].peer == p->rank)
-            continue;
-        const loom_peer_info_t *peer = &p->peers[reqs[i].peer];
-        if (peer->machine_hash != self->machine_hash)
-            continue;
-        if (kill(peer->pid, 0) == -1 && errno == ESRCH) {
-            p->broken = 1;
-            LOOM_WARN("rank %d: rank %d (host %s, pid %d) died during %s seq %llu", p->rank,
-                      reqs[i].peer, peer->host_id, peer->pid, p->what, (unsigned long long)p->seq);
-            return loomRemoteError;
-        }
+    if (p->broken) {
+        LOOM_WARN("rank %d: communicator is broken by an earlier failure; destroy it", p->rank);
+        return loomInvalidUsage;
     }
+    int progress = 0, failed = -1;
+    loomResult_t res = test_pass(reqs, n, all_done_p, &progress, &failed);
+    if (res != loomSuccess)
+        return request_failed(p, reqs, n, reqs[failed].peer, reqs[failed].is_send, res, 0);
     return loomSuccess;
 }
 
-static void report_timeout(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
+/* A same-machine peer with a pending request whose process is gone: its rank, or -1. */
+static int find_dead_peer(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
 {
-    char msg[512];
-    int o = 0;
-    for (int i = 0; i < n && o < 400; i++) {
-        if (reqs[i].done)
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].done || reqs[i].peer == p->rank || !same_machine(p, reqs[i].peer))
             continue;
-        o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %s rank %d (%zu bytes, tag 0x%x);",
-                      reqs[i].is_send ? "send to" : "receive from", reqs[i].peer, reqs[i].nbytes,
-                      reqs[i].tag);
+        if (pid_gone(p->peers[reqs[i].peer].pid))
+            return reqs[i].peer;
     }
-    msg[o] = '\0';
-    p->broken = 1;
-    LOOM_WARN("rank %d: %s seq %llu made no progress for %lld ms; still waiting for:%s", p->rank,
-              p->what, (unsigned long long)p->seq, (long long)p->args.timeout_ms, msg);
+    return -1;
 }
 
-static void block_in_transports(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
+/* Sleeps in the transports that have pending requests; returns the time asked for (ns). */
+static uint64_t block_in_transports(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
 {
     int used[MAX_TP] = {0}, nused = 0;
     for (int i = 0; i < n; i++) {
@@ -486,31 +1083,59 @@ static void block_in_transports(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
     }
     if (nused == 0) {
         sched_yield();
-        return;
+        return 0;
     }
     /* With one transport pending we can sleep in it; with several, take turns briefly. */
     int us = nused == 1 ? 10000 : 200;
     for (int t = 0; t < p->ntp; t++)
         if (used[t] && p->tps[t]->wait)
             (void)p->tps[t]->wait(p->ctx[t], us);
+    return (uint64_t)us * 1000ull;
+}
+
+/* The first peer this wait still needs (the one a timeout names), or self. */
+static int first_pending(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!reqs[i].done)
+            return reqs[i].peer;
+    return p->rank;
+}
+
+/* A peer's failure notice (or the end of its stream) ends this wait: its cause
+ * travels on. A peer that timed out waiting on this rank says nothing about the
+ * culprit: this rank then reports what it waits for itself. */
+static loomResult_t notice_failed(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int peer,
+                                  uint64_t start_ns)
+{
+    cause_t c;
+    loomResult_t res = classify_lost_peer(p, peer, &c);
+    if (c.kind == N_TIMEOUT && c.rank == p->rank)
+        c = (cause_t){.kind = N_TIMEOUT, .rank = first_pending(p, reqs, n), .via = -1};
+    return fail(p, reqs, n, &c, res, start_ns, NULL);
 }
 
 loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
 {
+    if (p->broken) {
+        LOOM_WARN("rank %d: communicator is broken by an earlier failure; destroy it", p->rank);
+        return loomInvalidUsage;
+    }
     uint64_t start = loom_now_ns();
     uint64_t spin_until = start + (uint64_t)loom_param_SPIN_US() * 1000ull;
     uint64_t last_progress = start, last_liveness = start;
     uint64_t timeout_ns = (uint64_t)p->args.timeout_ms * 1000000ull;
+    int early = 0;
     for (;;) {
-        int all = 0, progress = 0;
-        LOOM_CHECK(test_pass(p, reqs, n, &all, &progress));
+        int all = 0, progress = 0, failed = -1;
+        loomResult_t res = test_pass(reqs, n, &all, &progress, &failed);
+        if (res != loomSuccess)
+            return request_failed(p, reqs, n, reqs[failed].peer, reqs[failed].is_send, res, start);
         if (all)
             return loomSuccess;
-        if (p->args.abort_flag && *p->args.abort_flag) {
-            p->broken = 1;
-            LOOM_WARN("rank %d: %s seq %llu stopped by loomCommAbort", p->rank, p->what,
-                      (unsigned long long)p->seq);
-            return loomRemoteError;
+        if (aborted(p)) {
+            cause_t c = {.kind = N_ABORT, .rank = p->rank, .via = -1};
+            return fail(p, reqs, n, &c, loomRemoteError, start, NULL);
         }
         uint64_t now = loom_now_ns();
         if (progress) {
@@ -518,16 +1143,31 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
             continue;
         }
         if (now - last_progress > timeout_ns) {
-            report_timeout(p, reqs, n);
-            return loomTimeout;
+            int from = notices_poll_all(p); /* a peer may have timed out on the culprit first */
+            if (from >= 0)
+                return notice_failed(p, reqs, n, from, start);
+            cause_t c = {.kind = N_TIMEOUT, .rank = first_pending(p, reqs, n), .via = -1};
+            return fail(p, reqs, n, &c, loomTimeout, start, NULL);
+        }
+        /* Woken early without progress: a connection outside this wait has news (a
+         * notice, a frame of a later call, an end); reading it stops the wake-ups. */
+        if (early || now - last_liveness > LIVENESS_PERIOD_NS) {
+            int from = notices_poll_all(p);
+            if (from >= 0)
+                return notice_failed(p, reqs, n, from, start);
         }
         if (now - last_liveness > LIVENESS_PERIOD_NS) {
             last_liveness = now;
-            LOOM_CHECK(check_liveness(p, reqs, n));
+            int dead = find_dead_peer(p, reqs, n);
+            if (dead >= 0) {
+                cause_t c = {.kind = N_DEAD, .rank = dead, .via = -1};
+                return fail(p, reqs, n, &c, loomRemoteError, start, NULL);
+            }
         }
         if (now < spin_until)
             continue;
-        block_in_transports(p, reqs, n);
+        uint64_t asked = block_in_transports(p, reqs, n);
+        early = asked > 0 && loom_now_ns() - now < asked / 2;
     }
 }
 

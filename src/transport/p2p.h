@@ -30,8 +30,11 @@ typedef struct {
 } loom_p2p_req_t;
 
 /* Tags: the top bit separates collectives from user send/recv; collectives
- * carry their sequence number and step so mismatched calls are diagnosed. */
-#define LOOM_TAG_P2P 0u
+ * carry their sequence number and step so mismatched calls are diagnosed.
+ * LOOM_TAG_NOTICE is the layer's own: the last frame of every connection,
+ * saying why it ends (a normal destroy, or the failure that broke it). */
+#define LOOM_TAG_P2P    0u
+#define LOOM_TAG_NOTICE 0x7fffffffu
 static inline uint32_t loom_tag_coll(uint64_t seq, unsigned step)
 {
     return 0x80000000u | ((uint32_t)(seq & 0xFFFFFFu) << 7) | (step & 0x7Fu);
@@ -42,7 +45,9 @@ static inline uint32_t loom_tag_coll(uint64_t seq, unsigned step)
 struct loom_bootstrap;
 loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_t *args,
                              const char *net_list, loom_p2p_t **p2p_p);
-/* Closes every connection and frees the layer; keeps going on errors and
+/* Tells every peer why its connections end (a normal destroy, an abort, or
+ * the failure that broke the layer), closes them and frees the layer. Never
+ * waits for peers beyond a short bounded flush; keeps going on errors and
  * returns the first. */
 loomResult_t loom_p2p_destroy(loom_p2p_t *p2p);
 
@@ -53,14 +58,18 @@ loomResult_t loom_p2p_isend(loom_p2p_t *p2p, int peer, const void *buf, size_t n
                             loom_p2p_req_t *req);
 loomResult_t loom_p2p_irecv(loom_p2p_t *p2p, int peer, void *buf, size_t nbytes, uint32_t tag,
                             loom_p2p_req_t *req);
-/* Progress without blocking: *all_done_p = 1 when every request of reqs[n] completed. */
+/* Progress without blocking: *all_done_p = 1 when every request of reqs[n]
+ * completed. A failed request breaks the layer as in wait_all. */
 loomResult_t loom_p2p_test_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n, int *all_done_p);
 /* Waits until every request of reqs[n] is complete. Spins briefly, then
  * sleeps in the transports. Bounded: Timeout after the communicator's timeout
- * without progress, RemoteError on abort or when a peer is found dead (the
- * message names rank, host, pid and what was pending). On error the requests
- * are abandoned: the layer is unusable afterwards (the communicator is
- * marked broken). */
+ * without progress; RemoteError on abort, when a peer is found dead (pid gone
+ * on this machine, connection closed) or when a peer reports that its
+ * communicator broke. The message names the rank at fault first (rank, host,
+ * pid), the operation and its sequence number, and what was pending; a
+ * timeout also writes the dump of LOOM_DUMP_ON_TIMEOUT. On error the layer
+ * breaks: it tells every peer the cause, closes every connection and
+ * abandons the requests; every later call fails with InvalidUsage. */
 loomResult_t loom_p2p_wait_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n);
 
 /* Describes the current operation for error messages, e.g. "allreduce seq 12". */

@@ -63,6 +63,26 @@ static uint64_t get_le64(const uint8_t *p)
     return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
 }
 
+void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes,
+                                 uint8_t out[LOOM_TP_STREAM_HDR_BYTES])
+{
+    put_le32(out, LOOM_TP_STREAM_MAGIC);
+    put_le32(out + 4, tag);
+    put_le64(out + 8, nbytes);
+}
+
+int loom_tp_frame_header_decode(const void *buf, size_t len, loom_tp_frame_header_t *h_p)
+{
+    const uint8_t *p = buf;
+    if (len != LOOM_TP_STREAM_HDR_BYTES)
+        return -1;
+    if (get_le32(p) != LOOM_TP_STREAM_MAGIC)
+        return -2;
+    h_p->tag = get_le32(p + 4);
+    h_p->nbytes = get_le64(p + 8);
+    return 0;
+}
+
 void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, void *chan,
                          const char *tp_name, int rank, int peer)
 {
@@ -181,9 +201,7 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
     r->buf = (char *)buf;
     r->len = len;
     r->tag = tag;
-    put_le32(r->hdr, LOOM_TP_STREAM_MAGIC);
-    put_le32(r->hdr + 4, tag);
-    put_le64(r->hdr + 8, (uint64_t)len);
+    loom_tp_frame_header_encode(tag, (uint64_t)len, r->hdr);
     if (s->sq_tail != NULL)
         s->sq_tail->next = r;
     else
@@ -304,16 +322,16 @@ static loomResult_t progress_send(loom_tp_stream_t *s)
 /* Parses a complete header: parks the frame, then tries to match it. */
 static loomResult_t take_header(loom_tp_stream_t *s)
 {
-    uint32_t magic = get_le32(s->rhdr);
-    if (magic != LOOM_TP_STREAM_MAGIC) {
+    loom_tp_frame_header_t h;
+    if (loom_tp_frame_header_decode(s->rhdr, sizeof(s->rhdr), &h) != 0) {
         LOOM_WARN("%s: protocol error on the connection from rank %d to rank %d: frame magic "
                   "0x%08x, expected 0x%08x",
-                  s->tp_name, s->peer, s->rank, magic, LOOM_TP_STREAM_MAGIC);
+                  s->tp_name, s->peer, s->rank, get_le32(s->rhdr), LOOM_TP_STREAM_MAGIC);
         stream_break(s, loomRemoteError);
         return loomRemoteError;
     }
-    s->park_tag = get_le32(s->rhdr + 4);
-    s->park_bytes = get_le64(s->rhdr + 8);
+    s->park_tag = h.tag;
+    s->park_bytes = h.nbytes;
     s->parked = 1;
     match_parked(s);
     return s->broken;

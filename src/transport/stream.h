@@ -19,6 +19,21 @@
 #define LOOM_TP_STREAM_MAGIC     0x4d4f4f4cu /* "LOOM" in memory order */
 #define LOOM_TP_STREAM_HDR_BYTES 16          /* u32 magic, u32 tag, u64 payload bytes */
 
+/* A frame header's fields. */
+typedef struct {
+    uint32_t tag;
+    uint64_t nbytes; /* payload bytes that follow the header */
+} loom_tp_frame_header_t;
+
+/* Encodes a header {magic, tag, nbytes} into out (little-endian). */
+void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes,
+                                 uint8_t out[LOOM_TP_STREAM_HDR_BYTES]);
+/* Decodes the first LOOM_TP_STREAM_HDR_BYTES of buf, pure (no logging): len
+ * must be exactly that and the magic right. Returns 0, -1 for a wrong length,
+ * -2 for a wrong magic; *h_p is set only on success. The payload length is
+ * not bounded here: the receive it is matched to bounds it. */
+int loom_tp_frame_header_decode(const void *buf, size_t len, loom_tp_frame_header_t *h_p);
+
 /* The byte channel under a stream. Both callbacks move as much of iov as
  * they can without blocking and set *nbytes_p (0: would block). A peer that
  * is gone gives RemoteError without a WARN and *gone_errno_p = its errno

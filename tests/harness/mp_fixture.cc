@@ -103,6 +103,21 @@ std::string DescribeStatus(int code)
     return "exit code " + std::to_string(code);
 }
 
+std::string PidFile(int rank)
+{
+    return g_run_dir + "/rank" + std::to_string(rank) + ".pid";
+}
+
+// Written whole or not at all (rename), so a reader never sees half a number.
+void WritePidFile(int rank)
+{
+    const std::string path = PidFile(rank), tmp = path + ".tmp";
+    FILE *f = fopen(tmp.c_str(), "w");
+    if (f == nullptr || fprintf(f, "%d\n", static_cast<int>(getpid())) < 0 || fclose(f) != 0 ||
+        rename(tmp.c_str(), path.c_str()) != 0)
+        _exit(kExitHarness);
+}
+
 // Everything the rank process does between fork() and _exit(). Never returns.
 [[noreturn]] void RankMain(int rank, int nranks, const RankBody &body, const RunOptions &opts,
                            pid_t parent, const std::vector<int> &close_fds, int share_fd,
@@ -129,6 +144,7 @@ std::string DescribeStatus(int code)
     g_rank.nranks = nranks;
     g_rank.share_fd = share_fd;
     g_rank.share_to = share_to;
+    WritePidFile(rank);
 
     for (const std::string &name : opts.unset_env)
         unsetenv(name.c_str());
@@ -199,6 +215,18 @@ int CurrentNranks()
 const std::string &RunDir()
 {
     return g_run_dir;
+}
+
+int RankPid(int rank)
+{
+    FILE *f = fopen(PidFile(rank).c_str(), "r");
+    if (f == nullptr)
+        return -1;
+    int pid = -1;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = -1;
+    fclose(f);
+    return pid;
 }
 
 void SetContext(const std::string &context)
@@ -332,15 +360,41 @@ loomComm_t CreateComm(const loomConfig_t *config)
         close(share_wr[static_cast<size_t>(r)]);
     }
 
+    if (opts.pids_out != nullptr) {
+        opts.pids_out->clear();
+        for (const Child &c : kids)
+            opts.pids_out->push_back(static_cast<int>(c.pid));
+    }
+    auto kill_at_end = [&opts](int r) {
+        for (int k : opts.kill_when_others_exit)
+            if (k == r)
+                return true;
+        return false;
+    };
+
     // Watchdog: wait for every rank to exit, up to the deadline.
     const double t0 = NowSeconds();
     const double deadline = t0 + (start_error.empty() ? opts.deadline_s : 0.0);
     for (;;) {
         std::vector<pollfd> fds;
         bool running = false, blind = false; // blind: a running rank without a pidfd
-        for (Child &c : kids) {
+        bool others_running = false;         // a rank not listed in kill_when_others_exit
+        for (int r = 0; r < nranks; r++) {
+            Child &c = kids[static_cast<size_t>(r)];
             if (c.pid > 0 && !c.done)
                 Reap(c, false);
+            if (c.pid > 0 && !c.done && !kill_at_end(r))
+                others_running = true;
+        }
+        if (!others_running)
+            for (int r : opts.kill_when_others_exit)
+                if (r >= 0 && r < nranks && kids[static_cast<size_t>(r)].pid > 0 &&
+                    !kids[static_cast<size_t>(r)].done) {
+                    killpg(kids[static_cast<size_t>(r)].pid, SIGKILL);
+                    kill(kids[static_cast<size_t>(r)].pid, SIGKILL);
+                    Reap(kids[static_cast<size_t>(r)], true);
+                }
+        for (Child &c : kids) {
             if (c.pid <= 0 || c.done)
                 continue;
             running = true;

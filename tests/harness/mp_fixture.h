@@ -5,9 +5,11 @@
 // against a deadline, and turns their exit codes into one gtest assertion that carries every
 // rank's log. Inside a rank, gtest assertions do not work (they cannot cross the fork): use the
 // XT_CHECK* macros below, which print "rank N file:line: message" and _exit(1).
-// It does not kill ranks on purpose (fault tests will add that through RunOptions) nor set
+// Fault tests kill or stop ranks themselves (a rank raises the signal at the point it chooses);
+// the harness then expects the exit code 128 + signal, lends every rank the others' pids
+// (RankPid), and can SIGKILL a rank left stopped once the others are done. It does not set
 // per-test environment in the parent: ranks set their own variables.
-// Used by the multi-process suites (tests/coll).
+// Used by the multi-process suites (tests/coll, tests/fault, tests/hygiene).
 #ifndef LOOM_TESTS_HARNESS_MP_FIXTURE_H
 #define LOOM_TESTS_HARNESS_MP_FIXTURE_H
 
@@ -41,6 +43,10 @@ struct RunOptions {
     double deadline_s = 30.0;                  // past it every rank is SIGKILLed (wall seconds)
     bool create_comm = true;                   // rank r gets loomCommInitRank(nranks, id, r)
     std::vector<int> expected_exit;            // per rank; empty: every rank must exit 0
+    // Ranks the parent SIGKILLs as soon as every other rank has exited (ranks that stop
+    // themselves with SIGSTOP or wait forever on purpose); expect 128 + SIGKILL for them.
+    std::vector<int> kill_when_others_exit;
+    std::vector<int> *pids_out = nullptr; // if set: each rank's pid, filled in the parent
 };
 
 // Forks nranks processes that each run body(rank, nranks, comm), and waits for all of them.
@@ -58,6 +64,9 @@ struct RunOptions {
 int CurrentRank();           // this process's rank; -1 in the parent
 int CurrentNranks();         // the run's rank count; 0 in the parent
 const std::string &RunDir(); // the run's temporary directory (also valid in the parent)
+// The pid of rank r of this run (each rank records its pid before anything else, so it is
+// known once r has started). -1 if r has not started.
+int RankPid(int rank);
 
 // Copies nbytes at data from rank 0 to every other rank, through the harness pipes (not loom).
 // Every rank must call it, in the same sequence; rank 0 never waits for the others.

@@ -5,8 +5,9 @@
  * (shm_seg.c), with futex doorbells for sleeping in wait().
  * It reaches only ranks with the same host_hash and has no progress thread:
  * data moves inside test(). It does not detect a killed peer (the peer's
- * ring simply stops moving; p2p.c's liveness checks and timeouts cover it).
- * Called through the table at the end of this file by p2p.c.
+ * ring simply stops moving; p2p.c's liveness checks and timeouts cover it),
+ * but a peer that closes its ends is seen at once, and no segment name
+ * outlives a failure (see below). Called through its table by p2p.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,8 +26,11 @@
 
 /* Finding the segment without a rendezvous.
  * The local leader (lowest rank with this host_hash) creates the host's one
- * segment in listen(). Its name is not random but derived, so that every
- * local rank can compute it from what the bootstrap already gave everyone:
+ * segment at its first connect() or accept(), that is after the handles were
+ * exchanged: by then every local rank has run init() and knows the name,
+ * which is what lets any of them remove it. The name is not random but
+ * derived, so that every local rank can compute it from what the bootstrap
+ * already gave everyone:
  *   /loom-<leader pid>-<16 hex digits of SipHash(job secret, "loom-shm" ||
  *        nranks || leader rank || host_hash || pid of every local rank)>
  * Knowing the name needs the secret; the pids make two communicators that
@@ -34,8 +38,16 @@
  * in connect()/accept(), retrying ENOENT and half-initialised segments until
  * the timeout (the leader may be slower); every handle carries the name too,
  * only to catch ranks that disagree. Each rank bumps `mapped` after mapping
- * and the one completing the count unlinks the name; the leader also unlinks
- * at finalize in case a rank never came.
+ * and the one completing the count unlinks the name. If the count never
+ * completes (a rank died or failed during creation, the leader included),
+ * every rank that derived the name unlinks it at finalize (ENOENT ignored):
+ * the survivors' error paths all finalize, so a SIGKILL of any one rank at
+ * any moment leaves nothing in the directory.
+ *
+ * Closing: a send connection sets writer_closed (the reader drains the ring,
+ * then sees the end); a receive connection sets reader_closed to DONE on a
+ * normal destroy and to FAILED when the communicator broke or was aborted
+ * (the abort word of the init args is set then), see shm_seg.h.
  *
  * Connections: connect(peer) attaches to ring (me -> peer), sets its
  * `connected` flag and rings the peer's doorbell; the peer's accept() finds
@@ -200,7 +212,8 @@ static loomResult_t shm_can_connect(void *ctx, const loom_peer_info_t *self,
 
 // ---- the segment --------------------------------------------------------------
 
-/* Maps the leader's segment if not yet done. *ready_p = 0: not there yet. */
+/* Creates (leader) or maps (others) the segment if not yet done. *ready_p = 0:
+ * the leader has not created it yet. */
 static loomResult_t ensure_mapped(shm_ctx_t *ctx, int *ready_p)
 {
     if (ctx->mapped) {
@@ -212,9 +225,11 @@ static loomResult_t ensure_mapped(shm_ctx_t *ctx, int *ready_p)
         return loomInvalidUsage;
     }
     if (ctx->rank == ctx->leader) {
-        LOOM_WARN("shm: rank %d (local leader) must listen before it connects or accepts",
-                  ctx->rank);
-        return loomInvalidUsage;
+        LOOM_CHECK(
+            loom_shm_seg_create(ctx->dir, ctx->name, ctx->n_local, ctx->ring_bytes, &ctx->seg));
+        ctx->mapped = 1;
+        *ready_p = 1;
+        return loomSuccess;
     }
     uint64_t now = loom_now_ns();
     if (ctx->map_deadline_ns == 0)
@@ -244,11 +259,6 @@ static loomResult_t shm_listen(void *ctx_v, void *handle, void **listen_p)
     if (ctx->listening) {
         LOOM_WARN("shm: rank %d called listen twice on one context", ctx->rank);
         return loomInvalidUsage;
-    }
-    if (ctx->rank == ctx->leader && ctx->n_local > 1) {
-        LOOM_CHECK(
-            loom_shm_seg_create(ctx->dir, ctx->name, ctx->n_local, ctx->ring_bytes, &ctx->seg));
-        ctx->mapped = 1;
     }
     shm_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -463,7 +473,9 @@ static loomResult_t shm_close_recv(void *recv_comm)
     shm_comm_t *c = recv_comm;
     if (c == NULL)
         return loomSuccess;
-    atomic_store_explicit(&c->ring.ctl->reader_closed, 1, memory_order_release);
+    atomic_store_explicit(&c->ring.ctl->reader_closed,
+                          aborted(c->ctx) ? LOOM_SHM_READER_FAILED : LOOM_SHM_READER_DONE,
+                          memory_order_release);
     loom_shm_bell_notify(c->ring.peer_bell);
     c->ctx->recv[c->local] = NULL;
     loom_tp_stream_fini(&c->stream);
@@ -491,8 +503,10 @@ static loomResult_t shm_finalize(void *ctx_v)
         if (ctx->recv[j] != NULL)
             LOOM_CHECK_IGNORE(shm_close_recv(ctx->recv[j]), res);
     }
-    /* Covers a local rank that never mapped: its count never completed. */
-    if (ctx->rank == ctx->leader && ctx->mapped)
+    /* Covers a local rank (leader or not) that died or failed before the count
+     * completed. name is set once init derived it. */
+    if (ctx->name[0] != '\0' && ctx->n_local > 1 &&
+        !(ctx->mapped && loom_shm_seg_all_mapped(&ctx->seg)))
         LOOM_CHECK_IGNORE(loom_shm_seg_unlink(ctx->dir, ctx->name), res);
     if (ctx->mapped)
         LOOM_CHECK_IGNORE(loom_shm_seg_unmap(&ctx->seg), res);

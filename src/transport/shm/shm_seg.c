@@ -161,6 +161,12 @@ static loomResult_t count_mapped(loom_shm_seg_t *seg, const char *dir, const cha
     return loomSuccess;
 }
 
+int loom_shm_seg_all_mapped(const loom_shm_seg_t *seg)
+{
+    return seg->base != NULL &&
+           atomic_load_explicit(&seg->hdr->mapped, memory_order_acquire) >= (uint32_t)seg->n_local;
+}
+
 loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
                                  uint64_t ring_bytes, loom_shm_seg_t *seg_p)
 {
@@ -337,7 +343,15 @@ static loomResult_t corrupt(const loom_shm_ring_t *r, uint64_t tail, uint64_t he
 loomResult_t loom_shm_ring_write(loom_shm_ring_t *r, const struct iovec *iov, int iovcnt,
                                  size_t *nbytes_p, int *gone_errno_p)
 {
-    if (atomic_load_explicit(&r->ctl->reader_closed, memory_order_acquire)) {
+    uint32_t rc = atomic_load_explicit(&r->ctl->reader_closed, memory_order_acquire);
+    if (rc == LOOM_SHM_READER_DONE) {
+        size_t all = 0;
+        for (int i = 0; i < iovcnt; i++)
+            all += iov[i].iov_len;
+        *nbytes_p = all;
+        return loomSuccess;
+    }
+    if (rc != LOOM_SHM_READER_OPEN) {
         *gone_errno_p = EPIPE;
         return loomRemoteError;
     }

@@ -35,9 +35,18 @@ typedef struct {
     uint8_t pad1[56];
     _Atomic uint32_t connected;     /* writer called connect() */
     _Atomic uint32_t writer_closed; /* writer closed its end */
-    _Atomic uint32_t reader_closed; /* reader closed its end */
+    _Atomic uint32_t reader_closed; /* LOOM_SHM_READER_*: how the reader closed its end */
     uint8_t pad2[52];
 } loom_shm_ring_ctl_t;
+
+/* reader_closed: OPEN; FAILED (the reader's communicator broke or was
+ * aborted: writes fail with RemoteError, so a writer blocked on a full ring
+ * learns at once); DONE (a normal destroy: writes are accepted and dropped,
+ * as a socket accepts bytes its peer will never read, so that the writer's
+ * own closing notice never fails). */
+#define LOOM_SHM_READER_OPEN   0u
+#define LOOM_SHM_READER_FAILED 1u
+#define LOOM_SHM_READER_DONE   2u
 
 typedef struct loom_shm_seg_hdr loom_shm_seg_hdr_t;
 
@@ -81,6 +90,8 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
                                loom_shm_seg_t *seg_p, int *ready_p);
 /* Removes the name; ENOENT is not an error (another rank did it). */
 loomResult_t loom_shm_seg_unlink(const char *dir, const char *name);
+/* 1 once every local rank has mapped the segment (the name is then gone). */
+int loom_shm_seg_all_mapped(const loom_shm_seg_t *seg);
 loomResult_t loom_shm_seg_unmap(loom_shm_seg_t *seg);
 
 /* Ring from local rank `from` to local rank `to` (from != to). */
@@ -89,7 +100,8 @@ void loom_shm_ring_attach(loom_shm_ring_t *r, const loom_shm_seg_t *seg, int fro
                           int is_writer, int rank, int peer);
 
 /* Non-blocking copies into / out of a ring (the stream.c io contract:
- * RemoteError when the other end is closed, *gone_errno_p set). */
+ * RemoteError when the other end is closed, *gone_errno_p set; a write to a
+ * reader closed with LOOM_SHM_READER_DONE is dropped and counted as moved). */
 loomResult_t loom_shm_ring_write(loom_shm_ring_t *r, const struct iovec *iov, int iovcnt,
                                  size_t *nbytes_p, int *gone_errno_p);
 loomResult_t loom_shm_ring_read(loom_shm_ring_t *r, const struct iovec *iov, int iovcnt,

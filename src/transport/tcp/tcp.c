@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,9 +32,16 @@
  *   acceptor:  accept -> secret handshake -> read HELLO -> check the rank.
  * HELLO (12 bytes, little-endian): u32 magic "LMTH", i32 rank, i32 nranks.
  * Nothing from an accepted socket is parsed before the handshake proved the
- * secret; a connection failing any step is closed and WARNed once, and the
- * listener keeps serving the others. The connector's send connection is then
- * the acceptor's receive connection: data flows one way only. */
+ * secret; a connection failing any step is closed and the listener keeps
+ * serving the others. Refusals of unproven connections go through the
+ * listener's loom_stray_log_t (one WARN, then INFO and a count at close), so
+ * a flood cannot flood the log; a proven peer's bad hello is WARNed. At most
+ * MAX_HANDSHAKES unproven connections are held: a new one evicts the oldest
+ * (one that has sent nothing first), and out of descriptors the listener
+ * evicts too. A connector whose connection the listener closed during the
+ * handshake without refusing its proof connects again (it was evicted); one
+ * told REFUSED (wrong secret) fails at once. The connector's send connection
+ * is then the acceptor's receive connection: data flows one way only. */
 
 #define TCP_HANDLE_MAGIC 0x5054434cu /* "LCTP" */
 #define TCP_HELLO_MAGIC  0x48544d4cu /* "LMTH" */
@@ -41,6 +49,7 @@
 #define TCP_HS_ROLE      0x20504354u /* "TCP ": the handshake role of data connections */
 #define RETRY_NS         1000000ull
 #define MAX_HANDSHAKES   256 /* unauthenticated connections one listener holds at once */
+#define ACCEPT_BURST     64  /* accepts per accept() call, so held connections progress */
 
 typedef struct {
     uint32_t magic;
@@ -57,8 +66,9 @@ typedef struct tcp_setup {
     struct tcp_setup *next;
     int fd;
     int stage;
-    int peer;       /* connector: the target rank */
-    int last_errno; /* connector: why the last attempt failed */
+    int peer;             /* connector: the target rank */
+    int last_errno;       /* connector: why the last attempt failed */
+    uint64_t accepted_ns; /* acceptor: when accepted (eviction picks the oldest) */
     uint64_t deadline_ns;
     uint64_t retry_at_ns;
     loom_sockaddr_t addr; /* connector: the listener */
@@ -79,9 +89,11 @@ typedef struct tcp_comm {
 typedef struct tcp_listen {
     struct tcp_ctx *ctx;
     int fd;
-    tcp_setup_t *setups; /* accepted, not yet proven */
+    tcp_setup_t *setups; /* accepted, hello not yet received */
     int n_setups;
     int accepting; /* accept() ran since the last wait(): the caller waits for peers */
+    int fd_warned; /* out of descriptors was WARNed */
+    loom_stray_log_t strays;
 } tcp_listen_t;
 
 typedef struct tcp_ctx {
@@ -304,6 +316,9 @@ static loomResult_t tcp_listen(void *ctx_v, void *handle, void **listen_p)
         return res;
     }
     l->ctx = ctx;
+    char who[64];
+    snprintf(who, sizeof(who), "tcp: rank %d", ctx->rank);
+    loom_stray_init(&l->strays, who, LOOM_LOG_TCP);
     ctx->listen = l;
     tcp_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -366,12 +381,30 @@ static loomResult_t connect_step(tcp_ctx_t *ctx, tcp_setup_t *st, int *ready_p)
                 return loomSuccess;
             LOOM_CHECK(loom_socket_tune(st->fd, ctx->sockbuf));
             LOOM_CHECK(loom_handshake_init(&st->hs, st->fd, ctx->secret, TCP_HS_ROLE, 0));
+            st->hs.quiet = 1;
             st->stage = ST_HANDSHAKE;
             break;
         }
         case ST_HANDSHAKE: {
             int done = 0;
-            LOOM_CHECK(loom_handshake_step(&st->hs, &done));
+            loomResult_t res = loom_handshake_step(&st->hs, &done);
+            if (res != loomSuccess && st->hs.fail == LOOM_HS_FAIL_CLOSED) {
+                /* Evicted by a busy listener (a refusal would say so): connect again. */
+                LOOM_INFO(LOOM_LOG_TCP, "tcp: rank %d: %s; connecting to rank %d again", ctx->rank,
+                          st->hs.why, st->peer);
+                loom_handshake_clear(&st->hs);
+                close(st->fd);
+                st->fd = -1;
+                st->last_errno = ECONNRESET;
+                st->retry_at_ns = loom_now_ns() + RETRY_NS;
+                st->stage = ST_START;
+                return loomSuccess;
+            }
+            if (res != loomSuccess) {
+                LOOM_WARN("tcp: rank %d: handshake with rank %d at %s failed: %s", ctx->rank,
+                          st->peer, addr_str(&st->addr, buf), st->hs.why);
+                return res;
+            }
             if (!done)
                 return loomSuccess;
             loom_handshake_clear(&st->hs);
@@ -483,18 +516,69 @@ static void listen_drop(tcp_listen_t *l, tcp_setup_t *st, tcp_setup_t *prev)
     setup_free(st);
 }
 
+/* Drops an unproven incoming connection, logged through the stray counter.
+ * A cause from the handshake (hs.why) already names the peer. */
+static void listen_stray(tcp_listen_t *l, tcp_setup_t *st, tcp_setup_t *prev, const char *cause)
+{
+    char peer[96], why[256];
+    if (cause == st->hs.why)
+        snprintf(why, sizeof(why), "dropped a connection: %s", cause);
+    else
+        snprintf(why, sizeof(why), "dropped a connection from %s: %s",
+                 loom_socket_peer_str(st->fd, peer, sizeof(peer)), cause);
+    LOOM_STRAY_NOTE(&l->strays, why);
+    listen_drop(l, st, prev);
+}
+
+/* Evicts the oldest unproven connection, preferring one that sent nothing.
+ * Returns 0 if there is none. */
+static int listen_evict(tcp_listen_t *l, const char *cause)
+{
+    tcp_setup_t *pick = NULL, *pick_prev = NULL;
+    for (int pass = 0; pass < 2 && pick == NULL; pass++) {
+        tcp_setup_t *prev = NULL;
+        for (tcp_setup_t *st = l->setups; st != NULL; prev = st, st = st->next) {
+            if (st->stage != ST_HANDSHAKE || (pass == 0 && loom_handshake_received(&st->hs) != 0))
+                continue;
+            if (pick == NULL || st->accepted_ns < pick->accepted_ns) {
+                pick = st;
+                pick_prev = prev;
+            }
+        }
+    }
+    if (pick == NULL)
+        return 0;
+    listen_stray(l, pick, pick_prev, cause);
+    return 1;
+}
+
 static loomResult_t accept_new(tcp_listen_t *l)
 {
     tcp_ctx_t *ctx = l->ctx;
-    for (;;) {
+    for (int k = 0; k < ACCEPT_BURST; k++) {
         int fd = -1;
-        LOOM_CHECK(loom_socket_accept(l->fd, &fd));
+        loomResult_t res = loom_socket_accept(l->fd, &fd);
+        if (res == loomInProgress) {
+            if (listen_evict(l, "evicted to free a descriptor (process out of files)"))
+                continue;
+            if (!l->fd_warned)
+                LOOM_WARN("tcp: rank %d is out of file descriptors with %d connections being "
+                          "set up; new connections wait in the backlog",
+                          ctx->rank, l->n_setups);
+            l->fd_warned = 1;
+            return loomSuccess;
+        }
+        if (res != loomSuccess)
+            return res;
         if (fd < 0)
             return loomSuccess;
-        if (l->n_setups >= MAX_HANDSHAKES) {
-            LOOM_WARN("tcp: rank %d refused a connection: %d connections are already "
-                      "authenticating",
-                      ctx->rank, l->n_setups);
+        if (l->n_setups >= MAX_HANDSHAKES &&
+            !listen_evict(l, "evicted by a newer connection (too many unproven ones)")) {
+            char peer[96], why[192];
+            snprintf(why, sizeof(why),
+                     "refused a connection from %s: %d proven connections are being set up",
+                     loom_socket_peer_str(fd, peer, sizeof(peer)), l->n_setups);
+            LOOM_STRAY_NOTE(&l->strays, why);
             close(fd);
             continue;
         }
@@ -507,31 +591,41 @@ static loomResult_t accept_new(tcp_listen_t *l)
         st->fd = fd;
         st->peer = -1;
         st->stage = ST_HANDSHAKE;
+        st->accepted_ns = loom_now_ns();
         st->deadline_ns = loom_deadline_ms(ctx->timeout_ms);
-        loomResult_t res = loom_socket_tune(fd, ctx->sockbuf);
-        if (res == loomSuccess)
-            res = loom_handshake_init(&st->hs, fd, ctx->secret, TCP_HS_ROLE, 1);
+        if (loom_socket_tune(fd, ctx->sockbuf) != loomSuccess) {
+            setup_free(st); /* WARNed by the socket layer; this connection only */
+            continue;
+        }
+        res = loom_handshake_init(&st->hs, fd, ctx->secret, TCP_HS_ROLE, 1);
         if (res != loomSuccess) {
             setup_free(st);
             return res;
         }
+        st->hs.quiet = 1;
         st->next = l->setups;
         l->setups = st;
         l->n_setups++;
     }
+    return loomSuccess;
 }
 
-/* Advances one incoming connection. *keep_p = 0: drop it (already WARNed);
+/* Advances one incoming connection. *keep_p = 0: drop it (already logged, or
+ * *stray_p = 1: the caller logs it as a stray with st->hs.why);
  * *peer_p >= 0: its hello named a valid, new peer. */
-static loomResult_t accept_step(tcp_listen_t *l, tcp_setup_t *st, int *keep_p, int *peer_p)
+static loomResult_t accept_step(tcp_listen_t *l, tcp_setup_t *st, int *keep_p, int *peer_p,
+                                int *stray_p)
 {
     tcp_ctx_t *ctx = l->ctx;
+    char pbuf[96];
     *keep_p = 1;
     *peer_p = -1;
+    *stray_p = 0;
     if (st->stage == ST_HANDSHAKE) {
         int done = 0;
         if (loom_handshake_step(&st->hs, &done) != loomSuccess) {
             *keep_p = 0;
+            *stray_p = 1;
             return loomSuccess;
         }
         if (!done)
@@ -544,8 +638,9 @@ static loomResult_t accept_step(tcp_listen_t *l, tcp_setup_t *st, int *keep_p, i
                                              TCP_HELLO_BYTES - st->hello_have, &n);
     if (res != loomSuccess) {
         if (res == loomRemoteError)
-            LOOM_WARN("tcp: rank %d: an authenticated connection closed before its hello",
-                      ctx->rank);
+            LOOM_WARN("tcp: rank %d: a connection from %s proved the job secret, then closed "
+                      "before its hello",
+                      ctx->rank, loom_socket_peer_str(st->fd, pbuf, sizeof(pbuf)));
         *keep_p = 0;
         return loomSuccess;
     }
@@ -588,16 +683,27 @@ static loomResult_t tcp_accept(void *listen_v, void **recv_comm_p, int *peer_p)
     tcp_setup_t *prev = NULL, *st = l->setups;
     while (st != NULL) {
         tcp_setup_t *next = st->next;
-        int keep = 0, peer = -1;
-        LOOM_CHECK(accept_step(l, st, &keep, &peer));
+        int keep = 0, peer = -1, stray = 0;
+        LOOM_CHECK(accept_step(l, st, &keep, &peer, &stray));
+        if (stray) {
+            listen_stray(l, st, prev, st->hs.why);
+            st = next;
+            continue;
+        }
         if (keep && peer < 0 && now >= st->deadline_ns) {
-            loom_sockaddr_t a;
-            socklen_t alen = sizeof(a);
-            memset(&a, 0, sizeof(a));
-            getpeername(st->fd, &a.sa, &alen);
-            LOOM_WARN("tcp: rank %d dropped a connection from %s: no proof within %lld ms",
-                      ctx->rank, addr_str(&a, buf), (long long)ctx->timeout_ms);
-            keep = 0;
+            if (st->stage == ST_HANDSHAKE) {
+                snprintf(buf, sizeof(buf), "no proof of the job secret within %lld ms",
+                         (long long)ctx->timeout_ms);
+                listen_stray(l, st, prev, buf);
+            } else {
+                LOOM_WARN("tcp: rank %d dropped a connection from %s: it proved the job secret "
+                          "but sent no hello within %lld ms",
+                          ctx->rank, loom_socket_peer_str(st->fd, buf, sizeof(buf)),
+                          (long long)ctx->timeout_ms);
+                listen_drop(l, st, prev);
+            }
+            st = next;
+            continue;
         }
         if (!keep) {
             listen_drop(l, st, prev);
@@ -725,8 +831,13 @@ static loomResult_t tcp_close_listen(void *listen_v)
     loomResult_t res = loomSuccess;
     if (l == NULL)
         return loomSuccess;
-    while (l->setups != NULL)
-        listen_drop(l, l->setups, NULL);
+    while (l->setups != NULL) {
+        if (l->setups->stage == ST_HANDSHAKE)
+            listen_stray(l, l->setups, NULL, "still unproven when the listener closed");
+        else
+            listen_drop(l, l->setups, NULL);
+    }
+    loom_stray_summary(&l->strays);
     if (close(l->fd) != 0) {
         LOOM_WARN("tcp: close of the listening socket failed: %s", strerror(errno));
         res = loomSystemError;

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// fault_util.h - small helpers shared by the fault tests: a monotonic clock, the environment
+// every fault run uses, checks that a failure message names a rank the way loom promises
+// ("rank R (host H, pid P)"), and the loom segments left in /dev/shm by a run's processes.
+// It does not start ranks (mp_fixture.h does) or kill them (tripwire.h). Used by tests/fault.
+#ifndef LOOM_TESTS_FAULT_FAULT_UTIL_H
+#define LOOM_TESTS_FAULT_FAULT_UTIL_H
+
+#include <string>
+#include <vector>
+
+#include "mp_fixture.h"
+
+namespace loomtest {
+
+double NowSec();
+
+// LOOM_NET=net plus small rings, socket buffers and chunks (so that a 1 MiB message cannot be
+// buffered whole: its sender only gets far once the receiver reads), and timeout_ms.
+EnvList FaultEnv(const std::string &net, int timeout_ms);
+
+// The last error (loomGetLastError) of this thread, checked to name `rank` with its host and pid
+// (from the harness) and to mention `op` and a sequence number; fails the rank otherwise.
+void CheckNamesRank(const char *file, int line, int rank, const std::string &op);
+
+// Blocks until rank r's process has exited (a pidfd, no polling loop). For a rank that hosts
+// the rendezvous service and must outlive the ranks it still has to answer.
+void WaitForRankExit(int rank);
+
+// "loom-<pid>-..." entries of /dev/shm for any of pids (a segment's name starts with its
+// leader's pid).
+std::vector<std::string> ShmLeftovers(const std::vector<int> &pids);
+
+} // namespace loomtest
+
+#define XT_CHECK_NAMES_RANK(rank, op) ::loomtest::CheckNamesRank(__FILE__, __LINE__, (rank), (op))
+
+#endif // LOOM_TESTS_FAULT_FAULT_UTIL_H

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_fault_lifecycle.cc - faults around a communicator's life rather than inside one call:
+// a rank that never joins creation (the others get a bounded error naming it); the local leader
+// or another rank killed while creation maps the shared-memory segment (bounded errors, and
+// nothing left in /dev/shm); loomCommAbort from another thread, which ends a blocked call and
+// reaches a destroy that waits for one; destroy and abort called twice (the second gets
+// InvalidArgument without touching freed memory), with live and with dead peers; a stream
+// failure reported by loomCommGetAsyncError; a peer that destroys while others still need it.
+// Run by meson's 'fault' suite.
+
+#include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fault_util.h"
+#include "loom.h"
+#include "mp_fixture.h"
+#include "tripwire.h"
+#include "verify.h"
+
+namespace {
+
+using loomtest::NowSec;
+
+constexpr size_t kChunk = 65536;
+
+// True if msg mentions the number n on its own (" 2", not " 25" or "pid 2...").
+bool MentionsRank(const std::string &msg, int n)
+{
+    const std::string k = " " + std::to_string(n);
+    for (size_t at = msg.find(k); at != std::string::npos; at = msg.find(k, at + 1)) {
+        const size_t end = at + k.size();
+        if (end == msg.size() || !isdigit(static_cast<unsigned char>(msg[end])))
+            return true;
+    }
+    return false;
+}
+
+// Kills this process (SIGKILL) as soon as a file named prefix* appears in /dev/shm.
+void KillWhenShmAppears(const std::string &prefix)
+{
+    const int fd = inotify_init1(IN_CLOEXEC);
+    XT_CHECK_MSG(fd >= 0, std::string("inotify_init1: ") + strerror(errno));
+    XT_CHECK_MSG(inotify_add_watch(fd, "/dev/shm", IN_CREATE) >= 0,
+                 std::string("inotify_add_watch /dev/shm: ") + strerror(errno));
+    std::thread([fd, prefix] {
+        alignas(inotify_event) char buf[4096];
+        for (;;) {
+            const ssize_t n = read(fd, buf, sizeof(buf));
+            for (ssize_t o = 0; o < n;) {
+                const auto *e = reinterpret_cast<const inotify_event *>(buf + o);
+                if (e->len > 0 && strncmp(e->name, prefix.c_str(), prefix.size()) == 0)
+                    raise(SIGKILL);
+                o += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+            }
+        }
+    }).detach();
+}
+
+loomResult_t SmallAllReduce(loomComm_t comm, loomStream_t stream = nullptr)
+{
+    static std::vector<float> send(4096, 1.0f), recv(4096);
+    return loomAllReduce(send.data(), recv.data(), send.size(), loomFloat32, loomSum, comm, stream);
+}
+
+// ---- creation -----------------------------------------------------------------------------
+
+TEST(Creation, RankThatNeverJoinsIsNamedWithinTheTimeout)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 1500);
+    opts.expected_exit = {0, 0, 128 + SIGKILL};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t) {
+            loomUniqueId id;
+            loomtest::ShareUniqueId(&id);
+            if (rank == 2)
+                raise(SIGKILL);
+            loomComm_t comm = nullptr;
+            const double t0 = NowSec();
+            const loomResult_t r = loomCommInitRank(&comm, n, id, rank);
+            const double s = NowSec() - t0;
+            const std::string msg = loomGetLastError(nullptr);
+            fprintf(stderr, "rank %d: init returned %s after %.1f ms: %s\n", rank,
+                    loomtest::Show(r).c_str(), s * 1e3, msg.c_str());
+            XT_CHECK_MSG(r == loomTimeout || r == loomRemoteError, loomtest::Show(r));
+            XT_CHECK(comm == nullptr);
+            XT_CHECK_MSG(s < 1.5 + 1.0, std::to_string(s) + " s");
+            XT_CHECK_MSG(MentionsRank(msg, 2), "rank 2 is not named: '" + msg + "'");
+            if (rank == 0) // the rendezvous service runs here: rank 1 must have its answer
+                loomtest::WaitForRankExit(1);
+        },
+        opts));
+}
+
+// The victim dies at the moment the leader's segment appears in /dev/shm; every other rank gets
+// a bounded error, at creation or at its first call, and no segment is left behind.
+void KilledWhileMapping(int victim)
+{
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 10000);
+    opts.expected_exit = {0, 0, 0};
+    opts.expected_exit[static_cast<size_t>(victim)] = 128 + SIGKILL;
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [victim](int rank, int n, loomComm_t) {
+            loomUniqueId id;
+            loomtest::ShareUniqueId(&id); // rank 0's pid file exists from here on
+            if (rank == victim)
+                KillWhenShmAppears("loom-" + std::to_string(loomtest::RankPid(0)) + "-");
+            loomComm_t comm = nullptr;
+            const double t0 = NowSec();
+            loomResult_t r = loomCommInitRank(&comm, n, id, rank);
+            if (rank == victim)
+                for (;;)
+                    pause();      // the watcher kills this process (the segment exists by now)
+            if (r == loomSuccess) // the victim died after creation completed
+                r = loomBarrier(comm, nullptr);
+            const double s = NowSec() - t0;
+            fprintf(stderr, "rank %d: returned %s after %.1f ms: %s\n", rank,
+                    loomtest::Show(r).c_str(), s * 1e3, loomGetLastError(nullptr));
+            XT_CHECK_MSG(r == loomRemoteError || r == loomTimeout, loomtest::Show(r));
+            XT_CHECK_MSG(s < 2.0, std::to_string(s) + " s");
+            if (comm != nullptr)
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+        },
+        opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+TEST(Creation, LeaderKilledWhileMappingLeavesNoSegment)
+{
+    KilledWhileMapping(0);
+}
+
+TEST(Creation, OtherRankKilledWhileMappingLeavesNoSegment)
+{
+    KilledWhileMapping(1);
+}
+
+// ---- abort --------------------------------------------------------------------------------
+
+TEST(Abort, FromAnotherThreadEndsABlockedCall)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            unsigned char go = 0;
+            if (rank == 1) { // never joins the all-reduce; then sees rank 0's abort
+                loomtest::ShareFromRank0(&go, 1);
+                XT_CHECK_LOOM_RES(SmallAllReduce(comm), loomRemoteError);
+                const std::string msg = loomGetLastError(nullptr);
+                XT_CHECK_MSG(msg.find("aborted") != std::string::npos, msg);
+                XT_CHECK_NAMES_RANK(0, "allreduce");
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            std::atomic<double> t_abort{0};
+            std::thread aborter([&] {
+                usleep(300 * 1000); // let the all-reduce block; the abort works either way
+                t_abort = NowSec();
+                XT_CHECK_LOOM(loomCommAbort(comm));
+            });
+            const loomResult_t r = SmallAllReduce(comm);
+            const double t_end = NowSec();
+            aborter.join();
+            fprintf(stderr, "rank 0: all-reduce returned %s %.1f ms after the abort: %s\n",
+                    loomtest::Show(r).c_str(), (t_end - t_abort) * 1e3, loomGetLastError(nullptr));
+            XT_CHECK_LOOM_RES(r, loomRemoteError);
+            XT_CHECK(t_end >= t_abort && t_end - t_abort < 1.0);
+            XT_CHECK_LOOM_RES(loomCommAbort(comm), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommDestroy(comm), loomInvalidArgument);
+            loomtest::ShareFromRank0(&go, 1);
+        },
+        opts));
+}
+
+TEST(Abort, ReachesADestroyWaitingForABlockedStream)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("tcp", 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            unsigned char go = 0;
+            if (rank == 1) {
+                loomtest::ShareFromRank0(&go, 1);
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            loomStream_t s = nullptr;
+            XT_CHECK_LOOM(loomStreamCreate(&s));
+            XT_CHECK_LOOM(SmallAllReduce(comm, s)); // queued; rank 1 never joins
+            std::atomic<double> t_done{0};
+            std::atomic<int> destroy_res{-1};
+            std::thread destroyer([&] {
+                destroy_res = loomCommDestroy(comm); // waits for the stream's all-reduce
+                t_done = NowSec();
+            });
+            usleep(300 * 1000); // let the destroy start waiting; the abort works either way
+            const double t_abort = NowSec();
+            XT_CHECK_LOOM(loomCommAbort(comm));
+            destroyer.join();
+            XT_CHECK_EQ(destroy_res.load(), static_cast<int>(loomSuccess));
+            XT_CHECK_MSG(t_done - t_abort < 1.0, std::to_string(t_done - t_abort) + " s");
+            XT_CHECK_LOOM_RES(loomStreamSynchronize(s), loomRemoteError);
+            XT_CHECK_LOOM(loomStreamDestroy(s));
+            XT_CHECK_LOOM_RES(loomCommAbort(comm), loomInvalidArgument);
+            loomtest::ShareFromRank0(&go, 1);
+        },
+        opts));
+}
+
+// ---- destroy and abort, twice -----------------------------------------------------------------
+
+TEST(Teardown, SecondDestroyOrAbortIsInvalidArgument)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int, int, loomComm_t) {
+            loomComm_t a = loomtest::CreateComm();
+            XT_CHECK_LOOM(SmallAllReduce(a));
+            XT_CHECK_LOOM(loomCommDestroy(a));
+            XT_CHECK_LOOM_RES(loomCommDestroy(a), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommAbort(a), loomInvalidArgument);
+            XT_CHECK_LOOM(loomCommDestroy(nullptr));
+            XT_CHECK_LOOM(loomCommAbort(nullptr));
+            loomComm_t b = loomtest::CreateComm();
+            XT_CHECK_LOOM(SmallAllReduce(b));
+            XT_CHECK_LOOM(loomCommAbort(b));
+            XT_CHECK_LOOM_RES(loomCommAbort(b), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommDestroy(b), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(SmallAllReduce(b), loomInvalidArgument);
+        },
+        opts));
+}
+
+class DeadPeerTeardown : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeadPeerTeardown, DestroyAndAbortReturnPromptly)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv(GetParam(), 20000);
+    opts.expected_exit = {0, 0, 128 + SIGKILL};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            // The victim leaves the barrier once every rank is in it (their creation is done);
+            // its last barrier message may not reach the others (a killed tcp socket resets).
+            const loomResult_t b = loomBarrier(comm, nullptr);
+            if (rank == 2)
+                raise(SIGKILL);
+            XT_CHECK_MSG(b == loomSuccess || b == loomRemoteError, loomtest::Show(b));
+            const double t0 = NowSec();
+            if (rank == 0)
+                XT_CHECK_LOOM(loomCommAbort(comm));
+            else
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+            XT_CHECK_MSG(NowSec() - t0 < 1.0, std::to_string(NowSec() - t0) + " s");
+            XT_CHECK_LOOM_RES(loomCommAbort(comm), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommDestroy(comm), loomInvalidArgument);
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DeadPeerTeardown, ::testing::Values("shm", "tcp"));
+
+// ---- asynchronous errors and early destroys ---------------------------------------------------
+
+TEST(AsyncError, StreamFailureIsReportedOnTheCommunicator)
+{
+    loomtest::RunOptions opts;
+    opts.env = loomtest::FaultEnv("shm", 20000);
+    opts.expected_exit = {0, 0, 128 + SIGKILL};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int, loomComm_t comm) {
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            loomStream_t s = nullptr;
+            XT_CHECK_LOOM(loomStreamCreate(&s));
+            const size_t count = 3 * 4 * (kChunk / 4);
+            loomtest::TripBuffer send(count * 4);
+            std::vector<float> recv(count);
+            if (rank == 2)
+                send.Arm(2 * kChunk, SIGKILL); // dies in the stream's worker thread
+            XT_CHECK_LOOM(
+                loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, s));
+            if (rank == 2)
+                for (;;)
+                    pause();
+            loomResult_t e = loomInternalError;
+            XT_CHECK_LOOM(loomCommGetAsyncError(comm, &e));
+            XT_CHECK(e == loomSuccess || e == loomRemoteError);
+            const double t0 = NowSec();
+            XT_CHECK_LOOM_RES(loomStreamSynchronize(s), loomRemoteError);
+            XT_CHECK(NowSec() - t0 < 2.0);
+            loomtest::SetContext("loomCommGetAsyncError");
+            XT_CHECK_LOOM(loomCommGetAsyncError(comm, &e));
+            XT_CHECK_EQ(e, loomRemoteError);
+            XT_CHECK_NAMES_RANK(2, "allreduce");
+            XT_CHECK_LOOM(loomStreamDestroy(s));
+        },
+        opts));
+}
+
+class EarlyDestroy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EarlyDestroy, PeersStillWaitingFailFastNamingIt)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv(GetParam(), 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            if (rank == 2) { // leaves without the all-reduce the others wait in
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            const double t0 = NowSec();
+            XT_CHECK_LOOM_RES(SmallAllReduce(comm), loomRemoteError);
+            XT_CHECK(NowSec() - t0 < 2.0);
+            const std::string msg = loomGetLastError(nullptr);
+            XT_CHECK_MSG(msg.find("destroyed its communicator") != std::string::npos, msg);
+            XT_CHECK_NAMES_RANK(2, "allreduce");
+            XT_CHECK_LOOM(loomCommDestroy(comm));
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EarlyDestroy, ::testing::Values("shm", "tcp"));
+
+} // namespace
