@@ -158,6 +158,19 @@ static int same_machine(const loom_p2p_t *p, int peer)
 
 // ---- setup ------------------------------------------------------------------
 
+/* 1 if the comma list names exactly name ("^cp" must not exclude tcp). */
+static int list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncasecmp(p, name, n) == 0)
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 /* Parses LOOM_NET-style lists ("shm,tcp", "tcp", "^shm") into transports in order. */
 static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
 {
@@ -166,7 +179,7 @@ static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
     int negate = list && list[0] == '^';
     if (list == NULL || list[0] == '\0' || negate) {
         for (int i = 0; i < n && p->ntp < MAX_TP; i++) {
-            if (negate && strstr(list + 1, reg[i]->name) != NULL)
+            if (negate && list_has(list + 1, reg[i]->name))
                 continue;
             p->tps[p->ntp++] = reg[i];
         }
