@@ -62,14 +62,15 @@ enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_K
 static const char *const kind_names[N_KINDS] = {"none",    "bye",   "dead",  "lost",
                                                 "timeout", "abort", "error", "closed"};
 
-/* What a notice from a peer said. */
+/* Why the layer broke: the first cause, as found here or as a notice told it
+ * (a received notice is kept in this form too, with via = its sender). */
 typedef struct {
-    int kind;
-    int from;
-    int cause;
-    uint32_t code;
-    uint64_t seq;
-} notice_t;
+    int kind;      /* N_* (never N_BYE) */
+    int rank;      /* the rank at fault */
+    int via;       /* the peer whose notice told us; -1 when found here */
+    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
+    uint64_t seq;  /* via >= 0: the reporter's sequence number */
+} cause_t;
 
 enum { NS_WAITING, NS_GOT, NS_ENDED }; /* notice state of a receive connection */
 
@@ -79,18 +80,9 @@ typedef struct {
     void *recv;       /* transport receive connection */
     void *notice_req; /* the posted notice receive; NULL once finished or closed */
     int notice_state; /* NS_*: NS_ENDED when the stream ended without a notice */
-    notice_t got;     /* valid in NS_GOT */
+    cause_t got;      /* valid in NS_GOT: the notice, via = this peer */
     uint8_t notice_buf[NOTICE_BYTES];
 } peer_conn_t;
-
-/* Why the layer broke: the first cause, as found here or as a notice told it. */
-typedef struct {
-    int kind;      /* N_* (never N_BYE) */
-    int rank;      /* the rank at fault */
-    int via;       /* the peer whose notice told us; -1 when found here */
-    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
-    uint64_t seq;  /* via >= 0: the reporter's sequence number */
-} cause_t;
 
 /* Handles every rank publishes: one slot per registry transport. */
 typedef struct {
@@ -428,17 +420,17 @@ static void notice_decode(loom_p2p_t *p, int peer, size_t nbytes)
 {
     peer_conn_t *c = &p->conns[peer];
     const uint8_t *b = c->notice_buf;
-    notice_t n = {.kind = (int)get32(b + 4),
-                  .from = (int32_t)get32(b + 8),
-                  .cause = (int32_t)get32(b + 12),
-                  .code = get32(b + 16),
-                  .seq = (uint64_t)get32(b + 24) | (uint64_t)get32(b + 28) << 32};
+    cause_t n = {.kind = (int)get32(b + 4),
+                 .via = (int32_t)get32(b + 8),
+                 .rank = (int32_t)get32(b + 12),
+                 .code = get32(b + 16),
+                 .seq = (uint64_t)get32(b + 24) | (uint64_t)get32(b + 28) << 32};
     if (nbytes != NOTICE_BYTES || get32(b) != NOTICE_MAGIC || n.kind <= N_NONE ||
-        n.kind >= N_KINDS || n.from != peer || n.cause < 0 || n.cause >= p->nranks) {
+        n.kind >= N_KINDS || n.via != peer || n.rank < 0 || n.rank >= p->nranks) {
         LOOM_WARN("rank %d: malformed notice from rank %d (%zu bytes, kind %d, from %d, cause %d); "
                   "treated as its failure",
-                  p->rank, peer, nbytes, n.kind, n.from, n.cause);
-        n = (notice_t){.kind = N_ERROR, .from = peer, .cause = peer, .code = loomRemoteError};
+                  p->rank, peer, nbytes, n.kind, n.via, n.rank);
+        n = (cause_t){.kind = N_ERROR, .rank = peer, .via = peer, .code = loomRemoteError};
     }
     c->got = n;
     c->notice_state = NS_GOT;
@@ -935,11 +927,7 @@ static loomResult_t classify_lost_peer(loom_p2p_t *p, int peer, cause_t *c)
     peer_conn_t *pc = &p->conns[peer];
     notice_poll(p, peer);
     if (pc->notice_state == NS_GOT && pc->got.kind != N_BYE) {
-        *c = (cause_t){.kind = pc->got.kind,
-                       .rank = pc->got.cause,
-                       .via = peer,
-                       .code = pc->got.code,
-                       .seq = pc->got.seq};
+        *c = pc->got;
         return c->kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
     }
     *c = (cause_t){.kind = N_LOST, .rank = peer, .via = -1};
