@@ -56,7 +56,7 @@ static int closing_take(struct loomComm *c, int remove)
 static void set_abort_flag(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
-    c->abort_flag = 1;
+    __atomic_store_n(&c->abort_flag, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
 }

@@ -121,7 +121,7 @@ struct loom_p2p {
 
 static int aborted(const loom_p2p_t *p)
 {
-    return p->abort_flag != NULL && *p->abort_flag != 0;
+    return p->abort_flag != NULL && __atomic_load_n(p->abort_flag, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* 1 if pid no longer runs: gone, or a zombie its parent has not reaped yet. */

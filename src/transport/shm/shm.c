@@ -103,7 +103,7 @@ typedef struct shm_ctx {
 
 static int aborted(const shm_ctx_t *ctx)
 {
-    return ctx->abort_flag != NULL && *ctx->abort_flag != 0;
+    return ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE) != 0;
 }
 
 // ---- byte channel for stream.c ---------------------------------------------
