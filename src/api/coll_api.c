@@ -13,11 +13,10 @@
 #include "comm.h"
 #include "dtype.h"
 
-/* Common checks: communicator, stream, datatype, and count*esize*mult fits. */
-static loomResult_t check_common(loomComm_t comm, loomStream_t stream, loomDataType_t dt,
-                                 size_t count, size_t mult, const char *fn, size_t *bytes_p)
+/* Common checks: stream, datatype, and count*esize*mult fits. */
+static loomResult_t check_common(loomStream_t stream, loomDataType_t dt, size_t count, size_t mult,
+                                 const char *fn, size_t *bytes_p)
 {
-    LOOM_CHECK(loom_comm_check(comm, fn));
     LOOM_CHECK(loom_stream_validate(stream));
     if (!loom_dtype_valid(dt)) {
         LOOM_WARN("%s: invalid datatype %d", fn, (int)dt);
@@ -90,13 +89,13 @@ static loomResult_t enqueue_coll(loomComm_t comm, loomStream_t stream, loom_coll
     return loom_enqueue(comm, &op, stream);
 }
 
-LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
-                                    loomStream_t stream)
+static loomResult_t all_reduce(const void *sendbuff, void *recvbuff, size_t count,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream)
 {
     const char *fn = "loomAllReduce";
     size_t bytes;
-    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
     LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
@@ -110,13 +109,12 @@ LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t
     return enqueue_coll(comm, stream, &a);
 }
 
-LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+static loomResult_t all_gather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
 {
     const char *fn = "loomAllGather";
     size_t bytes;
-    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
-    LOOM_CHECK(check_common(comm, stream, datatype, sendcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, sendcount, (size_t)comm->nranks, fn, &bytes));
     LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
     const void *inplace = recvbuff ? (const uint8_t *)recvbuff + (size_t)comm->rank * bytes : NULL;
@@ -129,14 +127,13 @@ LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t
     return enqueue_coll(comm, stream, &a);
 }
 
-LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
-                                        loomStream_t stream)
+static loomResult_t reduce_scatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                   loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                   loomStream_t stream)
 {
     const char *fn = "loomReduceScatter";
     size_t bytes;
-    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
-    LOOM_CHECK(check_common(comm, stream, datatype, recvcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, recvcount, (size_t)comm->nranks, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
     LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
@@ -153,13 +150,13 @@ LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, si
     return enqueue_coll(comm, stream, &a);
 }
 
-LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                                    loomDataType_t datatype, int root, loomComm_t comm,
-                                    loomStream_t stream)
+static loomResult_t broadcast(const void *sendbuff, void *recvbuff, size_t count,
+                              loomDataType_t datatype, int root, loomComm_t comm,
+                              loomStream_t stream)
 {
     const char *fn = "loomBroadcast";
     size_t bytes;
-    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_root(comm, root, fn));
     if (comm->rank == root) {
         LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff (on the root)", fn));
@@ -175,13 +172,13 @@ LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t
     return enqueue_coll(comm, stream, &a);
 }
 
-LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
-                                 loomStream_t stream)
+static loomResult_t reduce(const void *sendbuff, void *recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                           loomStream_t stream)
 {
     const char *fn = "loomReduce";
     size_t bytes;
-    LOOM_CHECK(check_common(comm, stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
     LOOM_CHECK(check_root(comm, root, fn));
     LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
@@ -199,13 +196,12 @@ LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t co
     return enqueue_coll(comm, stream, &a);
 }
 
-LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t count,
-                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+static loomResult_t all_to_all(const void *sendbuff, void *recvbuff, size_t count,
+                               loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
 {
     const char *fn = "loomAllToAll";
     size_t bytes;
-    LOOM_CHECK(loom_comm_check(comm, fn)); /* before reading comm->nranks */
-    LOOM_CHECK(check_common(comm, stream, datatype, count, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(check_common(stream, datatype, count, (size_t)comm->nranks, fn, &bytes));
     size_t total = bytes * (size_t)comm->nranks;
     LOOM_CHECK(check_buf(sendbuff, total, "sendbuff", fn));
     LOOM_CHECK(check_buf(recvbuff, total, "recvbuff", fn));
@@ -236,14 +232,14 @@ static loomResult_t v_extent(const size_t *counts, const size_t *displs, int n, 
     return loomSuccess;
 }
 
-LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcounts[],
-                                    const size_t sdispls[], void *recvbuff,
-                                    const size_t recvcounts[], const size_t rdispls[],
-                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+static loomResult_t all_to_allv(const void *sendbuff, const size_t sendcounts[],
+                                const size_t sdispls[], void *recvbuff, const size_t recvcounts[],
+                                const size_t rdispls[], loomDataType_t datatype, loomComm_t comm,
+                                loomStream_t stream)
 {
     const char *fn = "loomAllToAllv";
     size_t es_bytes;
-    LOOM_CHECK(check_common(comm, stream, datatype, 1, 1, fn, &es_bytes));
+    LOOM_CHECK(check_common(stream, datatype, 1, 1, fn, &es_bytes));
     if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
         LOOM_WARN("%s: counts and displacements must not be NULL", fn);
         return loomInvalidArgument;
@@ -275,9 +271,8 @@ LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcount
     return enqueue_coll(comm, stream, &a); /* the op owns v from here, even on failure */
 }
 
-LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream)
+static loomResult_t barrier(loomComm_t comm, loomStream_t stream)
 {
-    LOOM_CHECK(loom_comm_check(comm, "loomBarrier"));
     LOOM_CHECK(loom_stream_validate(stream));
     loom_coll_args_t a = {.kind = LOOM_COLL_BARRIER, .dt = loomUint8};
     return enqueue_coll(comm, stream, &a);
@@ -288,7 +283,7 @@ static loomResult_t p2p_enqueue(loom_op_kind_t kind, const void *sbuf, void *rbu
                                 const char *fn)
 {
     size_t bytes;
-    LOOM_CHECK(check_common(comm, stream, dt, count, 1, fn, &bytes));
+    LOOM_CHECK(check_common(stream, dt, count, 1, fn, &bytes));
     if (peer < 0 || peer >= comm->nranks) {
         LOOM_WARN("%s: peer %d out of range [0, %d)", fn, peer, comm->nranks);
         return loomInvalidArgument;
@@ -304,16 +299,81 @@ static loomResult_t p2p_enqueue(loom_op_kind_t kind, const void *sbuf, void *rbu
     return loom_enqueue(comm, &op, stream);
 }
 
+// ---- public entry points: each holds a reference on comm for the whole call ----
+
+LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                    loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomAllReduce",
+                   all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream));
+}
+
+LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomAllGather",
+                   all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream));
+}
+
+LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomReduceScatter",
+                   reduce_scatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
+}
+
+LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t datatype, int root, loomComm_t comm,
+                                    loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomBroadcast",
+                   broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream));
+}
+
+LOOM_API loomResult_t loomReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                                 loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomReduce",
+                   reduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream));
+}
+
+LOOM_API loomResult_t loomAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomAllToAll",
+                   all_to_all(sendbuff, recvbuff, count, datatype, comm, stream));
+}
+
+LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void *recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomAllToAllv",
+                   all_to_allv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                               datatype, comm, stream));
+}
+
+LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomBarrier", barrier(comm, stream));
+}
+
 LOOM_API loomResult_t loomSend(const void *sendbuff, size_t count, loomDataType_t datatype,
                                int peer, loomComm_t comm, loomStream_t stream)
 {
-    return p2p_enqueue(LOOM_OP_SEND, sendbuff, NULL, count, datatype, peer, comm, stream,
-                       "loomSend");
+    LOOM_WITH_COMM(
+        comm, "loomSend",
+        p2p_enqueue(LOOM_OP_SEND, sendbuff, NULL, count, datatype, peer, comm, stream, "loomSend"));
 }
 
 LOOM_API loomResult_t loomRecv(void *recvbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream)
 {
-    return p2p_enqueue(LOOM_OP_RECV, NULL, recvbuff, count, datatype, peer, comm, stream,
-                       "loomRecv");
+    LOOM_WITH_COMM(
+        comm, "loomRecv",
+        p2p_enqueue(LOOM_OP_RECV, NULL, recvbuff, count, datatype, peer, comm, stream, "loomRecv"));
 }

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "check.h"
 #include "coll.h"
 #include "loom.h"
 #include "p2p.h"
@@ -66,8 +67,18 @@ typedef struct loom_task {
     struct loom_task *next; /* stream queue / group list */
 } loom_task_t;
 
-/* Validation helper shared by every entry point: comm usable? */
-loomResult_t loom_comm_check(loomComm_t comm, const char *fn);
+/* Every entry point that touches a communicator holds a reference on it for
+ * the whole call: InvalidArgument (with a message naming fn) unless comm is
+ * live; on success the caller owes one loom_comm_release. */
+loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn);
+/* Runs `call` (an expression of type loomResult_t) holding a reference on comm. */
+#define LOOM_WITH_COMM(comm, fn, call)                                                             \
+    do {                                                                                           \
+        LOOM_CHECK(loom_comm_acquire((comm), (fn)));                                               \
+        loomResult_t with_comm_res_ = (call);                                                      \
+        loom_comm_release(comm);                                                                   \
+        return with_comm_res_;                                                                     \
+    } while (0)
 /* Records an operation: into the thread's open group, or as a task of its own
  * that runs now (stream NULL) or is queued on the stream. Takes ownership of
  * op's owned arrays. */

@@ -67,23 +67,28 @@ static int live_remove(struct loomComm *c)
     return found;
 }
 
-static int live_find(const struct loomComm *c)
-{
-    int found = 0;
-    pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < nlive && !found; i++)
-        found = live[i] == c;
-    pthread_mutex_unlock(&live_lock);
-    return found;
-}
-
-loomResult_t loom_comm_check(loomComm_t comm, const char *fn)
+/* The reference is taken under the registry lock: once loomCommAbort or
+ * loomCommDestroy has taken the communicator out of the registry no new
+ * reference can appear, and their teardown waits for the ones already held.
+ * A check followed by a later reference would leave a window in which another
+ * thread frees the communicator under the caller. */
+loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn)
 {
     if (comm == NULL) {
         LOOM_WARN("%s: communicator is NULL", fn);
         return loomInvalidArgument;
     }
-    if (!live_find(comm)) {
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive && !found; i++)
+        found = live[i] == comm;
+    if (found) {
+        pthread_mutex_lock(&comm->lock);
+        comm->refs++;
+        pthread_mutex_unlock(&comm->lock);
+    }
+    pthread_mutex_unlock(&live_lock);
+    if (!found) {
         LOOM_WARN("%s: communicator %p is not valid (destroyed, aborted or never created)", fn,
                   (void *)comm);
         return loomInvalidArgument;

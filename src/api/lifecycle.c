@@ -75,6 +75,11 @@ static loomResult_t comm_teardown(struct loomComm *c)
               c->abort_flag ? "Abort" : "Destroy");
     pthread_mutex_lock(&closing_lock);
     (void)closing_take(c, 1);
+    if (nclosing == 0) { /* nothing of loom's is left held when no communicator is */
+        free(closing);
+        closing = NULL;
+        closing_cap = 0;
+    }
     pthread_mutex_unlock(&closing_lock);
     loom_comm_release(c);
     return res;
@@ -84,12 +89,13 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm)
 {
     if (comm == NULL)
         return loomSuccess;
-    LOOM_CHECK(loom_comm_check(comm, "loomCommDestroy"));
+    LOOM_CHECK(loom_comm_acquire(comm, "loomCommDestroy"));
     pthread_mutex_lock(&closing_lock);
     int won = loom_comm_live_remove(comm);
     if (won)
         closing_add(comm);
     pthread_mutex_unlock(&closing_lock);
+    loom_comm_release(comm); /* the user's reference keeps it until the teardown */
     if (!won)
         return loomSuccess; /* a concurrent destroy or abort owns it */
     return comm_teardown(comm);
@@ -119,9 +125,8 @@ LOOM_API loomResult_t loomCommAbort(loomComm_t comm)
     return loomSuccess;
 }
 
-LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
+static loomResult_t get_async_error(loomComm_t comm, loomResult_t *asyncError)
 {
-    LOOM_CHECK(loom_comm_check(comm, "loomCommGetAsyncError"));
     if (asyncError == NULL) {
         LOOM_WARN("loomCommGetAsyncError: asyncError is NULL");
         return loomInvalidArgument;
@@ -134,9 +139,13 @@ LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *async
     return loomSuccess;
 }
 
-LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int *count)
+LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError)
 {
-    LOOM_CHECK(loom_comm_check(comm, "loomCommCount"));
+    LOOM_WITH_COMM(comm, "loomCommGetAsyncError", get_async_error(comm, asyncError));
+}
+
+static loomResult_t count_ranks(const loomComm_t comm, int *count)
+{
     if (count == NULL) {
         LOOM_WARN("loomCommCount: count is NULL");
         return loomInvalidArgument;
@@ -145,15 +154,24 @@ LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int *count)
     return loomSuccess;
 }
 
-LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
+LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int *count)
 {
-    LOOM_CHECK(loom_comm_check(comm, "loomCommUserRank"));
+    LOOM_WITH_COMM(comm, "loomCommCount", count_ranks(comm, count));
+}
+
+static loomResult_t user_rank(const loomComm_t comm, int *rank)
+{
     if (rank == NULL) {
         LOOM_WARN("loomCommUserRank: rank is NULL");
         return loomInvalidArgument;
     }
     *rank = comm->rank;
     return loomSuccess;
+}
+
+LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int *rank)
+{
+    LOOM_WITH_COMM(comm, "loomCommUserRank", user_rank(comm, rank));
 }
 
 typedef struct {
@@ -172,10 +190,9 @@ static int split_cmp(const void *a, const void *b)
 
 /* Split: (1) all-gather color and key over the parent; (2) the first member of
  * each color makes a unique id; (3) all-gather the ids; (4) init the child. */
-LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
-                                    loomConfig_t *config)
+static loomResult_t split(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                          loomConfig_t *config)
 {
-    LOOM_CHECK(loom_comm_check(comm, "loomCommSplit"));
     if (newcomm == NULL) {
         LOOM_WARN("loomCommSplit: newcomm is NULL");
         return loomInvalidArgument;
@@ -221,4 +238,10 @@ out:
     free(all);
     free(ids);
     return res;
+}
+
+LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
+                                    loomConfig_t *config)
+{
+    LOOM_WITH_COMM(comm, "loomCommSplit", split(comm, color, key, newcomm, config));
 }

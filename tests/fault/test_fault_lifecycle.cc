@@ -232,6 +232,50 @@ TEST(Abort, ReachesADestroyWaitingForABlockedStream)
         opts));
 }
 
+// A call on another thread holds the communicator for its whole length: an abort that lands
+// between the call's validity check and its work must not free the communicator under it (run
+// under ASan, a use after free here fails the test). Each round aborts after a different delay.
+TEST(Abort, RacingCallsNeverTouchAFreedCommunicator)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        1,
+        [](int, int, loomComm_t) {
+            for (int round = 0; round < 60; round++) {
+                loomComm_t comm = loomtest::CreateComm();
+                std::atomic<int> calls{0};
+                std::atomic<int> last{loomSuccess};
+                std::thread caller([&] {
+                    float x[64] = {};
+                    int n = 0;
+                    for (;;) {
+                        loomResult_t r =
+                            loomAllReduce(x, x, 64, loomFloat32, loomSum, comm, nullptr);
+                        if (r == loomSuccess)
+                            r = loomCommCount(comm, &n);
+                        calls++;
+                        if (r != loomSuccess) {
+                            last = r;
+                            return;
+                        }
+                    }
+                });
+                usleep(static_cast<useconds_t>(round % 20) * 50);
+                XT_CHECK_LOOM(loomCommAbort(comm));
+                caller.join();
+                // Either the call began before the abort (RemoteError: it was aborted) or after
+                // it (InvalidArgument: the handle is no longer live).
+                const int r = last.load();
+                XT_CHECK_MSG(r == loomRemoteError || r == loomInvalidArgument,
+                             "round " + std::to_string(round) + ": " +
+                                 loomtest::Show(static_cast<loomResult_t>(r)));
+                XT_CHECK(calls.load() >= 1);
+            }
+        },
+        opts));
+}
+
 // ---- destroy and abort, twice -----------------------------------------------------------------
 
 TEST(Teardown, SecondDestroyOrAbortIsInvalidArgument)
