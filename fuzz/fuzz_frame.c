@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     chan_t c = {.data = data + 2 + 2 * NRECV, .size = size - 2 - 2 * NRECV, .chunk = data[0]};
     uint8_t reposts = data[1] % 16;
     loom_tp_stream_t s;
-    loom_tp_stream_init(&s, &fz_io, &c, "fuzz", 0, 1);
+    loom_tp_stream_init(&s, &fz_io, &c, "fuzz", 0, 1, NULL);
     loom_tp_stream_req_t *req[NRECV];
     uint8_t *buf[NRECV];
     size_t cap[NRECV];

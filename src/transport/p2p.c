@@ -96,6 +96,7 @@ struct loom_p2p {
     loom_tp_init_args_t args;       /* the transports get args.abort_flag = &tp_abort */
     volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
     volatile int tp_abort; /* set once aborted or broken: transports give up, shm closes hard */
+    volatile int tp_quiet; /* set once tearing down: peers leaving is expected (INFO) */
     loom_peer_info_t *peers;
     int ntp;
     const loom_tp_t *tps[MAX_TP];
@@ -312,6 +313,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     p->args = *args;
     p->abort_flag = args->abort_flag;
     p->args.abort_flag = &p->tp_abort;
+    p->args.quiet_flag = &p->tp_quiet;
     p->peers = calloc((size_t)args->nranks, sizeof(*p->peers));
     p->conns = calloc((size_t)args->nranks, sizeof(*p->conns));
     p->flush = calloc((size_t)args->nranks, sizeof(*p->flush));
@@ -542,6 +544,7 @@ static void p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs,
     p->broken = 1;
     p->cause = *cause;
     p->tp_abort = 1; /* from now on shm closes its rings hard: writers fail at once */
+    p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
     notices_send(p, cause->kind, cause, skip);
     (void)close_all(p);
@@ -553,6 +556,7 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
         return loomSuccess;
     loomResult_t res = loomSuccess;
     if (!p->closed && p->conns != NULL) {
+        p->tp_quiet = 1; /* best-effort goodbyes: a peer that already left is no failure */
         if (p->broken) {
             notices_send(p, p->cause.kind, &p->cause, -1);
         } else if (aborted(p)) {

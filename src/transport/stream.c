@@ -9,6 +9,7 @@
  */
 #include "stream.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +85,7 @@ int loom_tp_frame_header_decode(const void *buf, size_t len, loom_tp_frame_heade
 }
 
 void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, void *chan,
-                         const char *tp_name, int rank, int peer)
+                         const char *tp_name, int rank, int peer, volatile const int *quiet)
 {
     memset(s, 0, sizeof(*s));
     s->io = io;
@@ -93,6 +94,7 @@ void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, voi
     s->rank = rank;
     s->peer = peer;
     s->broken = loomSuccess;
+    s->quiet = quiet;
 }
 
 void loom_tp_stream_fini(loom_tp_stream_t *s)
@@ -170,24 +172,33 @@ static void stream_break(loom_tp_stream_t *s, loomResult_t res)
     s->cur = NULL;
 }
 
+/* Names the lost peer once. While the layer above tears down (its quiet flag
+ * set) peers leaving is expected: INFO then, so that a clean destroy or a
+ * failure already reported does not add alarming lines. */
 static void warn_gone(loom_tp_stream_t *s, int sending, int gone_errno)
 {
+    char what[160];
     if (sending) {
         const loom_tp_stream_req_t *h = s->sq_head;
-        LOOM_WARN("%s: rank %d lost its connection to rank %d: %s (%d sends pending, "
-                  "%zu of %zu bytes of the oldest written)",
-                  s->tp_name, s->rank, s->peer,
-                  gone_errno ? strerror(gone_errno) : "closed by the peer", s->n_pending,
-                  h ? (h->done > LOOM_TP_STREAM_HDR_BYTES ? h->done - LOOM_TP_STREAM_HDR_BYTES : 0)
-                    : 0,
-                  h ? h->len : 0);
+        snprintf(what, sizeof(what), "%d sends pending, %zu of %zu bytes of the oldest written",
+                 s->n_pending,
+                 h ? (h->done > LOOM_TP_STREAM_HDR_BYTES ? h->done - LOOM_TP_STREAM_HDR_BYTES : 0)
+                   : 0,
+                 h ? h->len : 0);
     } else {
-        LOOM_WARN("%s: rank %d lost its connection from rank %d: %s (%d receives pending, "
-                  "%zu of %llu bytes of the current message read)",
-                  s->tp_name, s->rank, s->peer,
-                  gone_errno ? strerror(gone_errno) : "closed by the peer", s->n_pending,
-                  s->cur ? s->cur->done : 0, s->cur ? (unsigned long long)s->cur->msg_bytes : 0ull);
+        snprintf(what, sizeof(what),
+                 "%d receives pending, %zu of %llu bytes of the current message read", s->n_pending,
+                 s->cur ? s->cur->done : 0, s->cur ? (unsigned long long)s->cur->msg_bytes : 0ull);
     }
+    const char *dir = sending ? "to" : "from";
+    const char *why = gone_errno ? strerror(gone_errno) : "closed by the peer";
+    if (s->quiet != NULL && __atomic_load_n(s->quiet, __ATOMIC_ACQUIRE))
+        LOOM_INFO(LOOM_LOG_TRANSPORT,
+                  "%s: rank %d lost its connection %s rank %d while closing: %s (%s)", s->tp_name,
+                  s->rank, dir, s->peer, why, what);
+    else
+        LOOM_WARN("%s: rank %d lost its connection %s rank %d: %s (%s)", s->tp_name, s->rank, dir,
+                  s->peer, why, what);
 }
 
 loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t len, uint32_t tag,

@@ -83,11 +83,13 @@ struct loom_tp_stream {
 
     loom_tp_stream_req_t *free_list;
     loom_tp_stream_req_t *all;
-    int n_pending; /* requests queued, posted or in progress */
+    int n_pending;             /* requests queued, posted or in progress */
+    volatile const int *quiet; /* non-zero (or NULL): a lost peer is INFO, not WARN */
 };
 
+/* quiet: the init args' quiet_flag (may be NULL: always WARN). */
 void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, void *chan,
-                         const char *tp_name, int rank, int peer);
+                         const char *tp_name, int rank, int peer, volatile const int *quiet);
 /* Frees every request, pending or not; the stream's requests are invalid after. */
 void loom_tp_stream_fini(loom_tp_stream_t *s);
 

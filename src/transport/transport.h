@@ -42,6 +42,9 @@ typedef struct {
     const uint8_t *secret;          /* 16-byte job secret: every connection proves it */
     int64_t timeout_ms;             /* bound for any internal blocking step */
     volatile const int *abort_flag; /* non-zero: give up at once with RemoteError */
+    /* Non-zero while the layer above tears down (destroy, abort, a failure it is
+     * already reporting): a peer found gone then is expected, logged as INFO. */
+    volatile const int *quiet_flag;
 } loom_tp_init_args_t;
 
 typedef struct loom_tp {

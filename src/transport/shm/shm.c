@@ -87,6 +87,7 @@ typedef struct shm_ctx {
     int *local_of; /* [nranks] local index, -1 on other hosts */
     int64_t timeout_ms;
     volatile const int *abort_flag;
+    volatile const int *quiet_flag;
     char name[LOOM_SHM_NAME_MAX];
     char dir[256];
     uint64_t ring_bytes;
@@ -170,6 +171,7 @@ static loomResult_t shm_init(const loom_tp_init_args_t *args, void **ctx_p)
     ctx->nranks = args->nranks;
     ctx->timeout_ms = args->timeout_ms;
     ctx->abort_flag = args->abort_flag;
+    ctx->quiet_flag = args->quiet_flag;
     ctx->leader = -1;
     ctx->local_of = malloc((size_t)args->nranks * sizeof(int));
     if (ctx->local_of == NULL) {
@@ -292,7 +294,7 @@ static loomResult_t comm_create(shm_ctx_t *ctx, int peer, int is_send, shm_comm_
         loom_shm_ring_attach(&c->ring, &ctx->seg, ctx->local_rank, j, 1, ctx->rank, peer);
     else
         loom_shm_ring_attach(&c->ring, &ctx->seg, j, ctx->local_rank, 0, ctx->rank, peer);
-    loom_tp_stream_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer);
+    loom_tp_stream_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer, ctx->quiet_flag);
     *comm_p = c;
     return loomSuccess;
 }

@@ -103,6 +103,7 @@ typedef struct tcp_ctx {
     int64_t timeout_ms;
     int64_t sockbuf;
     volatile const int *abort_flag;
+    volatile const int *quiet_flag;
     loom_sockaddr_t addr;
     char ifname[64];
     tcp_listen_t *listen;
@@ -203,7 +204,7 @@ static loomResult_t comm_create(tcp_ctx_t *ctx, int fd, int peer, int is_send, t
     c->fd = fd;
     c->peer = peer;
     c->is_send = is_send;
-    loom_tp_stream_init(&c->stream, &tcp_io, c, "tcp", ctx->rank, peer);
+    loom_tp_stream_init(&c->stream, &tcp_io, c, "tcp", ctx->rank, peer, ctx->quiet_flag);
     c->next = ctx->comms;
     if (ctx->comms != NULL)
         ctx->comms->prev = c;
@@ -265,6 +266,7 @@ static loomResult_t tcp_init(const loom_tp_init_args_t *args, void **ctx_p)
     memcpy(ctx->secret, args->secret, LOOM_SECRET_BYTES);
     ctx->timeout_ms = args->timeout_ms;
     ctx->abort_flag = args->abort_flag;
+    ctx->quiet_flag = args->quiet_flag;
     ctx->sockbuf = loom_param_TCP_SOCKBUF();
     ctx->connecting = calloc((size_t)args->nranks, sizeof(*ctx->connecting));
     ctx->send_up = calloc((size_t)args->nranks, 1);
