@@ -5,10 +5,11 @@
  * loom_reduce_acc (one source into an accumulator array) and of
  * loom_reduce_multi (nsrc sources into dst in one pass) on every instruction
  * set this CPU runs (scalar, avx2, avx512). GB/s counts the datatype bytes
- * read from the sources per second; the accumulator and dst traffic comes on
- * top. Unlike the other *_perf programs it reads library internals
- * (kernels.h), so it links the modules statically. It does not check results:
- * tests/unit does that, bit for bit against the scalar table.
+ * read from the sources per second of the thread's CPU time (the best of 5
+ * trials); the accumulator and dst traffic comes on top. Unlike the other
+ * *_perf programs it reads library internals (kernels.h), so it links the
+ * modules statically. It does not check results: tests/unit does that, bit
+ * for bit against the scalar table.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@ static void usage(FILE *out)
             "  -s  comma list of source array sizes in bytes, K/M suffix (default 8K,256K,64M:\n"
             "      L1-, L2- and memory-resident)\n"
             "  -n  sources of loom_reduce_multi (default 4)\n"
-            "  -m  milliseconds per trial, best of 3 trials reported (default 60)\n"
+            "  -m  milliseconds per trial, best of 5 trials reported (default 60)\n"
             "  -q  quick: 8K and 256K only, 2 ms trials\n");
 }
 
@@ -110,10 +111,12 @@ static void add_size(struct options *o, const char *s)
         o->sizes[o->nsizes++] = parse_size(s);
 }
 
+/* CPU time of this thread, not wall time: on a shared machine the time the
+ * thread spends descheduled would otherwise count as kernel time. */
 static double now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
@@ -176,13 +179,13 @@ struct arrays {
     size_t n;
 };
 
-/* Best GB/s of source bytes over three trials of at least min_ms each. */
+/* Best GB/s of source bytes over five trials of at least min_ms each. */
 static double measure(const struct options *o, loomDataType_t dt, loomRedOp_t op,
                       const struct arrays *a, int multi)
 {
     const double bytes = (double)a->n * (double)loom_dtype_size(dt) * (multi ? o->nsrc : 1);
     double best = 0;
-    for (int trial = 0; trial < 3; trial++) {
+    for (int trial = 0; trial < 5; trial++) {
         long iters = 0;
         double t0 = now_ms(), t;
         do {
@@ -297,7 +300,8 @@ int main(int argc, char **argv)
     if (quick)
         o.min_ms = 2;
 
-    printf("# kernels_perf: GB/s of source bytes read per second (best of 3 trials of %.0f ms)\n",
+    printf("# kernels_perf: GB/s of source bytes read per second of thread CPU time (best of 5 "
+           "trials of %.0f ms)\n",
            o.min_ms);
     printf("# acc: loom_reduce_acc, one source into an accumulator array; multi: "
            "loom_reduce_multi of %d sources into dst\n",

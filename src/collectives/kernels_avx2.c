@@ -10,7 +10,8 @@
  * code's rounding (to nearest even, subnormals kept, overflow to infinity);
  * it only differs on signalling NaNs when widening (it quiets them, the
  * scalar decoder keeps every bit), which a rare-path fix-up restores.
- * bfloat16 is shifts and integer rounding; fp8 is widened through float16.
+ * bfloat16 is shifts and integer rounding; fp8 is widened through float16
+ * and narrowed with integer rounding.
  */
 #if defined(__x86_64__)
 
@@ -21,7 +22,7 @@
 #include "kernels_impl.h"
 
 #define KFN  static __attribute__((target("avx2,f16c")))
-#define KINL static inline __attribute__((target("avx2,f16c")))
+#define KINL static inline __attribute__((target("avx2,f16c"), always_inline))
 
 /* ---- Accumulator vectors --------------------------------------------------- */
 
@@ -313,6 +314,55 @@ KINL __m256 e4m3_load(const uint8_t *p)
                             _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
 }
 #define e4m3_sload loom_e4m3_decode
+
+/* loom_e4m3_encode / loom_e5m2_encode on eight lanes: both the normal and
+ * the subnormal rounding (with per-lane variable shifts) are computed, then
+ * the lane's case is selected, saturation and NaN last. Lanes a case does
+ * not apply to may compute nonsense (out-of-range shifts give 0); it is
+ * discarded. */
+KINL __m128i fp8_encode8(__m256 v, int mbits, int ebias, int32_t sat, int32_t satval,
+                         int32_t nanval)
+{
+    const int drop = 23 - mbits;
+    const __m256i one = _mm256_set1_epi32(1);
+    __m256i x = _mm256_castps_si256(v);
+    __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24), _mm256_set1_epi32(0x80));
+    __m256i r = _mm256_sub_epi32(ax, _mm256_set1_epi32((127 - ebias) << 23));
+    __m256i normal = _mm256_add_epi32(_mm256_add_epi32(r, _mm256_set1_epi32((1 << (drop - 1)) - 1)),
+                                      _mm256_and_si256(_mm256_srli_epi32(r, drop), one));
+    normal = _mm256_srli_epi32(normal, drop);
+    __m256i shift = _mm256_min_epi32(
+        _mm256_sub_epi32(_mm256_set1_epi32(151 - ebias - mbits), _mm256_srli_epi32(ax, 23)),
+        _mm256_set1_epi32(25));
+    __m256i mant = _mm256_or_si256(_mm256_and_si256(ax, _mm256_set1_epi32(0x7fffff)),
+                                   _mm256_set1_epi32(0x800000));
+    __m256i half_m1 = _mm256_sub_epi32(_mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one)), one);
+    __m256i sub = _mm256_add_epi32(_mm256_add_epi32(mant, half_m1),
+                                   _mm256_and_si256(_mm256_srlv_epi32(mant, shift), one));
+    sub = _mm256_srlv_epi32(sub, shift);
+    __m256i is_normal = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(((128 - ebias) << 23) - 1));
+    __m256i mag = _mm256_blendv_epi8(sub, normal, is_normal);
+    mag = _mm256_blendv_epi8(mag, _mm256_set1_epi32(satval),
+                             _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(sat)));
+    mag = _mm256_blendv_epi8(mag, _mm256_set1_epi32(nanval),
+                             _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7f800000)));
+    __m256i b = _mm256_or_si256(sign, mag);
+    /* Lanes are below 256, so the saturating packs only narrow. */
+    __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    return _mm_packus_epi16(w, w);
+}
+
+KINL void e4m3_store(uint8_t *p, __m256 v)
+{
+    _mm_storel_epi64((__m128i *)p, fp8_encode8(v, 3, 7, 0x43e00000, 0x7e, 0x7f));
+}
+KINL void e5m2_store(uint8_t *p, __m256 v)
+{
+    _mm_storel_epi64((__m128i *)p, fp8_encode8(v, 2, 15, 0x47600000, 0x7b, 0x7e));
+}
+#define e4m3_sstore loom_e4m3_encode
+#define e5m2_sstore loom_e5m2_encode
 
 #define SIMD_TABLE        loom_kernels_avx2_table
 #define SIMD_HAVE_U64_MUL 0

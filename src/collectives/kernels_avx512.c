@@ -8,7 +8,8 @@
  * x86-64; kernels.c reaches this code only after the CPU check. No
  * AVX512-FP16 or AVX512-BF16: float16 goes through F16C-style conversions
  * (VCVTPH2PS/VCVTPS2PH, which AVX512F has at this width), bfloat16 through
- * integer rounding. Empty on other architectures.
+ * integer rounding, fp8 through float16 one way and integer rounding the
+ * other. Empty on other architectures.
  */
 #if defined(__x86_64__)
 
@@ -18,8 +19,10 @@
 #include "dtype.h"
 #include "kernels_impl.h"
 
-#define KFN  static __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
-#define KINL static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define KFN static __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define KINL                                                                                       \
+    static inline                                                                                  \
+        __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"), always_inline))
 
 /* ---- Accumulator vectors --------------------------------------------------- */
 
@@ -304,6 +307,52 @@ KINL __m512 e4m3_load(const uint8_t *p)
     return _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(qnan));
 }
 #define e4m3_sload loom_e4m3_decode
+
+/* loom_e4m3_encode / loom_e5m2_encode on sixteen lanes: both the normal and
+ * the subnormal rounding (with per-lane variable shifts) are computed, then
+ * the lane's case is selected, saturation and NaN last. Lanes a case does
+ * not apply to may compute nonsense (out-of-range shifts give 0); it is
+ * discarded. */
+KINL __m128i fp8_encode16(__m512 v, int mbits, int ebias, int32_t sat, int32_t satval,
+                          int32_t nanval)
+{
+    const int drop = 23 - mbits;
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i x = _mm512_castps_si512(v);
+    __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), _mm512_set1_epi32(0x80));
+    __m512i r = _mm512_sub_epi32(ax, _mm512_set1_epi32((127 - ebias) << 23));
+    __m512i normal = _mm512_add_epi32(_mm512_add_epi32(r, _mm512_set1_epi32((1 << (drop - 1)) - 1)),
+                                      _mm512_and_si512(_mm512_srli_epi32(r, drop), one));
+    normal = _mm512_srli_epi32(normal, drop);
+    __m512i shift = _mm512_min_epi32(
+        _mm512_sub_epi32(_mm512_set1_epi32(151 - ebias - mbits), _mm512_srli_epi32(ax, 23)),
+        _mm512_set1_epi32(25));
+    __m512i mant = _mm512_or_si512(_mm512_and_si512(ax, _mm512_set1_epi32(0x7fffff)),
+                                   _mm512_set1_epi32(0x800000));
+    __m512i half_m1 = _mm512_sub_epi32(_mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one)), one);
+    __m512i sub = _mm512_add_epi32(_mm512_add_epi32(mant, half_m1),
+                                   _mm512_and_si512(_mm512_srlv_epi32(mant, shift), one));
+    sub = _mm512_srlv_epi32(sub, shift);
+    __mmask16 is_normal = _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(((128 - ebias) << 23) - 1));
+    __m512i mag = _mm512_mask_mov_epi32(sub, is_normal, normal);
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(sat)),
+                                _mm512_set1_epi32(satval));
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x7f800000)),
+                                _mm512_set1_epi32(nanval));
+    return _mm512_cvtepi32_epi8(_mm512_or_si512(sign, mag));
+}
+
+KINL void e4m3_store(uint8_t *p, __m512 v)
+{
+    _mm_storeu_si128((__m128i *)p, fp8_encode16(v, 3, 7, 0x43e00000, 0x7e, 0x7f));
+}
+KINL void e5m2_store(uint8_t *p, __m512 v)
+{
+    _mm_storeu_si128((__m128i *)p, fp8_encode16(v, 2, 15, 0x47600000, 0x7b, 0x7e));
+}
+#define e4m3_sstore loom_e4m3_encode
+#define e5m2_sstore loom_e5m2_encode
 
 #define SIMD_TABLE        loom_kernels_avx512_table
 #define SIMD_HAVE_U64_MUL 1

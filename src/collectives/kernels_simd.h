@@ -169,23 +169,16 @@ SIMD_FLOAT_KERNELS(f32, f32)
 SIMD_FLOAT_KERNELS(f64, f64)
 SIMD_FLOAT_KERNELS(f16, f32)
 SIMD_FLOAT_KERNELS(bf16, f32)
+SIMD_FLOAT_KERNELS(e4m3, f32)
+SIMD_FLOAT_KERNELS(e5m2, f32)
 SIMD_INIT(f16, f32)
 SIMD_INIT(bf16, f32)
-SIMD_FINISH(finish_copy_f16, f16, f32, 0)
-SIMD_FINISH(finish_copy_bf16, bf16, f32, 0)
-
-/* fp8: decoding is vectorised (init, acc); encoding stays scalar, so finish
- * and the fused reduction come from the scalar table and the blocked path. */
 SIMD_INIT(e4m3, f32)
 SIMD_INIT(e5m2, f32)
-SIMD_ACC(e4m3, f32, add)
-SIMD_ACC(e4m3, f32, mul)
-SIMD_ACC(e4m3, f32, max)
-SIMD_ACC(e4m3, f32, min)
-SIMD_ACC(e5m2, f32, add)
-SIMD_ACC(e5m2, f32, mul)
-SIMD_ACC(e5m2, f32, max)
-SIMD_ACC(e5m2, f32, min)
+SIMD_FINISH(finish_copy_f16, f16, f32, 0)
+SIMD_FINISH(finish_copy_bf16, bf16, f32, 0)
+SIMD_FINISH(finish_copy_e4m3, e4m3, f32, 0)
+SIMD_FINISH(finish_copy_e5m2, e5m2, f32, 0)
 
 /* Integers: sum and prod are the unsigned ops for either signedness (the
  * bits are the same), max and min the signed or unsigned compare. 8-bit
@@ -248,10 +241,6 @@ SIMD_INT_ORDER(u64)
                    [loomAvg] = finish_avg_##sfx},                                                  \
         .multi = SIMD_MULTI5(sfx),                                                                 \
     }
-#define SIMD_FP8_ROW(sfx)                                                                          \
-    {                                                                                              \
-        .init = init_##sfx, .acc = SIMD_ACC4(sfx),                                                 \
-    }
 #define SIMD_INT_ROW(wsfx, osfx, prod_acc, prod_multi)                                             \
     {                                                                                              \
         .acc = {[loomSum] = acc_add_##wsfx,                                                        \
@@ -276,6 +265,6 @@ const struct loom_kernel_row SIMD_TABLE[loomNumTypes] = {
     [loomFloat32] = SIMD_NATIVE_FLOAT_ROW(f32),
     [loomFloat64] = SIMD_NATIVE_FLOAT_ROW(f64),
     [loomBfloat16] = SIMD_NARROW_ROW(bf16),
-    [loomFloat8e4m3] = SIMD_FP8_ROW(e4m3),
-    [loomFloat8e5m2] = SIMD_FP8_ROW(e5m2),
+    [loomFloat8e4m3] = SIMD_NARROW_ROW(e4m3),
+    [loomFloat8e5m2] = SIMD_NARROW_ROW(e5m2),
 };
