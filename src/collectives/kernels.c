@@ -278,8 +278,8 @@ static void multi_blocked(const struct loom_kernel_row *r, loomDataType_t dt, lo
     const size_t esz = loom_dtype_size(dt), blk = MULTI_BLOCK_BYTES / r->acc_size;
     for (size_t off = 0; off < n; off += blk) {
         size_t len = n - off < blk ? n - off : blk;
-        /* init reads this block of srcs[0] before finish writes it to dst, so
-         * dst == srcs[0] is safe. */
+        /* Every source's block is read before finish writes dst's, so dst
+         * may be one of the sources. */
         r->init(acc, (const unsigned char *)srcs[0] + off * esz, len);
         for (int j = 1; j < nsrc; j++)
             r->acc[op](acc, (const unsigned char *)srcs[j] + off * esz, len);

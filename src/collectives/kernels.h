@@ -55,7 +55,8 @@ void loom_reduce_finish(loomDataType_t dt, loomRedOp_t op, void *dst, const void
  * dst = finish(init(srcs[0]) op srcs[1] op ... op srcs[nsrc-1]) with nranks
  * as in loom_reduce_finish, bit for bit what that sequence gives. Works in
  * blocks small enough to keep the accumulators in registers or L1. dst may
- * be srcs[0] (the same address); no other overlap between dst and a source.
+ * be one of the sources (the same address: in place, whichever rank's data
+ * it holds); no other overlap between dst and a source.
  * Sources may overlap each other. nsrc < 1 or srcs == NULL does nothing. */
 void loom_reduce_multi(loomDataType_t dt, loomRedOp_t op, void *dst, const void *const *srcs,
                        int nsrc, size_t n, int nranks);

@@ -112,7 +112,7 @@
 /* The fused reduction: per step, four vectors of accumulators live in
  * registers while every source is folded in, in source order, then they are
  * finished and stored. Every source of the step is loaded before dst is
- * written, which is what makes dst == srcs[0] safe. */
+ * written, which is what makes dst == srcs[k] safe for any k. */
 #define SIMD_MULTI(name, sfx, asfx, op, avg)                                                       \
     KFN void name(void *dstv, const void *const *srcs, int nsrc, size_t n, int nranks)             \
     {                                                                                              \

@@ -7,7 +7,7 @@
  * several payloads, signalling ones, infinities, signed zeros, subnormals,
  * integer extremes, equal operands - at every length 0..300 and a few large
  * ones, from pointers that are not vector-aligned; loom_reduce_multi gives
- * init/acc/finish's bits for 1..9 sources, with dst == srcs[0] too; and
+ * init/acc/finish's bits for 1..9 sources, also in place (dst == srcs[k]); and
  * LOOM_KERNELS picks the set. Sets the CPU lacks are skipped with the reason.
  * The arithmetic itself is checked against exact references in
  * test_dtype_kernels.cc, not here.
@@ -337,19 +337,23 @@ void IsaKernels::check_length(size_t n, int max_src)
                                   ("in-place finish " + step).c_str()));
         }
 
-        /* The fused form over the first j + 1 sources, then with dst == srcs[0]. */
+        /* The fused form over the first j + 1 sources, then in place over one
+         * of them (a copy, so the sources stay as they are). */
         loom_reduce_multi(dt_, op_, fused.p, srcp.data(), j + 1, n, nranks);
         ASSERT_TRUE(same_bits(dt_, op_, ref_out.p, fused.p, n, ("multi " + step).c_str()));
         ASSERT_TRUE(guards_intact(fused, n * sz)) << "multi wrote outside its range, " << step;
-        buffer first;
-        make_buffer(first, n * sz, 1 * sz);
+        const size_t k = (n + (size_t)j) % (size_t)(j + 1);
+        buffer mine;
+        make_buffer(mine, n * sz, 1 * sz);
         if (n > 0)
-            std::memcpy(first.p, src[0].p, n * sz);
+            std::memcpy(mine.p, src[k].p, n * sz);
         std::vector<const void *> aliased = srcp;
-        aliased[0] = first.p;
-        loom_reduce_multi(dt_, op_, first.p, aliased.data(), j + 1, n, nranks);
-        ASSERT_TRUE(same_bits(dt_, op_, ref_out.p, first.p, n, ("multi in place " + step).c_str()));
-        ASSERT_TRUE(guards_intact(first, n * sz));
+        aliased[k] = mine.p;
+        loom_reduce_multi(dt_, op_, mine.p, aliased.data(), j + 1, n, nranks);
+        ASSERT_TRUE(
+            same_bits(dt_, op_, ref_out.p, mine.p, n,
+                      ("multi in place over source " + std::to_string(k) + " " + step).c_str()));
+        ASSERT_TRUE(guards_intact(mine, n * sz));
     }
 }
 
