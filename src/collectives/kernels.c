@@ -41,10 +41,6 @@ const char *loom_kernels_isa_name(loom_kernels_isa_t isa)
 
 /* ---- CPU features -------------------------------------------------------- */
 
-/* The CPU features an instruction set's kernels are compiled for (their
- * target attributes); NULL when this build has no such kernels. gcc's and
- * clang's checks include the OS's XCR0 state, so a kernel or hypervisor that
- * does not save the AVX-512 registers reads as "no AVX-512". */
 #if defined(__x86_64__)
 /* Older clangs do not know "f16c" in __builtin_cpu_supports; CPUID leaf 1
  * says it directly (the AVX2 check already covers the OS's YMM state). */
@@ -72,12 +68,17 @@ static int cpu_has(const char *feature)
     return 0;
 }
 
+/* The CPU features each instruction set's kernels are compiled for (their
+ * target attributes). The compilers' checks include the OS's XCR0 state, so
+ * an OS or hypervisor that does not save the AVX-512 registers (valgrind,
+ * for one) reads as "no AVX-512". */
 static const char *const isa_features[LOOM_KERNELS_NUM_ISA][7] = {
     [LOOM_KERNELS_SCALAR] = {NULL},
     [LOOM_KERNELS_AVX2] = {"avx2", "f16c", NULL},
     [LOOM_KERNELS_AVX512] = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "f16c", NULL},
 };
 
+/* The sparse table of an instruction set; NULL when this build has none. */
 static const struct loom_kernel_row *isa_overlay(loom_kernels_isa_t isa)
 {
     return isa == LOOM_KERNELS_AVX2     ? loom_kernels_avx2_table
