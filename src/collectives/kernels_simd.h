@@ -24,8 +24,10 @@
  * Every vector primitive must give exactly the scalar op's bits; the ops are
  * single IEEE operations in the accumulator's precision, in the same order
  * as the scalar loops, so the only work is in the conversions and the NaN
- * rules of max/min. No kernel multiplies and then adds, and the targets do
- * not enable FMA, so there is nothing for the compiler to contract.
+ * rules of max/min. FMA contraction cannot change a result: gcc in ISO C
+ * mode (-std=c11) does not contract, the AVX2 target leaves FMA out, and the
+ * one multiply feeding an add (e4m3's scaling by 2^8) is exact, so a fused
+ * form would round the same.
  */
 #ifndef SIMD_TABLE
 #error "kernels_simd.h is included by the per-instruction-set kernel files only"
