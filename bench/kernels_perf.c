@@ -179,22 +179,40 @@ struct arrays {
     size_t n;
 };
 
-/* Best GB/s of source bytes over five trials of at least min_ms each. */
+static void run_once(const struct options *o, loomDataType_t dt, loomRedOp_t op,
+                     const struct arrays *a, int multi)
+{
+    if (multi)
+        loom_reduce_multi(dt, op, a->dst, (const void *const *)a->src, o->nsrc, a->n, o->nsrc);
+    else
+        loom_reduce_acc(dt, op, a->acc, a->src[1], a->n);
+}
+
+/* Best GB/s of source bytes over five trials of at least min_ms each. The
+ * clock is read once per batch of calls sized to take about a millisecond:
+ * reading the thread's CPU time is a system call, as long as an L1-sized
+ * call itself. */
 static double measure(const struct options *o, loomDataType_t dt, loomRedOp_t op,
                       const struct arrays *a, int multi)
 {
     const double bytes = (double)a->n * (double)loom_dtype_size(dt) * (multi ? o->nsrc : 1);
+    long batch = 1;
+    for (;;) {
+        double t0 = now_ms();
+        for (long k = 0; k < batch; k++)
+            run_once(o, dt, op, a, multi);
+        if (now_ms() - t0 >= 1.0 || batch >= (1L << 24))
+            break;
+        batch *= 2;
+    }
     double best = 0;
     for (int trial = 0; trial < 5; trial++) {
         long iters = 0;
         double t0 = now_ms(), t;
         do {
-            if (multi)
-                loom_reduce_multi(dt, op, a->dst, (const void *const *)a->src, o->nsrc, a->n,
-                                  o->nsrc);
-            else
-                loom_reduce_acc(dt, op, a->acc, a->src[1], a->n);
-            iters++;
+            for (long k = 0; k < batch; k++)
+                run_once(o, dt, op, a, multi);
+            iters += batch;
             t = now_ms() - t0;
         } while (t < o->min_ms);
         double gbps = bytes * (double)iters / (t * 1e6);

@@ -106,6 +106,8 @@ KINL __m256d f64_min(__m256d a, __m256d b)
 typedef float f32_src_t;
 typedef double f64_src_t;
 #define f32_load   f32_lda
+#define f32_load_q f32_lda
+#define f64_load_q f64_lda
 #define f32_store  f32_sta
 #define f32_sload  (float)
 #define f32_sstore (float)
@@ -141,18 +143,24 @@ NATIVE_INT(i32, int32_t, 8)
 NATIVE_INT(u32, uint32_t, 8)
 NATIVE_INT(i64, int64_t, 4)
 NATIVE_INT(u64, uint64_t, 4)
-#define i8_lda  i8_load
-#define u8_lda  u8_load
-#define i32_lda i32_load
-#define u32_lda u32_load
-#define i64_lda i64_load
-#define u64_lda u64_load
-#define i8_sta  i8_store
-#define u8_sta  u8_store
-#define i32_sta i32_store
-#define u32_sta u32_store
-#define i64_sta i64_store
-#define u64_sta u64_store
+#define i8_lda     i8_load
+#define u8_lda     u8_load
+#define i32_lda    i32_load
+#define u32_lda    u32_load
+#define i64_lda    i64_load
+#define u64_lda    u64_load
+#define i8_load_q  i8_load
+#define u8_load_q  u8_load
+#define i32_load_q i32_load
+#define u32_load_q u32_load
+#define i64_load_q i64_load
+#define u64_load_q u64_load
+#define i8_sta     i8_store
+#define u8_sta     u8_store
+#define i32_sta    i32_store
+#define u32_sta    u32_store
+#define i64_sta    i64_store
+#define u64_sta    u64_store
 
 KINL __m256i u8_add(__m256i a, __m256i b)
 {
@@ -232,7 +240,13 @@ typedef uint16_t bf16_src_t;
 typedef uint8_t e4m3_src_t;
 typedef uint8_t e5m2_src_t;
 
-/* Eight float16 values to float32, every bit as loom_f16_decode gives it. */
+/* Eight float16 values to float32, every bit as loom_f16_decode gives it.
+ * F16C quiets signalling NaNs, so those lanes are redone (rarely: a test and
+ * a branch per vector); the _q form leaves them quiet. */
+KINL __m256 f16_decode8_q(__m128i h)
+{
+    return _mm256_cvtph_ps(h);
+}
 KINL __m256 f16_decode8(__m128i h)
 {
     __m256 f = _mm256_cvtph_ps(h);
@@ -252,6 +266,10 @@ KINL __m256 f16_decode8(__m128i h)
 KINL __m256 f16_load(const uint16_t *p)
 {
     return f16_decode8(_mm_loadu_si128((const __m128i *)p));
+}
+KINL __m256 f16_load_q(const uint16_t *p)
+{
+    return f16_decode8_q(_mm_loadu_si128((const __m128i *)p));
 }
 /* Immediate 0: round to nearest even whatever MXCSR says. */
 KINL void f16_store(uint16_t *p, __m256 v)
@@ -283,6 +301,7 @@ KINL void bf16_store(uint16_t *p, __m256 v)
     __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
     _mm_storeu_si128((__m128i *)p, packed);
 }
+#define bf16_load_q bf16_load
 #define bf16_sload  loom_bf16_decode
 #define bf16_sstore loom_bf16_encode
 
@@ -292,28 +311,29 @@ KINL __m256 e5m2_load(const uint8_t *p)
     __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
     return f16_decode8(_mm_slli_epi16(b, 8));
 }
+KINL __m256 e5m2_load_q(const uint8_t *p)
+{
+    __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    return f16_decode8_q(_mm_slli_epi16(b, 8));
+}
 #define e5m2_sload loom_e5m2_decode
 
 /* E4M3 shifted into a float16's fields has the right mantissa and an
  * exponent 8 too small (biases 7 vs 15), subnormals included; scaling by 2^8
- * is exact. Its only NaN, S.1111.111, decodes to the table's quiet NaN. */
+ * is exact. Its only NaN, S.1111.111, would land on 1.875; adding 0x3e80
+ * there makes it float16's quiet NaN, which widens to the table's. */
 KINL __m256 e4m3_load(const uint8_t *p)
 {
     __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
     __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
+    __m128i nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
     __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
                              _mm_slli_epi16(mag, 7));
-    __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
-    __m128i nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
-    if (_mm_testz_si128(nan, nan))
-        return f;
-    __m256i sign =
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_and_si128(b, _mm_set1_epi16(0x80))), 24);
-    __m256i qnan = _mm256_or_si256(sign, _mm256_set1_epi32(0x7fc00000));
-    return _mm256_blendv_ps(f, _mm256_castsi256_ps(qnan),
-                            _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+    h = _mm_add_epi16(h, _mm_and_si128(nan, _mm_set1_epi16(0x3e80)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
 }
-#define e4m3_sload loom_e4m3_decode
+#define e4m3_load_q e4m3_load
+#define e4m3_sload  loom_e4m3_decode
 
 /* loom_e4m3_encode / loom_e5m2_encode on eight lanes: both the normal and
  * the subnormal rounding (with per-lane variable shifts) are computed, then

@@ -13,6 +13,8 @@
  *   sfx##_src_t            the datatype's element type
  *   asfx##_acc_t, asfx##_vec_t, asfx##_W   accumulator element, vector, lanes
  *   sfx##_load(const src_t *) -> vec       W elements, widened to accumulators
+ *   sfx##_load_q(const src_t *) -> vec     the same, except that signalling NaNs
+ *                                          may come out quiet (see below)
  *   sfx##_store(src_t *, vec)              W accumulators, rounded to the datatype
  *   sfx##_sload(src_t) -> acc, sfx##_sstore(acc) -> src   the scalar forms
  *   asfx##_lda(const acc_t *), asfx##_sta(acc_t *, vec)   accumulator memory
@@ -24,7 +26,11 @@
  * Every vector primitive must give exactly the scalar op's bits; the ops are
  * single IEEE operations in the accumulator's precision, in the same order
  * as the scalar loops, so the only work is in the conversions and the NaN
- * rules of max/min. FMA contraction cannot change a result: gcc in ISO C
+ * rules of max/min. A signalling NaN that comes out of a conversion quiet is
+ * only a difference where it is stored or passed on as it is: init, and
+ * acc's max/min. Arithmetic quiets it anyway, and so does every encoding in
+ * finish (the payload bits that survive are the same), so acc's add/mul and
+ * the fused kernels use the cheaper load_q. FMA contraction cannot change a result: gcc in ISO C
  * mode (-std=c11) does not contract, the AVX2 target leaves FMA out, and the
  * one multiply feeding an add (e4m3's scaling by 2^8) is exact, so a fused
  * form would round the same.
@@ -46,7 +52,7 @@
 
 /* acc[i] = acc[i] op decode(src[i]); four vectors per step so that loads of
  * the next vectors overlap the latency of the current ones. */
-#define SIMD_ACC(sfx, asfx, op)                                                                    \
+#define SIMD_ACC(sfx, asfx, op, ld)                                                                \
     KFN void acc_##op##_##sfx(void *restrict accv, const void *restrict srcv, size_t n)            \
     {                                                                                              \
         asfx##_acc_t *a = accv;                                                                    \
@@ -54,17 +60,17 @@
         const size_t w = asfx##_W;                                                                 \
         size_t i = 0;                                                                              \
         for (; i + 4 * w <= n; i += 4 * w) {                                                       \
-            asfx##_vec_t x0 = asfx##_##op(asfx##_lda(a + i), sfx##_load(s + i));                   \
-            asfx##_vec_t x1 = asfx##_##op(asfx##_lda(a + i + w), sfx##_load(s + i + w));           \
-            asfx##_vec_t x2 = asfx##_##op(asfx##_lda(a + i + 2 * w), sfx##_load(s + i + 2 * w));   \
-            asfx##_vec_t x3 = asfx##_##op(asfx##_lda(a + i + 3 * w), sfx##_load(s + i + 3 * w));   \
+            asfx##_vec_t x0 = asfx##_##op(asfx##_lda(a + i), sfx##_##ld(s + i));                   \
+            asfx##_vec_t x1 = asfx##_##op(asfx##_lda(a + i + w), sfx##_##ld(s + i + w));           \
+            asfx##_vec_t x2 = asfx##_##op(asfx##_lda(a + i + 2 * w), sfx##_##ld(s + i + 2 * w));   \
+            asfx##_vec_t x3 = asfx##_##op(asfx##_lda(a + i + 3 * w), sfx##_##ld(s + i + 3 * w));   \
             asfx##_sta(a + i, x0);                                                                 \
             asfx##_sta(a + i + w, x1);                                                             \
             asfx##_sta(a + i + 2 * w, x2);                                                         \
             asfx##_sta(a + i + 3 * w, x3);                                                         \
         }                                                                                          \
         for (; i + w <= n; i += w)                                                                 \
-            asfx##_sta(a + i, asfx##_##op(asfx##_lda(a + i), sfx##_load(s + i)));                  \
+            asfx##_sta(a + i, asfx##_##op(asfx##_lda(a + i), sfx##_##ld(s + i)));                  \
         for (; i < n; i++)                                                                         \
             a[i] = op##_##asfx(a[i], sfx##_sload(s[i]));                                           \
     }
@@ -124,14 +130,14 @@
         SIMD_DIVISOR_##avg(asfx, nranks);                                                          \
         size_t i = 0;                                                                              \
         for (; i + 4 * w <= n; i += 4 * w) {                                                       \
-            asfx##_vec_t a0 = sfx##_load(s0 + i), a1 = sfx##_load(s0 + i + w);                     \
-            asfx##_vec_t a2 = sfx##_load(s0 + i + 2 * w), a3 = sfx##_load(s0 + i + 3 * w);         \
+            asfx##_vec_t a0 = sfx##_load_q(s0 + i), a1 = sfx##_load_q(s0 + i + w);                 \
+            asfx##_vec_t a2 = sfx##_load_q(s0 + i + 2 * w), a3 = sfx##_load_q(s0 + i + 3 * w);     \
             for (int j = 1; j < nsrc; j++) {                                                       \
                 const sfx##_src_t *s = (const sfx##_src_t *)srcs[j] + i;                           \
-                a0 = asfx##_##op(a0, sfx##_load(s));                                               \
-                a1 = asfx##_##op(a1, sfx##_load(s + w));                                           \
-                a2 = asfx##_##op(a2, sfx##_load(s + 2 * w));                                       \
-                a3 = asfx##_##op(a3, sfx##_load(s + 3 * w));                                       \
+                a0 = asfx##_##op(a0, sfx##_load_q(s));                                             \
+                a1 = asfx##_##op(a1, sfx##_load_q(s + w));                                         \
+                a2 = asfx##_##op(a2, sfx##_load_q(s + 2 * w));                                     \
+                a3 = asfx##_##op(a3, sfx##_load_q(s + 3 * w));                                     \
             }                                                                                      \
             sfx##_store(y + i, SIMD_FIN_##avg(asfx, a0));                                          \
             sfx##_store(y + i + w, SIMD_FIN_##avg(asfx, a1));                                      \
@@ -139,9 +145,9 @@
             sfx##_store(y + i + 3 * w, SIMD_FIN_##avg(asfx, a3));                                  \
         }                                                                                          \
         for (; i + w <= n; i += w) {                                                               \
-            asfx##_vec_t a = sfx##_load(s0 + i);                                                   \
+            asfx##_vec_t a = sfx##_load_q(s0 + i);                                                 \
             for (int j = 1; j < nsrc; j++)                                                         \
-                a = asfx##_##op(a, sfx##_load((const sfx##_src_t *)srcs[j] + i));                  \
+                a = asfx##_##op(a, sfx##_load_q((const sfx##_src_t *)srcs[j] + i));                \
             sfx##_store(y + i, SIMD_FIN_##avg(asfx, a));                                           \
         }                                                                                          \
         for (; i < n; i++) {                                                                       \
@@ -156,10 +162,10 @@
 
 /* Floats: every op. The narrow ones also convert in init and finish. */
 #define SIMD_FLOAT_KERNELS(sfx, asfx)                                                              \
-    SIMD_ACC(sfx, asfx, add)                                                                       \
-    SIMD_ACC(sfx, asfx, mul)                                                                       \
-    SIMD_ACC(sfx, asfx, max)                                                                       \
-    SIMD_ACC(sfx, asfx, min)                                                                       \
+    SIMD_ACC(sfx, asfx, add, load_q)                                                               \
+    SIMD_ACC(sfx, asfx, mul, load_q)                                                               \
+    SIMD_ACC(sfx, asfx, max, load)                                                                 \
+    SIMD_ACC(sfx, asfx, min, load)                                                                 \
     SIMD_FINISH(finish_avg_##sfx, sfx, asfx, 1)                                                    \
     SIMD_MULTI(multi_sum_##sfx, sfx, asfx, add, 0)                                                 \
     SIMD_MULTI(multi_prod_##sfx, sfx, asfx, mul, 0)                                                \
@@ -187,25 +193,25 @@ SIMD_FINISH(finish_copy_e5m2, e5m2, f32, 0)
  * products have no vector instruction, 64-bit ones only with AVX-512DQ; avg
  * divides (no integer vector division), so it is the scalar finish. */
 #define SIMD_INT_ORDER(sfx)                                                                        \
-    SIMD_ACC(sfx, sfx, max)                                                                        \
-    SIMD_ACC(sfx, sfx, min)                                                                        \
+    SIMD_ACC(sfx, sfx, max, load)                                                                  \
+    SIMD_ACC(sfx, sfx, min, load)                                                                  \
     SIMD_MULTI(multi_max_##sfx, sfx, sfx, max, 0)                                                  \
     SIMD_MULTI(multi_min_##sfx, sfx, sfx, min, 0)
 
-SIMD_ACC(u8, u8, add)
+SIMD_ACC(u8, u8, add, load)
 SIMD_MULTI(multi_sum_u8, u8, u8, add, 0)
 SIMD_INT_ORDER(i8)
 SIMD_INT_ORDER(u8)
-SIMD_ACC(u32, u32, add)
-SIMD_ACC(u32, u32, mul)
+SIMD_ACC(u32, u32, add, load)
+SIMD_ACC(u32, u32, mul, load)
 SIMD_MULTI(multi_sum_u32, u32, u32, add, 0)
 SIMD_MULTI(multi_prod_u32, u32, u32, mul, 0)
 SIMD_INT_ORDER(i32)
 SIMD_INT_ORDER(u32)
-SIMD_ACC(u64, u64, add)
+SIMD_ACC(u64, u64, add, load)
 SIMD_MULTI(multi_sum_u64, u64, u64, add, 0)
 #if SIMD_HAVE_U64_MUL
-SIMD_ACC(u64, u64, mul)
+SIMD_ACC(u64, u64, mul, load)
 SIMD_MULTI(multi_prod_u64, u64, u64, mul, 0)
 #define SIMD_U64_PROD_ACC   acc_mul_u64
 #define SIMD_U64_PROD_MULTI multi_prod_u64
