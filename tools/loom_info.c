@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coll.h"
+#include "kernels.h"
 #include "loom.h"
 #include "param.h"
 #include "transport.h"
@@ -34,6 +35,7 @@ static void print_version(void)
     for (int i = 0; i < n; i++)
         printf(" %s", reg[i]->name);
     printf("\n# device buffers: none (host memory only)\n");
+    printf("# reduction kernels: %s\n", loom_kernels_isa_name(loom_kernels_isa()));
 }
 
 static void print_params(void)

@@ -1,550 +1,256 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * kernels.c - the array reductions behind every reducing collective: a table
- * of small per-(datatype, op) functions for init, accumulate and finish, with
- * the 8/16-bit float conversions inlined from dtype.h. The collective
- * algorithms call these through kernels.h. They do not validate arguments
- * (an invalid datatype or op is ignored, nothing more), allocate, log or use
- * threads - callers do that - and chunking for cache reuse is the algorithm's
- * business, not this file's.
+ * kernels.c - the entry points of kernels.h and the choice of instruction
+ * set. Every reducing collective reaches the kernel tables through here. On
+ * first use it builds one complete table per instruction set (scalar, then
+ * AVX2 over it, then AVX-512 over that, so a combination a level leaves out
+ * runs the best lower one), checks what the CPU supports and picks the set
+ * LOOM_KERNELS asks for. loom_reduce_multi without a fused kernel runs as
+ * init/acc/finish over L1-sized blocks. The kernels themselves live in
+ * kernels_scalar.c, kernels_avx2.c and kernels_avx512.c.
  */
 #include "kernels.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "debug.h"
 #include "dtype.h"
+#include "kernels_impl.h"
+#include "param.h"
 
-/* Loops run in fixed-length blocks plus a scalar tail. At -O2 gcc vectorises
- * only loops whose trip count needs no epilogue, so the constant-length inner
- * loop is what gets SIMD code in a debugoptimized build; at -O3 it costs
- * nothing. */
-#define KBLOCK 32
+static const char *const isa_names[LOOM_KERNELS_NUM_ISA] = {"scalar", "avx2", "avx512"};
 
-#define BLOCKED_FOR(i, n, ...)                                                                     \
-    do {                                                                                           \
-        size_t base_ = 0;                                                                          \
-        for (; base_ + KBLOCK <= (n); base_ += KBLOCK) {                                           \
-            for (size_t k_ = 0; k_ < KBLOCK; k_++) {                                               \
-                size_t i = base_ + k_;                                                             \
-                __VA_ARGS__;                                                                       \
-            }                                                                                      \
-        }                                                                                          \
-        for (size_t i = base_; i < (n); i++) {                                                     \
-            __VA_ARGS__;                                                                           \
-        }                                                                                          \
-    } while (0)
+static struct loom_kernel_row isa_tables[LOOM_KERNELS_NUM_ISA][loomNumTypes];
+static int isa_ok[LOOM_KERNELS_NUM_ISA];
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static atomic_int active_isa; /* valid once setup_once has run */
 
-typedef void (*init_fn)(void *acc, const void *src, size_t n);
-typedef void (*acc_fn)(void *restrict acc, const void *restrict src, size_t n);
-typedef void (*finish_fn)(void *dst, const void *acc, size_t n, int nranks);
+const char *loom_kernels_isa_name(loom_kernels_isa_t isa)
+{
+    return (int)isa >= 0 && isa < LOOM_KERNELS_NUM_ISA ? isa_names[isa] : "invalid";
+}
 
-struct kernel_row {
-    size_t acc_size;
-    int native;
-    init_fn init;
-    acc_fn acc[loomNumOps];
-    finish_fn finish[loomNumOps];
+/* ---- CPU features -------------------------------------------------------- */
+
+#if defined(__x86_64__)
+/* Older clangs do not know "f16c" in __builtin_cpu_supports; CPUID leaf 1
+ * says it directly (the AVX2 check already covers the OS's YMM state). */
+static int cpu_has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
+static int cpu_has(const char *feature)
+{
+    /* __builtin_cpu_supports needs a constant argument. */
+    if (strcmp(feature, "avx2") == 0)
+        return __builtin_cpu_supports("avx2");
+    if (strcmp(feature, "f16c") == 0)
+        return cpu_has_f16c();
+    if (strcmp(feature, "avx512f") == 0)
+        return __builtin_cpu_supports("avx512f");
+    if (strcmp(feature, "avx512bw") == 0)
+        return __builtin_cpu_supports("avx512bw");
+    if (strcmp(feature, "avx512vl") == 0)
+        return __builtin_cpu_supports("avx512vl");
+    if (strcmp(feature, "avx512dq") == 0)
+        return __builtin_cpu_supports("avx512dq");
+    return 0;
+}
+
+/* The CPU features each instruction set's kernels are compiled for (their
+ * target attributes). The compilers' checks include the OS's XCR0 state, so
+ * an OS or hypervisor that does not save the AVX-512 registers (valgrind,
+ * for one) reads as "no AVX-512". */
+static const char *const isa_features[LOOM_KERNELS_NUM_ISA][7] = {
+    [LOOM_KERNELS_SCALAR] = {NULL},
+    [LOOM_KERNELS_AVX2] = {"avx2", "f16c", NULL},
+    [LOOM_KERNELS_AVX512] = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "f16c", NULL},
 };
 
-/* ---- Scalar operations ------------------------------------------------- */
+/* The sparse table of an instruction set; NULL when this build has none. */
+static const struct loom_kernel_row *isa_overlay(loom_kernels_isa_t isa)
+{
+    return isa == LOOM_KERNELS_AVX2     ? loom_kernels_avx2_table
+           : isa == LOOM_KERNELS_AVX512 ? loom_kernels_avx512_table
+                                        : NULL;
+}
+#else
+static const struct loom_kernel_row *isa_overlay(loom_kernels_isa_t isa)
+{
+    (void)isa;
+    return NULL;
+}
+#endif
 
-/* Sum and product modulo 2^bits are the same bits whether the operands are
- * read as signed or unsigned, so signed integers use these unsigned ones and
- * signed overflow never happens. uint8_t promotes to int, but 255 * 255 fits. */
-#define DEFINE_UINT_OPS(sfx, T)                                                                    \
-    static inline T add_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return (T)(a + b);                                                                         \
-    }                                                                                              \
-    static inline T mul_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return (T)(a * b);                                                                         \
+/* Writes the features isa needs that this machine lacks into buf ("" if none). */
+static void isa_missing(loom_kernels_isa_t isa, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (isa == LOOM_KERNELS_SCALAR)
+        return;
+#if defined(__x86_64__)
+    size_t used = 0;
+    __builtin_cpu_init();
+    for (const char *const *f = isa_features[isa]; *f != NULL; f++) {
+        if (!cpu_has(*f) && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? "," : "", *f);
     }
+#else
+    snprintf(buf, len, "x86-64 kernels (not built for this architecture)");
+#endif
+}
 
-#define DEFINE_ORDER_OPS(sfx, T)                                                                   \
-    static inline T max_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a > b ? a : b;                                                                      \
-    }                                                                                              \
-    static inline T min_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a < b ? a : b;                                                                      \
+/* ---- Tables and the active set ------------------------------------------- */
+
+static void overlay(struct loom_kernel_row *dst, const struct loom_kernel_row *src)
+{
+    for (int dt = 0; dt < loomNumTypes; dt++) {
+        struct loom_kernel_row *d = &dst[dt];
+        const struct loom_kernel_row *s = &src[dt];
+        if (s->init)
+            d->init = s->init;
+        for (int op = 0; op < loomNumOps; op++) {
+            if (s->acc[op])
+                d->acc[op] = s->acc[op];
+            if (s->finish[op])
+                d->finish[op] = s->finish[op];
+            if (s->multi[op])
+                d->multi[op] = s->multi[op];
+        }
     }
+}
 
-/* NaN checks come first because "a > b ? a : b" alone would drop a NaN in a. */
-#define DEFINE_FLOAT_OPS(sfx, T)                                                                   \
-    static inline T add_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a + b;                                                                              \
-    }                                                                                              \
-    static inline T mul_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a * b;                                                                              \
-    }                                                                                              \
-    static inline T max_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a != a ? a : b != b ? b : a > b ? a : b;                                            \
-    }                                                                                              \
-    static inline T min_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a != a ? a : b != b ? b : a < b ? a : b;                                            \
+static loom_kernels_isa_t best_available(void)
+{
+    for (int isa = LOOM_KERNELS_NUM_ISA - 1; isa > 0; isa--)
+        if (isa_ok[isa])
+            return (loom_kernels_isa_t)isa;
+    return LOOM_KERNELS_SCALAR;
+}
+
+/* loom_kernels_choose without the setup, which calls it. */
+static loom_kernels_isa_t choose(const char *request)
+{
+    loom_kernels_isa_t best = best_available();
+    if (request == NULL || request[0] == '\0' || strcasecmp(request, "auto") == 0)
+        return best;
+    for (int isa = 0; isa < LOOM_KERNELS_NUM_ISA; isa++) {
+        if (strcasecmp(request, isa_names[isa]) != 0)
+            continue;
+        if (isa_ok[isa])
+            return (loom_kernels_isa_t)isa;
+        char missing[128];
+        isa_missing((loom_kernels_isa_t)isa, missing, sizeof(missing));
+        LOOM_WARN("LOOM_KERNELS=%s: this machine lacks %s; using %s kernels", request, missing,
+                  isa_names[best]);
+        return best;
     }
-
-DEFINE_UINT_OPS(u8, uint8_t)
-DEFINE_UINT_OPS(u32, uint32_t)
-DEFINE_UINT_OPS(u64, uint64_t)
-DEFINE_ORDER_OPS(i8, int8_t)
-DEFINE_ORDER_OPS(u8, uint8_t)
-DEFINE_ORDER_OPS(i32, int32_t)
-DEFINE_ORDER_OPS(u32, uint32_t)
-DEFINE_ORDER_OPS(i64, int64_t)
-DEFINE_ORDER_OPS(u64, uint64_t)
-DEFINE_FLOAT_OPS(f32, float)
-DEFINE_FLOAT_OPS(f64, double)
-
-/* ---- Block-wise narrow conversions -------------------------------------- */
-
-/* The general f16 converters of dtype.h handle subnormals, infinities and
- * NaNs with selects and variable shifts that make a vectorised loop several
- * times slower than the plain case. Real data is nearly always zeros and
- * normal numbers, so each block of KBLOCK elements is checked first: a block
- * without anything unusual goes through the plain converter (a shift and an
- * add per element), any other block through the general one. Both give the
- * same bits for every value the plain one accepts; the rounding arithmetic is
- * shared with dtype.h. The fp8 encodings also get a plain encoder; bfloat16's
- * converters and the fp8 decoders (a table lookup) are as fast as a plain one
- * would be, so their "unusual" tests are constant 0 and fold away. */
-
-/* On 16-bit lanes (subnormal: exponent 0 and not zero; or exponent 31), which
- * SSE2 compares directly without widening first. */
-static inline uint16_t f16_decode_unusual(uint16_t h)
-{
-    uint16_t exp = h & 0x7c00u;
-    uint16_t em = h & 0x7fffu;
-    return (uint16_t)((exp == 0x7c00u) | ((exp == 0) & (em != 0)));
+    LOOM_WARN("LOOM_KERNELS=%s is not one of auto, scalar, avx2, avx512; using %s kernels", request,
+              isa_names[best]);
+    return best;
 }
 
-static inline float f16_decode_plain(uint16_t h)
+static void setup(void)
 {
-    uint32_t em = h & 0x7fffu;
-    uint32_t mag = em ? loom_narrow_normal_to_f32_bits(em, 10, 15) : 0;
-    return loom_f32_from_bits(((uint32_t)(h & 0x8000u) << 16) | mag);
-}
-
-static inline uint16_t bf16_decode_unusual(uint16_t b)
-{
-    (void)b;
-    return 0;
-}
-
-static inline float bf16_decode_plain(uint16_t b)
-{
-    return loom_bf16_decode(b);
-}
-
-static inline uint16_t e4m3_decode_unusual(uint8_t v)
-{
-    (void)v;
-    return 0;
-}
-
-static inline float e4m3_decode_plain(uint8_t v)
-{
-    return loom_e4m3_decode(v);
-}
-
-static inline uint16_t e5m2_decode_unusual(uint8_t v)
-{
-    (void)v;
-    return 0;
-}
-
-static inline float e5m2_decode_plain(uint8_t v)
-{
-    return loom_e5m2_decode(v);
-}
-
-/* The tests are written with & and | rather than && and || so that the loops
- * over a block stay branch-free and vectorise. For encoding, plain means zero
- * or a magnitude inside the format's normal range (up to its largest finite
- * value, or to the f16 overflow threshold); the comparisons are on int32_t
- * because SSE2 compares only signed lanes. */
-static inline uint32_t f16_encode_unusual(float f)
-{
-    int32_t ax = (int32_t)(loom_f32_to_bits(f) & 0x7fffffffu);
-    return (ax != 0) & ((ax < 0x38800000) | (ax >= 0x477ff000));
-}
-
-static inline uint16_t f16_encode_plain(float f)
-{
-    uint32_t x = loom_f32_to_bits(f);
-    uint32_t ax = x & 0x7fffffffu;
-    uint32_t mag = ax ? loom_f32_bits_to_narrow_normal(ax, 10, 15) : 0;
-    return (uint16_t)(((x >> 16) & 0x8000u) | mag);
-}
-
-static inline uint32_t e4m3_encode_unusual(float f)
-{
-    int32_t ax = (int32_t)(loom_f32_to_bits(f) & 0x7fffffffu);
-    return (ax != 0) & ((ax < 0x3c800000) | (ax > 0x43e00000));
-}
-
-static inline uint8_t e4m3_encode_plain(float f)
-{
-    uint32_t x = loom_f32_to_bits(f);
-    uint32_t ax = x & 0x7fffffffu;
-    uint32_t mag = ax ? loom_f32_bits_to_narrow_normal(ax, 3, 7) : 0;
-    return (uint8_t)(((x >> 24) & 0x80u) | mag);
-}
-
-static inline uint32_t e5m2_encode_unusual(float f)
-{
-    int32_t ax = (int32_t)(loom_f32_to_bits(f) & 0x7fffffffu);
-    return (ax != 0) & ((ax < 0x38800000) | (ax > 0x47600000));
-}
-
-static inline uint8_t e5m2_encode_plain(float f)
-{
-    uint32_t x = loom_f32_to_bits(f);
-    uint32_t ax = x & 0x7fffffffu;
-    uint32_t mag = ax ? loom_f32_bits_to_narrow_normal(ax, 2, 15) : 0;
-    return (uint8_t)(((x >> 24) & 0x80u) | mag);
-}
-
-static inline uint32_t bf16_encode_unusual(float f)
-{
-    (void)f;
-    return 0;
-}
-
-static inline uint16_t bf16_encode_plain(float f)
-{
-    return loom_bf16_encode(f);
-}
-
-#define DEFINE_BLOCK_TEST(name, T, unusual)                                                        \
-    static inline int name(const T *x)                                                             \
-    {                                                                                              \
-        unsigned any = 0;                                                                          \
-        for (size_t k = 0; k < KBLOCK; k++)                                                        \
-            any |= unusual(x[k]);                                                                  \
-        return any == 0;                                                                           \
+    memcpy(isa_tables[LOOM_KERNELS_SCALAR], loom_kernels_scalar_table,
+           sizeof(loom_kernels_scalar_table));
+    isa_ok[LOOM_KERNELS_SCALAR] = 1;
+    for (int isa = 1; isa < LOOM_KERNELS_NUM_ISA; isa++) {
+        memcpy(isa_tables[isa], isa_tables[isa - 1], sizeof(isa_tables[isa]));
+        const struct loom_kernel_row *o = isa_overlay((loom_kernels_isa_t)isa);
+        char missing[128];
+        isa_missing((loom_kernels_isa_t)isa, missing, sizeof(missing));
+        if (o != NULL) {
+            overlay(isa_tables[isa], o);
+            isa_ok[isa] = missing[0] == '\0';
+        }
     }
-
-DEFINE_BLOCK_TEST(f16_decode_block_plain, uint16_t, f16_decode_unusual)
-DEFINE_BLOCK_TEST(bf16_decode_block_plain, uint16_t, bf16_decode_unusual)
-DEFINE_BLOCK_TEST(e4m3_decode_block_plain, uint8_t, e4m3_decode_unusual)
-DEFINE_BLOCK_TEST(e5m2_decode_block_plain, uint8_t, e5m2_decode_unusual)
-DEFINE_BLOCK_TEST(f16_encode_block_plain, float, f16_encode_unusual)
-DEFINE_BLOCK_TEST(bf16_encode_block_plain, float, bf16_encode_unusual)
-DEFINE_BLOCK_TEST(e4m3_encode_block_plain, float, e4m3_encode_unusual)
-DEFINE_BLOCK_TEST(e5m2_encode_block_plain, float, e5m2_encode_unusual)
-
-/* a[i] = combine(a[i], decode(s[i])) over n elements of format sfx; combine
- * may be a macro that ignores its first argument (init). */
-#define NARROW_DECODE_LOOP(sfx, a, s, n, combine)                                                  \
-    do {                                                                                           \
-        size_t base_ = 0;                                                                          \
-        for (; base_ + KBLOCK <= (n); base_ += KBLOCK) {                                           \
-            if (sfx##_decode_block_plain((s) + base_)) {                                           \
-                for (size_t k_ = 0; k_ < KBLOCK; k_++)                                             \
-                    (a)[base_ + k_] =                                                              \
-                        combine((a)[base_ + k_], sfx##_decode_plain((s)[base_ + k_]));             \
-            } else {                                                                               \
-                for (size_t k_ = 0; k_ < KBLOCK; k_++)                                             \
-                    (a)[base_ + k_] =                                                              \
-                        combine((a)[base_ + k_], loom_##sfx##_decode((s)[base_ + k_]));            \
-            }                                                                                      \
-        }                                                                                          \
-        for (size_t i_ = base_; i_ < (n); i_++)                                                    \
-            (a)[i_] = combine((a)[i_], loom_##sfx##_decode((s)[i_]));                              \
-    } while (0)
-
-/* ---- Accumulate -------------------------------------------------------- */
-
-#define LOAD_SAME(x) (x)
-
-#define DEFINE_ACC(name, AT, ST, load, combine)                                                    \
-    static void name(void *restrict accv, const void *restrict srcv, size_t n)                     \
-    {                                                                                              \
-        AT *a = accv;                                                                              \
-        const ST *s = srcv;                                                                        \
-        BLOCKED_FOR(i, n, a[i] = combine(a[i], load(s[i])));                                       \
-    }
-
-DEFINE_ACC(acc_add_u8, uint8_t, uint8_t, LOAD_SAME, add_u8)
-DEFINE_ACC(acc_mul_u8, uint8_t, uint8_t, LOAD_SAME, mul_u8)
-DEFINE_ACC(acc_max_u8, uint8_t, uint8_t, LOAD_SAME, max_u8)
-DEFINE_ACC(acc_min_u8, uint8_t, uint8_t, LOAD_SAME, min_u8)
-DEFINE_ACC(acc_max_i8, int8_t, int8_t, LOAD_SAME, max_i8)
-DEFINE_ACC(acc_min_i8, int8_t, int8_t, LOAD_SAME, min_i8)
-DEFINE_ACC(acc_add_u32, uint32_t, uint32_t, LOAD_SAME, add_u32)
-DEFINE_ACC(acc_mul_u32, uint32_t, uint32_t, LOAD_SAME, mul_u32)
-DEFINE_ACC(acc_max_u32, uint32_t, uint32_t, LOAD_SAME, max_u32)
-DEFINE_ACC(acc_min_u32, uint32_t, uint32_t, LOAD_SAME, min_u32)
-DEFINE_ACC(acc_max_i32, int32_t, int32_t, LOAD_SAME, max_i32)
-DEFINE_ACC(acc_min_i32, int32_t, int32_t, LOAD_SAME, min_i32)
-DEFINE_ACC(acc_add_u64, uint64_t, uint64_t, LOAD_SAME, add_u64)
-DEFINE_ACC(acc_mul_u64, uint64_t, uint64_t, LOAD_SAME, mul_u64)
-DEFINE_ACC(acc_max_u64, uint64_t, uint64_t, LOAD_SAME, max_u64)
-DEFINE_ACC(acc_min_u64, uint64_t, uint64_t, LOAD_SAME, min_u64)
-DEFINE_ACC(acc_max_i64, int64_t, int64_t, LOAD_SAME, max_i64)
-DEFINE_ACC(acc_min_i64, int64_t, int64_t, LOAD_SAME, min_i64)
-DEFINE_ACC(acc_add_f32, float, float, LOAD_SAME, add_f32)
-DEFINE_ACC(acc_mul_f32, float, float, LOAD_SAME, mul_f32)
-DEFINE_ACC(acc_max_f32, float, float, LOAD_SAME, max_f32)
-DEFINE_ACC(acc_min_f32, float, float, LOAD_SAME, min_f32)
-DEFINE_ACC(acc_add_f64, double, double, LOAD_SAME, add_f64)
-DEFINE_ACC(acc_mul_f64, double, double, LOAD_SAME, mul_f64)
-DEFINE_ACC(acc_max_f64, double, double, LOAD_SAME, max_f64)
-DEFINE_ACC(acc_min_f64, double, double, LOAD_SAME, min_f64)
-
-#define DEFINE_NARROW_ACC_OP(op, sfx, ST)                                                          \
-    static void acc_##op##_##sfx(void *restrict accv, const void *restrict srcv, size_t n)         \
-    {                                                                                              \
-        float *a = accv;                                                                           \
-        const ST *s = srcv;                                                                        \
-        NARROW_DECODE_LOOP(sfx, a, s, n, op##_f32);                                                \
-    }
-
-#define DEFINE_NARROW_ACC(sfx, ST)                                                                 \
-    DEFINE_NARROW_ACC_OP(add, sfx, ST)                                                             \
-    DEFINE_NARROW_ACC_OP(mul, sfx, ST)                                                             \
-    DEFINE_NARROW_ACC_OP(max, sfx, ST)                                                             \
-    DEFINE_NARROW_ACC_OP(min, sfx, ST)
-
-DEFINE_NARROW_ACC(f16, uint16_t)
-DEFINE_NARROW_ACC(bf16, uint16_t)
-DEFINE_NARROW_ACC(e4m3, uint8_t)
-DEFINE_NARROW_ACC(e5m2, uint8_t)
-
-/* ---- Init -------------------------------------------------------------- */
-
-/* Native init is a copy; memmove makes any overlap, the documented exact
- * alias included, safe. */
-static void init_copy_1(void *acc, const void *src, size_t n)
-{
-    if (acc != src)
-        memmove(acc, src, n);
+    const char *request = loom_param_KERNELS();
+    loom_kernels_isa_t isa = choose(request);
+    atomic_store(&active_isa, (int)isa);
+    LOOM_INFO(LOOM_LOG_INIT, "reduction kernels: %s (LOOM_KERNELS=%s)", isa_names[isa], request);
 }
 
-static void init_copy_4(void *acc, const void *src, size_t n)
+static void ensure_setup(void)
 {
-    if (acc != src)
-        memmove(acc, src, n * 4);
+    pthread_once(&setup_once, setup);
 }
 
-static void init_copy_8(void *acc, const void *src, size_t n)
+int loom_kernels_isa_available(loom_kernels_isa_t isa)
 {
-    if (acc != src)
-        memmove(acc, src, n * 8);
+    ensure_setup();
+    return (int)isa >= 0 && isa < LOOM_KERNELS_NUM_ISA && isa_ok[isa];
 }
 
-/* init_fn has no restrict (native inits may alias), but a widening init has
- * distinct buffers by contract; the restrict-qualified parameters of the loop
- * helper say so to the vectoriser, which did not vectorise these loops when
- * the restrict was on local pointers instead. */
-#define TAKE_SECOND(a, b) (b)
-
-#define DEFINE_NARROW_INIT(sfx, ST)                                                                \
-    static inline void init_##sfx##_loop(float *restrict a, const ST *restrict s, size_t n)        \
-    {                                                                                              \
-        NARROW_DECODE_LOOP(sfx, a, s, n, TAKE_SECOND);                                             \
-    }                                                                                              \
-    static void init_##sfx(void *acc, const void *src, size_t n)                                   \
-    {                                                                                              \
-        init_##sfx##_loop(acc, src, n);                                                            \
-    }
-
-DEFINE_NARROW_INIT(f16, uint16_t)
-DEFINE_NARROW_INIT(bf16, uint16_t)
-DEFINE_NARROW_INIT(e4m3, uint8_t)
-DEFINE_NARROW_INIT(e5m2, uint8_t)
-
-/* ---- Finish ------------------------------------------------------------ */
-
-static void finish_copy_1(void *dst, const void *acc, size_t n, int nranks)
+loom_kernels_isa_t loom_kernels_choose(const char *request)
 {
-    (void)nranks;
-    if (dst != acc)
-        memmove(dst, acc, n);
+    ensure_setup();
+    return choose(request);
 }
 
-static void finish_copy_4(void *dst, const void *acc, size_t n, int nranks)
+loom_kernels_isa_t loom_kernels_isa(void)
 {
-    (void)nranks;
-    if (dst != acc)
-        memmove(dst, acc, n * 4);
+    ensure_setup();
+    return (loom_kernels_isa_t)atomic_load_explicit(&active_isa, memory_order_relaxed);
 }
 
-static void finish_copy_8(void *dst, const void *acc, size_t n, int nranks)
+loomResult_t loom_kernels_use(loom_kernels_isa_t isa)
 {
-    (void)nranks;
-    if (dst != acc)
-        memmove(dst, acc, n * 8);
+    if (!loom_kernels_isa_available(isa)) {
+        char missing[128] = "";
+        if ((int)isa >= 0 && isa < LOOM_KERNELS_NUM_ISA)
+            isa_missing(isa, missing, sizeof(missing));
+        LOOM_WARN("reduction kernels %s (%d) are not available here%s%s",
+                  loom_kernels_isa_name(isa), (int)isa, missing[0] ? ": no " : "", missing);
+        return loomInvalidArgument;
+    }
+    atomic_store_explicit(&active_isa, (int)isa, memory_order_relaxed);
+    return loomSuccess;
 }
 
-/* Native avg: the in-place and the distinct-buffer cases get their own loop
- * so both vectorise without a runtime overlap check. DT is the type the
- * division runs in: int for the 8-bit integers (so nranks > 127 is not
- * truncated), the datatype itself otherwise. */
-#define DEFINE_NATIVE_AVG(sfx, T, DT)                                                              \
-    static inline void avg_##sfx##_loop(T *restrict y, const T *restrict x, size_t n, DT d)        \
-    {                                                                                              \
-        BLOCKED_FOR(i, n, y[i] = (T)((DT)x[i] / d));                                               \
-    }                                                                                              \
-    static void finish_avg_##sfx(void *dst, const void *acc, size_t n, int nranks)                 \
-    {                                                                                              \
-        DT d = (DT)nranks;                                                                         \
-        if (dst == acc) {                                                                          \
-            T *x = dst;                                                                            \
-            BLOCKED_FOR(i, n, x[i] = (T)((DT)x[i] / d));                                           \
-        } else {                                                                                   \
-            avg_##sfx##_loop(dst, acc, n, d);                                                      \
-        }                                                                                          \
-    }
-
-DEFINE_NATIVE_AVG(i8, int8_t, int)
-DEFINE_NATIVE_AVG(u8, uint8_t, int)
-DEFINE_NATIVE_AVG(i32, int32_t, int32_t)
-DEFINE_NATIVE_AVG(u32, uint32_t, uint32_t)
-DEFINE_NATIVE_AVG(i64, int64_t, int64_t)
-DEFINE_NATIVE_AVG(u64, uint64_t, uint64_t)
-DEFINE_NATIVE_AVG(f32, float, float)
-DEFINE_NATIVE_AVG(f64, double, double)
-
-/* Elements per step when a narrowing finish writes over its own float32
- * accumulator (dst == acc). Step k writes dst bytes below
- * size*(k+1)*FINISH_CHUNK, size <= 2, while later steps read acc bytes from
- * 4*(k+1)*FINISH_CHUNK on, so no step overwrites accumulator values that a
- * later one still needs. */
-#define FINISH_CHUNK 512
-
-static int ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
+/* The tables are complete and never change after setup, so which set a call
+ * sees only needs the index to be read whole. */
+static const struct loom_kernel_row *row_of(loomDataType_t dt)
 {
-    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return pa < pb + b_bytes && pb < pa + a_bytes;
+    if (!loom_dtype_valid(dt))
+        return NULL;
+    ensure_setup();
+    return &isa_tables[atomic_load_explicit(&active_isa, memory_order_relaxed)][dt];
 }
 
-/* Narrowing finish: the avg variant divides in float32, then rounds once to
- * the datatype. Each block is divided into a local array first so that the
- * plain-block test sees the values that are actually encoded. When dst aliases
- * acc the results go through a stack buffer one chunk at a time (see
- * FINISH_CHUNK), so the converting loop can still be restrict-qualified. */
-#define DEFINE_NARROW_FINISH(name, sfx, ST, avg)                                                   \
-    static void name##_block(ST *restrict y, const float *restrict x, size_t n, float d)           \
-    {                                                                                              \
-        size_t base = 0;                                                                           \
-        for (; base + KBLOCK <= n; base += KBLOCK) {                                               \
-            float q[KBLOCK];                                                                       \
-            for (size_t k = 0; k < KBLOCK; k++)                                                    \
-                q[k] = avg ? x[base + k] / d : x[base + k];                                        \
-            if (sfx##_encode_block_plain(q)) {                                                     \
-                for (size_t k = 0; k < KBLOCK; k++)                                                \
-                    y[base + k] = sfx##_encode_plain(q[k]);                                        \
-            } else {                                                                               \
-                for (size_t k = 0; k < KBLOCK; k++)                                                \
-                    y[base + k] = loom_##sfx##_encode(q[k]);                                       \
-            }                                                                                      \
-        }                                                                                          \
-        for (size_t i = base; i < n; i++)                                                          \
-            y[i] = loom_##sfx##_encode(avg ? x[i] / d : x[i]);                                     \
-    }                                                                                              \
-    static void name(void *dstv, const void *accv, size_t n, int nranks)                           \
-    {                                                                                              \
-        ST *y = dstv;                                                                              \
-        const float *x = accv;                                                                     \
-        float d = (float)nranks;                                                                   \
-        if (!ranges_overlap(dstv, n * sizeof(ST), accv, n * sizeof(float))) {                      \
-            name##_block(y, x, n, d);                                                              \
-            return;                                                                                \
-        }                                                                                          \
-        ST tmp[FINISH_CHUNK];                                                                      \
-        for (size_t off = 0; off < n; off += FINISH_CHUNK) {                                       \
-            size_t len = n - off < FINISH_CHUNK ? n - off : FINISH_CHUNK;                          \
-            name##_block(tmp, x + off, len, d);                                                    \
-            memcpy(y + off, tmp, len * sizeof(ST));                                                \
-        }                                                                                          \
-    }
-
-DEFINE_NARROW_FINISH(finish_copy_f16, f16, uint16_t, 0)
-DEFINE_NARROW_FINISH(finish_avg_f16, f16, uint16_t, 1)
-DEFINE_NARROW_FINISH(finish_copy_bf16, bf16, uint16_t, 0)
-DEFINE_NARROW_FINISH(finish_avg_bf16, bf16, uint16_t, 1)
-DEFINE_NARROW_FINISH(finish_copy_e4m3, e4m3, uint8_t, 0)
-DEFINE_NARROW_FINISH(finish_avg_e4m3, e4m3, uint8_t, 1)
-DEFINE_NARROW_FINISH(finish_copy_e5m2, e5m2, uint8_t, 0)
-DEFINE_NARROW_FINISH(finish_avg_e5m2, e5m2, uint8_t, 1)
-
-/* ---- The table --------------------------------------------------------- */
-
-#define ACC_OPS(add, mul, max, min)                                                                \
-    {                                                                                              \
-        [loomSum] = add, [loomProd] = mul, [loomMax] = max, [loomMin] = min, [loomAvg] = add       \
-    }
-#define FINISH_OPS(copy, avg)                                                                      \
-    {                                                                                              \
-        [loomSum] = copy, [loomProd] = copy, [loomMax] = copy, [loomMin] = copy, [loomAvg] = avg   \
-    }
-
-#define NATIVE_ROW(size, sum, prod, max, min, avg)                                                 \
-    {                                                                                              \
-        size, 1, init_copy_##size, ACC_OPS(sum, prod, max, min),                                   \
-            FINISH_OPS(finish_copy_##size, avg)                                                    \
-    }
-#define NARROW_ROW(sfx)                                                                            \
-    {                                                                                              \
-        4, 0, init_##sfx, ACC_OPS(acc_add_##sfx, acc_mul_##sfx, acc_max_##sfx, acc_min_##sfx),     \
-            FINISH_OPS(finish_copy_##sfx, finish_avg_##sfx)                                        \
-    }
-
-static const struct kernel_row kernel_table[loomNumTypes] = {
-    [loomInt8] = NATIVE_ROW(1, acc_add_u8, acc_mul_u8, acc_max_i8, acc_min_i8, finish_avg_i8),
-    [loomUint8] = NATIVE_ROW(1, acc_add_u8, acc_mul_u8, acc_max_u8, acc_min_u8, finish_avg_u8),
-    [loomInt32] = NATIVE_ROW(4, acc_add_u32, acc_mul_u32, acc_max_i32, acc_min_i32, finish_avg_i32),
-    [loomUint32] =
-        NATIVE_ROW(4, acc_add_u32, acc_mul_u32, acc_max_u32, acc_min_u32, finish_avg_u32),
-    [loomInt64] = NATIVE_ROW(8, acc_add_u64, acc_mul_u64, acc_max_i64, acc_min_i64, finish_avg_i64),
-    [loomUint64] =
-        NATIVE_ROW(8, acc_add_u64, acc_mul_u64, acc_max_u64, acc_min_u64, finish_avg_u64),
-    [loomFloat16] = NARROW_ROW(f16),
-    [loomFloat32] =
-        NATIVE_ROW(4, acc_add_f32, acc_mul_f32, acc_max_f32, acc_min_f32, finish_avg_f32),
-    [loomFloat64] =
-        NATIVE_ROW(8, acc_add_f64, acc_mul_f64, acc_max_f64, acc_min_f64, finish_avg_f64),
-    [loomBfloat16] = NARROW_ROW(bf16),
-    [loomFloat8e4m3] = NARROW_ROW(e4m3),
-    [loomFloat8e5m2] = NARROW_ROW(e5m2),
-};
-
-static const struct kernel_row *row_of(loomDataType_t dt)
-{
-    return loom_dtype_valid(dt) ? &kernel_table[dt] : NULL;
-}
+/* ---- Entry points -------------------------------------------------------- */
 
 size_t loom_acc_size(loomDataType_t dt)
 {
-    const struct kernel_row *r = row_of(dt);
-    return r ? r->acc_size : 0;
+    return loom_dtype_valid(dt) ? loom_kernels_scalar_table[dt].acc_size : 0;
 }
 
 int loom_acc_is_native(loomDataType_t dt)
 {
-    const struct kernel_row *r = row_of(dt);
-    return r ? r->native : 0;
+    return loom_dtype_valid(dt) ? loom_kernels_scalar_table[dt].native : 0;
 }
 
 void loom_reduce_init(loomDataType_t dt, void *acc, const void *src, size_t n)
 {
-    const struct kernel_row *r = row_of(dt);
+    const struct loom_kernel_row *r = row_of(dt);
     if (r != NULL && n > 0)
         r->init(acc, src, n);
 }
 
 void loom_reduce_acc(loomDataType_t dt, loomRedOp_t op, void *acc, const void *src, size_t n)
 {
-    const struct kernel_row *r = row_of(dt);
+    const struct loom_kernel_row *r = row_of(dt);
     if (r != NULL && loom_redop_valid(op) && n > 0)
         r->acc[op](acc, src, n);
 }
@@ -552,7 +258,45 @@ void loom_reduce_acc(loomDataType_t dt, loomRedOp_t op, void *acc, const void *s
 void loom_reduce_finish(loomDataType_t dt, loomRedOp_t op, void *dst, const void *acc, size_t n,
                         int nranks)
 {
-    const struct kernel_row *r = row_of(dt);
-    if (r != NULL && loom_redop_valid(op) && n > 0)
-        r->finish[op](dst, acc, n, nranks < 1 ? 1 : nranks);
+    const struct loom_kernel_row *r = row_of(dt);
+    if (r == NULL || !loom_redop_valid(op) || n == 0)
+        return;
+    /* Only the scalar finish copes with a partial overlap (it goes through a
+     * bounce buffer); the vector ones need dst == acc or no overlap. */
+    if (dst != acc && loom_kernels_overlap(dst, n * loom_dtype_size(dt), acc, n * r->acc_size))
+        r = &isa_tables[LOOM_KERNELS_SCALAR][dt];
+    r->finish[op](dst, acc, n, nranks < 1 ? 1 : nranks);
+}
+
+/* Accumulator bytes per block of the unfused loom_reduce_multi: the block
+ * stays in L1 between the passes over the sources. */
+#define MULTI_BLOCK_BYTES 8192
+
+static void multi_blocked(const struct loom_kernel_row *r, loomDataType_t dt, loomRedOp_t op,
+                          void *dst, const void *const *srcs, int nsrc, size_t n, int nranks)
+{
+    _Alignas(64) unsigned char acc[MULTI_BLOCK_BYTES];
+    const size_t esz = loom_dtype_size(dt), blk = MULTI_BLOCK_BYTES / r->acc_size;
+    for (size_t off = 0; off < n; off += blk) {
+        size_t len = n - off < blk ? n - off : blk;
+        /* Every source's block is read before finish writes dst's, so dst
+         * may be one of the sources. */
+        r->init(acc, (const unsigned char *)srcs[0] + off * esz, len);
+        for (int j = 1; j < nsrc; j++)
+            r->acc[op](acc, (const unsigned char *)srcs[j] + off * esz, len);
+        r->finish[op]((unsigned char *)dst + off * esz, acc, len, nranks);
+    }
+}
+
+void loom_reduce_multi(loomDataType_t dt, loomRedOp_t op, void *dst, const void *const *srcs,
+                       int nsrc, size_t n, int nranks)
+{
+    const struct loom_kernel_row *r = row_of(dt);
+    if (r == NULL || !loom_redop_valid(op) || n == 0 || nsrc < 1 || srcs == NULL)
+        return;
+    nranks = nranks < 1 ? 1 : nranks;
+    if (r->multi[op] != NULL)
+        r->multi[op](dst, srcs, nsrc, n, nranks);
+    else
+        multi_blocked(r, dt, op, dst, srcs, nsrc, n, nranks);
 }

@@ -767,12 +767,15 @@ TEST(Kernels, NarrowSumRoundsOnceAtFinish)
 }
 
 /* The kernels convert whole blocks with plain (normal-range) converters when
- * they can and with the general ones otherwise; both must give exactly the
- * scalar functions' bits. Every encoding is decoded, in order (mostly plain
- * blocks) and shuffled (mostly mixed blocks), and float32 values of every
- * kind are encoded, through init, acc and finish. */
-TEST(Kernels, BulkConversionsMatchScalar)
+ * they can and with the general ones otherwise, or with vector instructions;
+ * all must give exactly the scalar functions' bits. Every encoding is
+ * decoded, in order (mostly plain blocks) and shuffled (mostly mixed
+ * blocks), and float32 values of every kind are encoded, through init, acc
+ * and finish, on the kernels in use; the test below runs it on every
+ * instruction set this CPU has. */
+void bulk_conversions_match_scalar()
 {
+    SCOPED_TRACE(loom_kernels_isa_name(loom_kernels_isa()));
     for (loomDataType_t dt : {loomFloat16, loomBfloat16, loomFloat8e4m3, loomFloat8e5m2}) {
         const fp_format &f = *format_of(dt);
         const size_t sz = loom_dtype_size(dt);
@@ -854,6 +857,25 @@ TEST(Kernels, BulkConversionsMatchScalar)
                 ASSERT_EQ(got, f.encode(x)) << i << " " << std::hex << bits_of_f32(vals[i]);
             }
         }
+    }
+}
+
+struct restore_kernels_isa {
+    loom_kernels_isa_t isa = loom_kernels_isa();
+    ~restore_kernels_isa()
+    {
+        loom_kernels_use(isa);
+    }
+};
+
+TEST(Kernels, BulkConversionsMatchScalar)
+{
+    restore_kernels_isa restore;
+    for (int isa = 0; isa < LOOM_KERNELS_NUM_ISA; isa++) {
+        if (loom_kernels_use((loom_kernels_isa_t)isa) == loomSuccess)
+            bulk_conversions_match_scalar();
+        if (HasFatalFailure())
+            return;
     }
 }
 
