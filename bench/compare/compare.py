@@ -91,7 +91,7 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 2 ranks, 8 B, 64 KiB, 4 MiB, 1 repetition")
     ap.add_argument("--out", help="output directory (default BUILD_DIR/compare)")
-    ap.add_argument("--build", default="build", help="loom build directory (default build)")
+    ap.add_argument("--build", help="loom build directory (default: build in the source tree)")
     ap.add_argument("--ranks", help="rank counts, e.g. 2,4,8")
     ap.add_argument("--colls", default=",".join(impls.COLLS),
                     help="collectives (default: all): " + ",".join(impls.COLLS))
@@ -126,8 +126,7 @@ class Config:
 
     def __init__(self, a, root):
         self.root = root
-        self.build = os.path.abspath(a.build if os.path.isabs(a.build)
-                                     else os.path.join(root, a.build))
+        self.build = os.path.abspath(a.build or os.path.join(root, "build"))
         self.out = os.path.abspath(a.out or os.path.join(self.build, "compare"))
         self.logs = os.path.join(self.out, "logs")
         self.peers_bin = os.path.join(self.out, "bin")
@@ -142,19 +141,22 @@ def say(msg):
 
 
 def build_loom(cfg, colls):
-    """meson setup (if needed) and ninja, when a program we run is missing."""
-    need = [os.path.join(cfg.build, "tools", "loomrun")]
-    need += [os.path.join(cfg.build, "bench", f"{c}_perf") for c in colls]
-    need += [os.path.join(cfg.build, "bench", "peers", p) for p in ("bind_rank", "memcpy_bw",
-                                                                    "tcp_bw")]
-    if all(os.access(p, os.X_OK) for p in need):
+    """meson setup (if there is no build yet) and ninja for just the programs
+    we run, when one of them is missing. Returns None or what went wrong."""
+    targets = ["tools/loomrun"] + [f"bench/{c}_perf" for c in colls]
+    targets += [f"bench/peers/{p}" for p in ("bind_rank", "memcpy_bw", "tcp_bw")]
+    if all(os.access(os.path.join(cfg.build, t), os.X_OK) for t in targets):
         say(f"# loom: using the programs in {cfg.build}")
         return None
     log = os.path.join(cfg.logs, "build.log")
     steps = []
     if not os.path.exists(os.path.join(cfg.build, "build.ninja")):
-        steps.append(["meson", "setup", cfg.build, cfg.root])
-    steps.append(["ninja", "-C", cfg.build])
+        setup = ["meson", "setup", cfg.build, cfg.root]
+        if not shutil.which("pkg-config") or \
+                subprocess.run(["pkg-config", "--exists", "gtest"]).returncode != 0:
+            setup.append("-Dtests=false")  # GoogleTest is not installed: benchmarks only
+        steps.append(setup)
+    steps.append(["ninja", "-C", cfg.build] + targets)
     say(f"# loom: building in {cfg.build} (log {log})")
     for cmd in steps:
         if not shutil.which(cmd[0]):
@@ -163,7 +165,7 @@ def build_loom(cfg, colls):
         rc, _ = impls.run_bounded(cmd, None, log, 3600)
         if rc != 0:
             return f"'{' '.join(cmd)}' failed: {impls.tail(log)}"
-    missing = [p for p in need if not os.access(p, os.X_OK)]
+    missing = [t for t in targets if not os.access(os.path.join(cfg.build, t), os.X_OK)]
     return f"still missing after the build: {', '.join(missing)}" if missing else None
 
 
