@@ -32,9 +32,11 @@ start=$(date +%s)
 # Another apt may be running (unattended upgrades): wait for its lock.
 $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq ||
     echo "install_peers: apt-get update failed" >&2
+# force-unsafe-io skips dpkg's fsync per file: torch alone unpacks ~640 MB.
 # shellcheck disable=SC2086 # the list is meant to split
-if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-        --no-install-recommends $missing >/dev/null; then
+if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+        -o Dpkg::Options::=--force-unsafe-io install -y -qq --no-install-recommends \
+        $missing >/dev/null; then
     echo "install_peers: apt-get install failed for:$missing" >&2
     exit 1
 fi
