@@ -222,6 +222,14 @@ def run_all(a, cfg, impl_list, doc):
                     " | ".join(parts))
         for impl in impl_list:
             impl.stop()
+        save(cfg, doc)  # a run stopped later still leaves what it measured
+
+
+def save(cfg, doc):
+    path = os.path.join(cfg.out, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def record(doc, key, coll, n, rep, rows):
@@ -270,7 +278,7 @@ def main(argv):
         "machine": sysinfo.machine(), "load_start": sysinfo.load(),
         "packages": sysinfo.packages(), "loom": sysinfo.loom_source(root),
         "implementations": {}, "limits": {}, "measurements": [], "failures": [],
-        "unsupported": [],
+        "unsupported": [], "complete": False,
     }
     doc["loom"]["build_dir"] = cfg.build
     for flavor, e in build_errors.items():
@@ -331,8 +339,8 @@ def finish(a, cfg, doc, active, t_start):
     doc["plot"] = "busbw.png" if why_not is None else None
     if why_not:
         say(f"# no plot: {why_not}")
-    with open(os.path.join(cfg.out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    doc["complete"] = True
+    save(cfg, doc)
     for fl in doc["failures"]:
         where = " ".join(str(fl[k]) for k in ("coll", "nranks", "rep") if k in fl)
         say(f"# FAILED {fl['impl']} {where}: {fl['error'][:300]}")
