@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+#
+# compare.py - bench/compare's driver, started by bench/compare/run: builds
+# what is missing (loom's benchmarks, bench/peers' programs with each MPI's
+# mpicc), measures the memcpy and TCP limits, runs loom, Open MPI, MPICH and
+# Gloo interleaved (for each rank count, collective and repetition: loom, then
+# each peer) on the same size bands with the same iteration policy and binding,
+# then writes results.json, busbw.png and the ratio table. It exits non-zero
+# only when something failed to build or run (or gave wrong results), never
+# because of a ratio. The last line it prints says which.
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import impls  # noqa: E402
+import report  # noqa: E402
+import sysinfo  # noqa: E402
+
+# Iteration policy, one for every implementation: nccl-tests' defaults (20
+# timed calls, 1 warm-up call per size) below ITER_BYTES / 20, then as many
+# calls as move ITER_BYTES, at least MIN_ITERS, so big sizes do not dominate.
+# Results are checked once per size, in the first repetition.
+MAX_ITERS, MIN_ITERS, ITER_BYTES = 20, 2, 128 << 20
+FULL = {"ranks": "2,4,8", "sizes": "8:128M:4", "reps": 3, "timeout": 900}
+QUICK = {"ranks": "2", "sizes": "8,64K,4M", "reps": 1, "timeout": 300}
+
+
+def parse_size(text):
+    text = text.strip()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    try:
+        value = float(text[:-1] if mult > 1 else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (bytes, K, M or G)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size '{text}' is below 1 byte")
+    return int(value * mult)
+
+
+def parse_sizes(text):
+    """'MIN:MAX:FACTOR' (a geometric range) or 'A,B,C' (a list)."""
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise argparse.ArgumentTypeError("--sizes MIN:MAX:FACTOR, e.g. 8:128M:4")
+        lo, hi, f = parse_size(parts[0]), parse_size(parts[1]), int(parts[2])
+        if f < 2 or lo > hi:
+            raise argparse.ArgumentTypeError("--sizes MIN:MAX:FACTOR wants MIN <= MAX, FACTOR >= 2")
+        out = []
+        while lo <= hi:
+            out.append(lo)
+            lo *= f
+        return out
+    return sorted({parse_size(x) for x in text.split(",") if x.strip()})
+
+
+def iters_for(size):
+    return max(MIN_ITERS, min(MAX_ITERS, ITER_BYTES // max(size, 1)))
+
+
+def make_bands(sizes):
+    """Consecutive sizes with the same iteration count and a whole ratio form
+    one band [MIN, MAX, FACTOR, ITERS]: one *_perf run with -b -e -f -n."""
+    bands = []
+    for s in sizes:
+        it = iters_for(s)
+        if bands:
+            b = bands[-1]
+            single = b[0] == b[1]
+            if b[3] == it and single and s % b[1] == 0 and s // b[1] >= 2:
+                b[1], b[2] = s, s // b[1]
+                continue
+            if b[3] == it and not single and s == b[1] * b[2]:
+                b[1] = s
+                continue
+        bands.append([s, s, 2, it])
+    return bands
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="bench/compare/run",
+        description="loom side by side with Open MPI, MPICH and Gloo (torch.distributed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 2 ranks, 8 B, 64 KiB, 4 MiB, 1 repetition")
+    ap.add_argument("--out", help="output directory (default BUILD_DIR/compare)")
+    ap.add_argument("--build", help="loom build directory (default: build in the source tree)")
+    ap.add_argument("--ranks", help="rank counts, e.g. 2,4,8")
+    ap.add_argument("--colls", default=",".join(impls.COLLS),
+                    help="collectives (default: all): " + ",".join(impls.COLLS))
+    ap.add_argument("--sizes", type=parse_sizes,
+                    help="MIN:MAX:FACTOR or a list A,B,C (bytes; K, M, G suffixes)")
+    ap.add_argument("--reps", type=int, help="interleaved repetitions (median is reported)")
+    ap.add_argument("--net", choices=["shm", "tcp"], default="shm",
+                    help="shm: every implementation's default local path; tcp: loom with "
+                         "LOOM_NET=tcp, MPIs forced onto TCP")
+    ap.add_argument("--impls", default="loom,ompi,mpich,gloo",
+                    help="implementations to run (default loom,ompi,mpich,gloo)")
+    ap.add_argument("--timeout", type=int, help="seconds one launch may take")
+    ap.add_argument("--no-install", action="store_true", help="do not apt-get the peers")
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    mode = QUICK if a.quick else FULL
+    a.ranks = [int(x) for x in (a.ranks or mode["ranks"]).split(",") if x.strip()]
+    a.sizes = a.sizes or parse_sizes(mode["sizes"])
+    a.reps = a.reps or mode["reps"]
+    a.timeout = a.timeout or mode["timeout"]
+    a.colls = [c.strip() for c in a.colls.split(",") if c.strip()]
+    a.impls = [c.strip() for c in a.impls.split(",") if c.strip()]
+    bad = [c for c in a.colls if c not in impls.COLLS]
+    bad += [i for i in a.impls if i not in ("loom", "ompi", "mpich", "gloo")]
+    if bad or not a.colls or not a.ranks or min(a.ranks) < 1 or a.reps < 1:
+        ap.error(f"bad --colls/--impls/--ranks/--reps ({', '.join(bad) or 'empty or < 1'})")
+    return a
+
+
+class Config:
+    """What the implementations need to know (see impls.Impl)."""
+
+    def __init__(self, a, root):
+        self.root = root
+        self.build = os.path.abspath(a.build or os.path.join(root, "build"))
+        self.out = os.path.abspath(a.out or os.path.join(self.build, "compare"))
+        self.logs = os.path.join(self.out, "logs")
+        self.peers_bin = os.path.join(self.out, "bin")
+        self.net, self.timeout = a.net, a.timeout
+        self.warmup = 1
+        self.python = sys.executable
+        self.tmp = None
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def build_loom(cfg, colls):
+    """meson setup (if there is no build yet) and ninja for just the programs
+    we run, when one of them is missing. Returns None or what went wrong."""
+    targets = ["tools/loomrun"] + [f"bench/{c}_perf" for c in colls]
+    targets += [f"bench/peers/{p}" for p in ("bind_rank", "memcpy_bw", "tcp_bw")]
+    if all(os.access(os.path.join(cfg.build, t), os.X_OK) for t in targets):
+        say(f"# loom: using the programs in {cfg.build}")
+        return None
+    log = os.path.join(cfg.logs, "build.log")
+    steps = []
+    if not os.path.exists(os.path.join(cfg.build, "build.ninja")):
+        setup = ["meson", "setup", cfg.build, cfg.root]
+        if not shutil.which("pkg-config") or \
+                subprocess.run(["pkg-config", "--exists", "gtest"]).returncode != 0:
+            setup.append("-Dtests=false")  # GoogleTest is not installed: benchmarks only
+        steps.append(setup)
+    steps.append(["ninja", "-C", cfg.build] + targets)
+    say(f"# loom: building in {cfg.build} (log {log})")
+    for cmd in steps:
+        if not shutil.which(cmd[0]):
+            return f"{cmd[0]} not found; run tools/install_deps.sh (or bench/compare/run without " \
+                   f"--no-install)"
+        rc, _ = impls.run_bounded(cmd, None, log, 3600)
+        if rc != 0:
+            return f"'{' '.join(cmd)}' failed: {impls.tail(log)}"
+    missing = [t for t in targets if not os.access(os.path.join(cfg.build, t), os.X_OK)]
+    return f"still missing after the build: {', '.join(missing)}" if missing else None
+
+
+def build_mpi(cfg):
+    """mpi_coll_bench with each installed MPI's own mpicc; returns errors by flavor."""
+    src = os.path.join(cfg.root, "bench", "peers", "mpi_coll_bench.c")
+    os.makedirs(cfg.peers_bin, exist_ok=True)
+    errors = {}
+    for flavor in ("openmpi", "mpich"):
+        cc = shutil.which(f"mpicc.{flavor}")
+        if not cc:
+            continue
+        out = os.path.join(cfg.peers_bin, f"mpi_coll_bench.{flavor}")
+        r = subprocess.run([cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-o", out, src],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            errors[flavor] = (r.stderr or r.stdout).strip()[-800:]
+    return errors
+
+
+def run_all(a, cfg, impl_list, doc):
+    """The interleaved loop; fills doc's measurements, failures, unsupported."""
+    bands = make_bands(a.sizes)
+    for n in a.ranks:
+        down = set()  # could not start for this rank count
+        for impl in impl_list:
+            err = impl.start(n)
+            if err:
+                doc["failures"].append({"impl": impl.key, "nranks": n, "error": err})
+                say(f"# {impl.label}: {err}")
+                down.add(impl.key)
+        for coll in a.colls:
+            for rep in range(1, a.reps + 1):
+                parts = []
+                for impl in impl_list:
+                    if impl.key in down:
+                        parts.append(f"{impl.key} -")
+                        continue
+                    o = impl.run(coll, n, bands, rep, 1 if rep == 1 else 0)
+                    parts.append(f"{impl.key} {o.seconds:.1f}s")
+                    if o.unsupported:
+                        if rep == 1:
+                            doc["unsupported"].append({"impl": impl.key, "coll": coll,
+                                                       "nranks": n, "why": o.unsupported})
+                        parts[-1] = f"{impl.key} unsupported"
+                        continue
+                    if o.error:
+                        doc["failures"].append({"impl": impl.key, "coll": coll, "nranks": n,
+                                                "rep": rep, "error": o.error})
+                        parts[-1] = f"{impl.key} FAILED"
+                        continue
+                    record(doc, impl.key, coll, n, rep, o.rows)
+                say(f"[{n} ranks {report.NAMES[coll]:<13} rep {rep}/{a.reps}] " +
+                    " | ".join(parts))
+        for impl in impl_list:
+            impl.stop()
+        save(cfg, doc)  # a run stopped later still leaves what it measured
+
+
+def save(cfg, doc):
+    path = os.path.join(cfg.out, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def record(doc, key, coll, n, rep, rows):
+    for r in rows:
+        o = r.get("out_of_place") or {}
+        m = {"impl": key, "coll": coll, "nranks": n, "rep": rep, "size": r["size"],
+             "count": r["count"], "iters": r.get("actual_iterations"), "time_us": o.get("time"),
+             "algbw": o.get("alg_bw"), "busbw": o.get("bus_bw"), "nwrong": o.get("nwrong")}
+        doc["measurements"].append(m)
+        if m["nwrong"]:
+            doc["failures"].append({"impl": key, "coll": coll, "nranks": n, "rep": rep,
+                                    "error": f"{m['nwrong']} wrong elements at {r['size']} bytes"})
+
+
+def main(argv):
+    a = parse_args(argv)
+    root = os.path.abspath(a.root or os.path.join(os.path.dirname(__file__), "..", ".."))
+    cfg = Config(a, root)
+    os.makedirs(cfg.logs, exist_ok=True)
+    t_start = time.time()
+    say(f"# bench/compare: {'quick' if a.quick else 'full'} run, net {a.net}, ranks {a.ranks}, "
+        f"{len(a.sizes)} sizes, {a.reps} repetition(s), output in {cfg.out}")
+
+    err = build_loom(cfg, a.colls)
+    if err:
+        say(f"# loom build failed: {err}")
+        say("compare: FAILED (loom could not be built)")
+        return 1
+    build_errors = build_mpi(cfg)
+    for flavor, e in build_errors.items():
+        say(f"# mpicc.{flavor} failed: {e}")
+
+    impl_list = impls.make_all(cfg, a.impls)
+    doc = {
+        "tool": "bench/compare", "mode": "quick" if a.quick else "full", "net": a.net,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_start)),
+        "args": argv,
+        "policy": {"warmup_iters": cfg.warmup, "check": "every size, in the first repetition",
+                   "reps": a.reps,
+                   "iters": f"max({MIN_ITERS}, min({MAX_ITERS}, {ITER_BYTES} / size))",
+                   "bands": make_bands(a.sizes), "ranks": a.ranks, "colls": a.colls,
+                   "interleave": "for each rank count, collective and repetition: "
+                                 + ", ".join(i.key for i in impl_list),
+                   "binding": "rank r on the (r mod C)-th usable CPU, every implementation",
+                   "statistic": "median of the repetitions' times (each the mean over ranks)"},
+        "machine": sysinfo.machine(), "load_start": sysinfo.load(),
+        "packages": sysinfo.packages(), "loom": sysinfo.loom_source(root),
+        "implementations": {}, "limits": {}, "measurements": [], "failures": [],
+        "unsupported": [], "complete": False,
+    }
+    doc["loom"]["build_dir"] = cfg.build
+    for flavor, e in build_errors.items():
+        doc["failures"].append({"impl": "ompi" if flavor == "openmpi" else "mpich",
+                                "error": f"mpicc.{flavor}: {e}"})
+    for impl in impl_list:
+        doc["implementations"][impl.key] = impl.info()
+        state = "ready" if impl.available() else f"skipped: {impl.reason}"
+        say(f"# {impl.label:<8} {state}; {impl.info().get('path', '')}")
+    active = [i for i in impl_list if i.available()]
+    if not any(i.key == "loom" for i in active):
+        say("compare: FAILED (loom's programs are not available)")
+        return 1
+
+    doc["limits"]["start"] = sysinfo.limits(cfg.build, 300, a.quick)
+    for line in sysinfo.limits_text(doc["limits"]["start"]):
+        say(f"# limit: {line}")
+    with tempfile.TemporaryDirectory(prefix="loom-compare-") as tmp:
+        cfg.tmp = tmp
+        try:
+            run_all(a, cfg, active, doc)
+        finally:
+            for impl in active:
+                impl.stop()
+    doc["limits"]["end"] = sysinfo.limits(cfg.build, 300, a.quick)
+    doc["load_end"] = sysinfo.load()
+    return finish(a, cfg, doc, active, t_start)
+
+
+def finish(a, cfg, doc, active, t_start):
+    keys = [i.key for i in active]
+    labels = {i.key: i.label for i in active}
+    rows = report.summarize(doc["measurements"], keys)
+    doc["summary"] = rows
+    doc["duration_s"] = round(time.time() - t_start, 1)
+    lines = [f"# loom vs peers, net {a.net}: median of {a.reps} interleaved repetition(s); "
+             "time in us per call, busbw in GB/s (nccl-tests factors)",
+             "# loom/best = best peer time / loom time = loom busbw / best peer busbw; "
+             "> 1: loom is faster"]
+    for k in keys:
+        lines.append(f"# {labels[k]}: {doc['implementations'][k].get('path', '')}")
+    lines += report.table(rows, keys, labels)
+    lines.append("")
+    lines += report.geomean_lines(rows)
+    for u in doc["unsupported"]:
+        lines.append(f"# {labels.get(u['impl'], u['impl'])} {report.NAMES[u['coll']]} "
+                     f"({u['nranks']} ranks): unsupported: {u['why']}")
+    for when in ("start", "end"):
+        for line in sysinfo.limits_text(doc["limits"].get(when, {})):
+            lines.append(f"# limit at {when}: {line}")
+    lines.append(f"# load average at start {doc['load_start']}, at end {doc['load_end']}")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(cfg.out, "table.txt"), "w") as f:
+        f.write(text)
+    print(text, end="")
+    why_not = report.plot(rows, keys, labels, a.ranks, a.colls, doc["limits"].get("start", {}),
+                          a.net, os.path.join(cfg.out, "busbw.png"))
+    doc["plot"] = "busbw.png" if why_not is None else None
+    if why_not:
+        say(f"# no plot: {why_not}")
+    doc["complete"] = True
+    save(cfg, doc)
+    for fl in doc["failures"]:
+        where = " ".join(str(fl[k]) for k in ("coll", "nranks", "rep") if k in fl)
+        say(f"# FAILED {fl['impl']} {where}: {fl['error'][:300]}")
+    g = report.overall_geomean(rows)
+    gtxt = f", geomean loom/best {g:.2f}" if g else ""
+    status = "FAILED" if doc["failures"] else "OK"
+    ran = ",".join(keys)
+    say(f"compare: {status}: {len(rows)} rows ({ran}){gtxt}, "
+        f"{len(doc['failures'])} failure(s), {doc['duration_s']:.0f} s; "
+        f"results in {cfg.out}/results.json, table.txt, busbw.png")
+    return 1 if doc["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,165 @@
+# SPDX-License-Identifier: Apache-2.0
+#
+# report.py - turns bench/compare's raw measurements into its outputs: medians
+# over the interleaved repetitions, the loom/best-peer ratio per collective x
+# size x rank count, the plain-text table, and busbw.png (matplotlib, one panel
+# per collective and rank count). Time ratio = best peer time / loom time and
+# busbw ratio = loom busbw / best peer busbw are the same number, since every
+# implementation uses the same bytes and bus factor: > 1 means loom is faster.
+# It runs nothing; compare.py calls it.
+import math
+import statistics
+
+NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+         "alltoall": "AlltoAll", "broadcast": "Broadcast", "reduce": "Reduce"}
+
+
+def summarize(measurements, impl_keys):
+    """One record per (collective, ranks, size) with each implementation's
+    median time and the busbw at that time, the best peer and the ratio."""
+    groups = {}
+    for m in measurements:
+        if m["size"] == 0:
+            continue  # nccl-tests' 16-byte rounding left nothing to move
+        key = (m["coll"], m["nranks"], m["size"])
+        groups.setdefault(key, {}).setdefault(m["impl"], []).append(m)
+    rows = []
+    for (coll, nranks, size), by_impl in groups.items():
+        rec = {"coll": coll, "nranks": nranks, "size": size, "impls": {}}
+        for impl, ms in by_impl.items():
+            t = statistics.median(x["time_us"] for x in ms)
+            # busbw is bytes x factor / time: scale any repetition's to the median time
+            busbw = ms[0]["busbw"] * ms[0]["time_us"] / t if t > 0 else 0.0
+            rec["impls"][impl] = {"time_us": t, "busbw": busbw, "reps": len(ms)}
+        peers = [k for k in impl_keys if k != "loom" and k in rec["impls"]]
+        best = min(peers, key=lambda k: rec["impls"][k]["time_us"]) if peers else None
+        rec["best_peer"] = best
+        rec["ratio"] = None
+        if best and "loom" in rec["impls"] and rec["impls"]["loom"]["time_us"] > 0:
+            rec["ratio"] = rec["impls"][best]["time_us"] / rec["impls"]["loom"]["time_us"]
+        rec["loom_over_peer"] = {
+            k: rec["impls"][k]["time_us"] / rec["impls"]["loom"]["time_us"]
+            for k in peers if "loom" in rec["impls"] and rec["impls"]["loom"]["time_us"] > 0}
+        rows.append(rec)
+    order = {c: i for i, c in enumerate(NAMES)}
+    rows.sort(key=lambda r: (order.get(r["coll"], 99), r["nranks"], r["size"]))
+    return rows
+
+
+def fmt_size(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def short_size(n):
+    """Axis labels: 8, 512, 32K, 2M, 128M."""
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g}{unit}"
+    return str(n)
+
+
+def fmt_time(us):
+    return f"{us:9.1f}" if us < 1e6 else f"{us:9.3g}"
+
+
+def table(rows, impls, labels):
+    """The plain-text table, one line per collective x ranks x size."""
+    head = f"{'collective':<13} {'ranks':>5} {'size':>9} |"
+    for k in impls:
+        head += f" {labels[k][:18]:^18} |"
+    head += f" {'best peer':<9} {'loom/best':>9}"
+    sub = f"{'':<13} {'':>5} {'':>9} |" + "".join(
+        f" {'time us':>9} {'GB/s':>7}  |" for _ in impls) + f" {'':<9} {'':>9}"
+    out = [head, sub, "-" * len(head)]
+    for r in rows:
+        line = f"{NAMES.get(r['coll'], r['coll']):<13} {r['nranks']:>5} {fmt_size(r['size']):>9} |"
+        for k in impls:
+            v = r["impls"].get(k)
+            line += (f" {fmt_time(v['time_us'])} {v['busbw']:7.2f}  |" if v
+                     else f" {'-':>9} {'-':>7}  |")
+        ratio = f"{r['ratio']:9.2f}" if r["ratio"] is not None else f"{'-':>9}"
+        best = labels[r["best_peer"]] if r["best_peer"] else "-"
+        out.append(line + f" {best:<9} {ratio}")
+    return out
+
+
+def geomean_lines(rows):
+    """Geometric mean of loom/best per collective and rank count."""
+    acc = {}
+    for r in rows:
+        if r["ratio"]:
+            acc.setdefault((r["coll"], r["nranks"]), []).append(r["ratio"])
+    lines = []
+    for (coll, n), vals in sorted(acc.items(), key=lambda kv: (list(NAMES).index(kv[0][0])
+                                                                if kv[0][0] in NAMES else 99,
+                                                                kv[0][1])):
+        g = math.exp(sum(math.log(v) for v in vals) / len(vals))
+        faster = sum(v > 1 for v in vals)
+        lines.append(f"{NAMES.get(coll, coll):<13} {n:>2} ranks: geomean loom/best {g:5.2f}, "
+                     f"loom faster at {faster} of {len(vals)} sizes")
+    return lines
+
+
+def overall_geomean(rows):
+    vals = [r["ratio"] for r in rows if r["ratio"]]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def plot(rows, impls, labels, ranks, colls, limits, net, path):
+    """busbw against size, one panel per collective (columns) and rank count
+    (rows), one line per implementation. Returns None or why it could not."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError as e:
+        return f"matplotlib not importable ({e}); install python3-matplotlib"
+    fig, axes = plt.subplots(len(ranks), len(colls), squeeze=False,
+                             figsize=(3.6 * len(colls), 3.0 * len(ranks)))
+    ref = reference_line(limits, net)
+    for i, n in enumerate(ranks):
+        for j, coll in enumerate(colls):
+            ax = axes[i][j]
+            for k in impls:
+                pts = sorted((r["size"], r["impls"][k]["busbw"]) for r in rows
+                             if r["coll"] == coll and r["nranks"] == n and k in r["impls"])
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                            label=labels[k])
+            if ref:
+                ax.axhline(ref[1], color="grey", linestyle="--", linewidth=0.8, label=ref[0])
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+                lambda x, _: short_size(int(round(x)))))
+            ax.set_title(f"{NAMES.get(coll, coll)}, {n} ranks", fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.grid(True, alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("busbw (GB/s)", fontsize=8)
+            if i == len(ranks) - 1:
+                ax.set_xlabel("size (bytes)", fontsize=8)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def reference_line(limits, net):
+    """The limit drawn in every panel: TCP one way for --net tcp, memcpy of one
+    thread otherwise."""
+    try:
+        if net == "tcp":
+            return ("tcp loopback, one way", limits["tcp"]["one_way"]["median_gbps"])
+        one = [r for r in limits["memcpy"]["results"] if r["threads"] == 1][0]
+        return ("memcpy, 1 thread", one["median_gbps"])
+    except (KeyError, IndexError, TypeError):
+        return None
