@@ -79,10 +79,10 @@ static void print_decisions(loom_link_class_t cls, int nranks)
     size_t chunk = (size_t)loom_param_CHUNK_BYTES();
     if (chunk < 4096)
         chunk = 4096;
-    printf("# link class %s: alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d ranks; "
-           "chunk %zu bytes\n",
-           loom_link_class_name(cls), link.alpha_ns / 1e3, link.beta_ns, link.gamma_ns, nranks,
-           chunk);
+    printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
+           "ranks; chunk %zu bytes; cells: algorithm and predicted time\n",
+           loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
+           link.gamma_ns, nranks, chunk);
     printf("# %10s", "bytes");
     for (size_t k = 0; k < NKINDS; k++)
         printf(" %-24s", loom_coll_name(decision_kinds[k]));

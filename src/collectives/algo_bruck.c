@@ -13,7 +13,10 @@
  *  3. recvbuff block j = tmp[(r - j) mod n].
  * Bytes on the wire per rank: about ceil(log2 n) S / 2 (each block travels once
  * per set bit of its distance), plus two local copies of S (rotate, place).
- * Scratch: tmp (S) and two packs of ceil(n/2) blocks. Not in place (as AllToAll).
+ * Rounds bound the scratch: each round moves a slice of at most
+ * LOOM_CHUNK_BYTES / 4 of every block (the algorithm is meant for small
+ * blocks, which take one round). Scratch: n slices (tmp) and two packs of
+ * ceil(n/2) slices. Not in place (as AllToAll).
  */
 #include <string.h>
 
@@ -34,29 +37,35 @@ loomResult_t loom_alltoall_bruck(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         return loomSuccess;
     }
     const size_t half = (size_t)(n + 1) / 2;
-    size_t sizes[3] = {(size_t)n * blk, half * blk, half * blk};
+    size_t slice = ctx->chunk_bytes / 4;
+    if (slice > blk)
+        slice = blk;
+    size_t sizes[3] = {(size_t)n * slice, half * slice, half * slice};
     uint8_t *parts[3];
     LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 3, parts));
     uint8_t *tmp = parts[0], *spack = parts[1], *rpack = parts[2];
-    for (int i = 0; i < n; i++)
-        memcpy(tmp + (size_t)i * blk, send + (size_t)((me + i) % n) * blk, blk);
-    unsigned step = 1;
-    for (int bit = 1; bit < n; bit <<= 1, step++) {
-        size_t k = 0;
-        for (int i = bit; i < n; i++)
-            if (i & bit)
-                memcpy(spack + blk * k++, tmp + (size_t)i * blk, blk);
-        const uint32_t tag = loom_tag_coll(ctx->seq, step);
-        loom_reqs_t q = {.n = 0};
-        LOOM_CHECK(loom_reqs_recv(ctx, &q, (me - bit + n) % n, rpack, k * blk, tag));
-        LOOM_CHECK(loom_reqs_send(ctx, &q, (me + bit) % n, spack, k * blk, tag));
-        LOOM_CHECK(loom_reqs_wait(ctx, &q));
-        k = 0;
-        for (int i = bit; i < n; i++)
-            if (i & bit)
-                memcpy(tmp + (size_t)i * blk, rpack + blk * k++, blk);
+    for (size_t off = 0; off < blk; off += slice) {
+        const size_t len = blk - off < slice ? blk - off : slice;
+        for (int i = 0; i < n; i++)
+            memcpy(tmp + (size_t)i * len, send + (size_t)((me + i) % n) * blk + off, len);
+        unsigned step = 1;
+        for (int bit = 1; bit < n; bit <<= 1, step++) {
+            size_t k = 0;
+            for (int i = bit; i < n; i++)
+                if (i & bit)
+                    memcpy(spack + len * k++, tmp + (size_t)i * len, len);
+            const uint32_t tag = loom_tag_coll(ctx->seq, step);
+            loom_reqs_t q = {.n = 0};
+            LOOM_CHECK(loom_reqs_recv(ctx, &q, (me - bit + n) % n, rpack, k * len, tag));
+            LOOM_CHECK(loom_reqs_send(ctx, &q, (me + bit) % n, spack, k * len, tag));
+            LOOM_CHECK(loom_reqs_wait(ctx, &q));
+            k = 0;
+            for (int i = bit; i < n; i++)
+                if (i & bit)
+                    memcpy(tmp + (size_t)i * len, rpack + len * k++, len);
+        }
+        for (int j = 0; j < n; j++)
+            memcpy(recv + (size_t)j * blk + off, tmp + (size_t)((me - j + n) % n) * len, len);
     }
-    for (int j = 0; j < n; j++)
-        memcpy(recv + (size_t)j * blk, tmp + (size_t)((me - j + n) % n) * blk, blk);
     return loomSuccess;
 }

@@ -6,12 +6,13 @@
  * LOOM_CALIBRATE=1 a short measurement of them at creation.
  *
  * Measurement: every rank sends to rank+1 and receives from rank-1 at the
- * same time, 8-byte messages (alpha: median time per exchange) and 1 MiB
+ * same time, 8-byte messages (alpha + o: median time per exchange) and 1 MiB
  * messages (beta: the extra median time per byte), so the ring-coupled
- * exchanges run at the pace of the slowest link; gamma times a float32 sum
- * over 256 KiB locally.
+ * exchanges run at the pace of the slowest link; then CAL_MSGS 8-byte
+ * messages at once to rank+1, rank+2, ... (o: the extra time per message);
+ * gamma times a float32 sum over 256 KiB locally.
  * The ranks' values differ, so they then agree: one AllReduce (direct, max,
- * float64) of {class, alpha, beta, gamma}; every rank adopts the maximum,
+ * float64) of {class, alpha, beta, gamma, o}; every rank adopts the maximum,
  * so every rank's model, hence every rank's choice of algorithm, is the same
  * (different choices would deadlock). Costs a few milliseconds per
  * communicator; off by default.
@@ -31,6 +32,7 @@
 #define CAL_MAX_ITERS   20
 #define CAL_GAMMA_ELEMS (64u * 1024u)
 #define CAL_GAMMA_REPS  8
+#define CAL_MSGS        8   /* messages posted at once to measure o */
 #define CAL_STEP        100 /* tag steps of the calibration messages */
 
 static loom_link_class_t detect_class(loom_p2p_t *p2p, int rank, int nranks)
@@ -47,20 +49,25 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* iters concurrent exchanges of nbytes with the ring neighbours; *ns_p = the
- * median time of one (robust to a rank being descheduled now and then). */
+/* iters rounds of msgs concurrent messages of nbytes each way, message k to
+ * rank + 1 + k mod (n-1) and from rank - 1 - k mod (n-1); *ns_p = the median
+ * time of a round (robust to a rank being descheduled now and then). */
 static loomResult_t exchange(loom_coll_ctx_t *ctx, uint8_t *sbuf, uint8_t *rbuf, size_t nbytes,
-                             int iters, unsigned step, uint64_t *ns_p)
+                             int msgs, int iters, unsigned step, uint64_t *ns_p)
 {
     const int n = ctx->nranks, me = ctx->rank;
     const uint32_t tag = loom_tag_coll(ctx->seq, step);
     uint64_t t[CAL_MAX_ITERS];
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = loom_now_ns();
-        loom_p2p_req_t r[2];
-        LOOM_CHECK(loom_p2p_irecv(ctx->p2p, (me - 1 + n) % n, rbuf, nbytes, tag, &r[0]));
-        LOOM_CHECK(loom_p2p_isend(ctx->p2p, (me + 1) % n, sbuf, nbytes, tag, &r[1]));
-        LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, r, 2));
+        loom_p2p_req_t r[2 * CAL_MSGS];
+        for (int k = 0; k < msgs; k++) {
+            int d = 1 + k % (n - 1);
+            LOOM_CHECK(loom_p2p_irecv(ctx->p2p, (me - d + n) % n, rbuf + (size_t)k * nbytes, nbytes,
+                                      tag, &r[2 * k]));
+            LOOM_CHECK(loom_p2p_isend(ctx->p2p, (me + d) % n, sbuf, nbytes, tag, &r[2 * k + 1]));
+        }
+        LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, r, 2 * msgs));
         t[i] = loom_now_ns() - t0;
     }
     qsort(t, (size_t)iters, sizeof(t[0]), cmp_u64);
@@ -86,27 +93,34 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx)
     LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2, parts));
     memset(parts[0], 0, CAL_BIG_BYTES);
     loom_p2p_set_context(ctx->p2p, "calibration", ctx->seq);
-    uint64_t warm, small, big;
-    LOOM_CHECK(exchange(ctx, parts[0], parts[1], CAL_SMALL_BYTES, 2, CAL_STEP, &warm));
+    uint64_t warm, one, many, big;
+    uint8_t *s = parts[0], *r = parts[1];
+    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, 2, CAL_STEP, &warm));
+    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, CAL_SMALL_ITERS, CAL_STEP + 1, &one));
     LOOM_CHECK(
-        exchange(ctx, parts[0], parts[1], CAL_SMALL_BYTES, CAL_SMALL_ITERS, CAL_STEP + 1, &small));
-    LOOM_CHECK(exchange(ctx, parts[0], parts[1], CAL_BIG_BYTES, CAL_BIG_ITERS, CAL_STEP + 2, &big));
+        exchange(ctx, s, r, CAL_SMALL_BYTES, CAL_MSGS, CAL_SMALL_ITERS, CAL_STEP + 2, &many));
+    LOOM_CHECK(exchange(ctx, s, r, CAL_BIG_BYTES, 1, CAL_BIG_ITERS, CAL_STEP + 3, &big));
     loom_link_cost_t *l = &ctx->link;
-    double alpha = (double)small;
-    double beta = ((double)big - alpha) / CAL_BIG_BYTES;
+    /* one = alpha + 2 o (a send and a receive), many = alpha + 2 CAL_MSGS o,
+     * big = one + CAL_BIG_BYTES beta. */
+    double o = many > one ? (double)(many - one) / (2.0 * (CAL_MSGS - 1)) : 0.0;
+    if (o > (double)one / 4)
+        o = (double)one / 4; /* noise in "many" must not leave a step without latency */
+    double alpha = (double)one - 2 * o;
+    double beta = ((double)big - (double)one) / CAL_BIG_BYTES;
     if (beta < 1e-3)
         beta = 1e-3; /* a noisy measurement never makes bytes free */
-    double gamma = measure_gamma(parts[0], parts[1]);
+    double gamma = measure_gamma(s, r);
     LOOM_INFO(LOOM_LOG_COLL,
               "calibration measured: rank %d class %s alpha %.17g ns beta %.17g ns/B gamma %.17g "
-              "ns/B",
-              ctx->rank, loom_link_class_name(l->cls), alpha, beta, gamma);
+              "ns/B o %.17g ns",
+              ctx->rank, loom_link_class_name(l->cls), alpha, beta, gamma, o);
     /* Agree on the maximum of every value (the class too: tcp > shm). */
-    double v[4] = {(double)l->cls, alpha, beta, gamma};
+    double v[5] = {(double)l->cls, alpha, beta, gamma, o};
     loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
                               .sendbuff = v,
                               .recvbuff = v,
-                              .count = 4,
+                              .count = 5,
                               .dt = loomFloat64,
                               .op = loomMax};
     LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
@@ -114,9 +128,11 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx)
     l->alpha_ns = v[1];
     l->beta_ns = v[2];
     l->gamma_ns = v[3];
+    l->o_ns = v[4];
     LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
-              "calibration agreed: class %s alpha %.17g ns beta %.17g ns/B gamma %.17g ns/B",
-              loom_link_class_name(l->cls), l->alpha_ns, l->beta_ns, l->gamma_ns);
+              "calibration agreed: class %s alpha %.17g ns beta %.17g ns/B gamma %.17g ns/B o "
+              "%.17g ns",
+              loom_link_class_name(l->cls), l->alpha_ns, l->beta_ns, l->gamma_ns, l->o_ns);
     return loomSuccess;
 }
 
@@ -133,8 +149,10 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     if (loom_param_CALIBRATE() != 0 && nranks > 1)
         LOOM_CHECK(calibrate(ctx));
     LOOM_INFO(LOOM_LOG_COLL,
-              "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B%s", rank,
-              loom_link_class_name(ctx->link.cls), ctx->link.alpha_ns / 1e3, ctx->link.beta_ns,
-              ctx->link.gamma_ns, loom_param_CALIBRATE() != 0 ? " (calibrated)" : "");
+              "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "
+              "us%s",
+              rank, loom_link_class_name(ctx->link.cls), ctx->link.alpha_ns / 1e3,
+              ctx->link.beta_ns, ctx->link.gamma_ns, ctx->link.o_ns / 1e3,
+              loom_param_CALIBRATE() != 0 ? " (calibrated)" : "");
     return loomSuccess;
 }

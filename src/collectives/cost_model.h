@@ -7,6 +7,12 @@
  * functions see, and the cost function of every algorithm in the table of
  * algo_select.c. Pure arithmetic: nothing here talks to peers (calibrate.c
  * does). Callers: algo_select.c, calibrate.c, tools/loom_info, unit tests.
+ *
+ * The model: T = steps * alpha + msgs * o + bytes * beta + reduced * gamma.
+ * Hockney's alpha is split in two, as LogP does: alpha is paid once per step
+ * (a round whose messages depend on the previous round's), o once per message
+ * it sends or receives. Thakur's single-ported counting is close to alpha = 0;
+ * a rank that exchanges with n-1 peers at once pays one alpha and 2(n-1) o.
  */
 #ifndef LOOM_COST_MODEL_H
 #define LOOM_COST_MODEL_H
@@ -22,14 +28,13 @@ extern "C" {
  * communicator that spans hosts (or runs TCP between local ranks) is tcp. */
 typedef enum { LOOM_LINK_SHM, LOOM_LINK_TCP, LOOM_LINK_NUM } loom_link_class_t;
 
-/* Hockney's model per link class: a step that sends or receives one message
- * costs alpha, every byte the busiest rank moves costs beta and every byte it
- * reduces costs gamma (memory-bound local work, local copies included). */
+/* The model's constants for one link class. */
 typedef struct {
     loom_link_class_t cls;
-    double alpha_ns; /* per message step, nanoseconds */
-    double beta_ns;  /* per byte moved, nanoseconds */
-    double gamma_ns; /* per byte reduced or copied locally, nanoseconds */
+    double alpha_ns; /* per step (a round of messages that waits for the previous one), ns */
+    double beta_ns;  /* per byte the busiest rank moves, ns */
+    double gamma_ns; /* per byte it reduces or copies locally, ns */
+    double o_ns;     /* per message it sends or receives, ns */
 } loom_link_cost_t;
 
 /* One call as a cost function sees it. Every field is equal on every rank of
@@ -50,23 +55,24 @@ typedef struct {
 typedef double (*loom_algo_cost_fn_t)(const loom_cost_call_t *call, const loom_link_cost_t *link);
 #define LOOM_COST_NA INFINITY
 
-static inline double loom_cost_abg(const loom_link_cost_t *l, double steps, double bytes,
-                                   double reduced)
+static inline double loom_cost_eval(const loom_link_cost_t *l, double steps, double msgs,
+                                    double bytes, double reduced)
 {
-    return steps * l->alpha_ns + bytes * l->beta_ns + reduced * l->gamma_ns;
+    return steps * l->alpha_ns + msgs * l->o_ns + bytes * l->beta_ns + reduced * l->gamma_ns;
 }
 
 const char *loom_link_class_name(loom_link_class_t cls);
 /* "shm" or "tcp" (case-insensitive): 0 and *cls_p set; -1 otherwise. */
 int loom_link_class_parse(const char *name, loom_link_class_t *cls_p);
 /* The constants of cls before calibration: the built-in defaults, or
- * LOOM_COST_SHM / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns") when set and valid
- * (an invalid value is WARNed once and ignored). */
+ * LOOM_COST_SHM / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns[,o_us]") when set
+ * and valid (an invalid value is WARNed once and ignored). */
 loom_link_cost_t loom_link_cost_default(loom_link_class_t cls);
 /* The built-in defaults alone (tests, loom_info). */
 loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls);
-/* Parses "alpha_us,beta_ns,gamma_ns" (three non-negative numbers) into *l_p,
- * keeping l_p->cls. 0 on success, -1 (nothing written) otherwise. */
+/* Parses "alpha_us,beta_ns,gamma_ns[,o_us]" (non-negative numbers) into *l_p,
+ * keeping l_p->cls (and l_p->o_ns when o is not given). 0 on success, -1
+ * (nothing written) otherwise. */
 int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p);
 
 /* ceil(log2 n) and floor(log2 n) for n >= 1. */

@@ -49,10 +49,10 @@ std::string After(const std::vector<std::string> &lines, const std::string &key)
     return "";
 }
 
-// "class tcp alpha 123 ns beta 0.5 ns/B gamma 0.2 ns/B" -> class and the three numbers.
+// "class tcp alpha 123 ns beta 0.5 ns/B gamma 0.2 ns/B o 4 ns" -> class and the numbers.
 struct Constants {
     std::string cls;
-    double alpha = -1, beta = -1, gamma = -1;
+    double alpha = -1, beta = -1, gamma = -1, o = -1;
 };
 
 Constants Parse(const std::string &text)
@@ -69,6 +69,8 @@ Constants Parse(const std::string &text)
             in >> c.beta;
         else if (word == "gamma")
             in >> c.gamma;
+        else if (word == "o")
+            in >> c.o;
     }
     return c;
 }
@@ -171,12 +173,14 @@ void CheckCalibrated(int rank, int n, loomComm_t comm, const char *want_class)
         max.alpha = std::max(max.alpha, measured.alpha);
         max.beta = std::max(max.beta, measured.beta);
         max.gamma = std::max(max.gamma, measured.gamma);
+        max.o = std::max(max.o, measured.o);
         if (measured.cls == "tcp")
             max.cls = "tcp";
     }
     XT_CHECK_EQ(agreed0.alpha, max.alpha);
     XT_CHECK_EQ(agreed0.beta, max.beta);
     XT_CHECK_EQ(agreed0.gamma, max.gamma);
+    XT_CHECK_EQ(agreed0.o, max.o);
     XT_CHECK_EQ(agreed0.cls, max.cls);
     XT_CHECK_EQ(agreed0.cls, std::string(want_class));
     CheckSameChoices(n);
