@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * loom_info.c - what this loom build is and how it is configured: version,
- * transports built in, the algorithms per collective, and (-p) every LOOM_*
- * parameter with its current value and documentation. Like ucx_info.
- * Reads internals (the parameter and transport tables); changes nothing.
+ * transports built in, the algorithms per collective, (-p) every LOOM_*
+ * parameter with its current value and documentation, and (-d) the cost
+ * model's decision table: the algorithm chosen per collective and size for a
+ * link class and rank count. Like ucx_info.
+ * Reads internals (the parameter, transport and algorithm tables); changes nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "coll.h"
+#include "cost_model.h"
 #include "kernels.h"
 #include "loom.h"
 #include "param.h"
@@ -18,10 +21,14 @@
 
 static void usage(void)
 {
-    printf("usage: loom_info [-v] [-p] [-a] [-h]\n"
+    printf("usage: loom_info [-v] [-p] [-a] [-d [-c shm|tcp] [-n NRANKS]] [-h]\n"
            "  -v  version and build (default)\n"
            "  -p  every LOOM_* parameter: value, default, documentation\n"
-           "  -a  algorithms per collective (first = default)\n");
+           "  -a  algorithms per collective (in tie-break order)\n"
+           "  -d  decision table: the algorithm the cost model picks per collective and size\n"
+           "      (8 B to 1 GiB, float32), for link classes shm and tcp and 2, 4, 8 ranks;\n"
+           "      -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
+           "      LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator\n");
 }
 
 static void print_version(void)
@@ -51,6 +58,59 @@ static void print_params(void)
     }
 }
 
+/* The choosing collectives, in table column order. */
+static const loom_coll_kind_t decision_kinds[] = {LOOM_COLL_ALLREDUCE,      LOOM_COLL_ALLGATHER,
+                                                  LOOM_COLL_REDUCE_SCATTER, LOOM_COLL_BCAST,
+                                                  LOOM_COLL_REDUCE,         LOOM_COLL_ALLTOALL};
+#define NKINDS (sizeof(decision_kinds) / sizeof(decision_kinds[0]))
+
+static void size_text(double b, char *buf, size_t len)
+{
+    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (b >= 1024 && u < 3) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.0f %s", b, unit[u]);
+}
+
+static void print_decisions(loom_link_class_t cls, int nranks)
+{
+    loom_link_cost_t link = loom_link_cost_default(cls);
+    size_t chunk = (size_t)loom_param_CHUNK_BYTES();
+    if (chunk < 4096)
+        chunk = 4096;
+    printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
+           "ranks; chunk %zu bytes; cells: algorithm and predicted time\n",
+           loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
+           link.gamma_ns, nranks, chunk);
+    printf("# %10s", "bytes");
+    for (size_t k = 0; k < NKINDS; k++)
+        printf(" %-24s", loom_coll_name(decision_kinds[k]));
+    printf("\n");
+    int n = 0;
+    const loom_algo_t *table = loom_algo_table(&n);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
+        char sz[32];
+        size_text(bytes, sz, sizeof(sz));
+        printf("  %10s", sz);
+        loom_cost_call_t call = {
+            .nranks = nranks, .nbytes = bytes, .acc_ratio = 1.0, .chunk_bytes = chunk};
+        for (size_t k = 0; k < NKINDS; k++) {
+            double us = 0;
+            const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);
+            char cell[48];
+            snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
+            printf(" %-24s", cell);
+        }
+        printf("\n");
+        if (bytes >= gib)
+            break;
+    }
+}
+
 static void print_algos(void)
 {
     for (int k = 0; k < LOOM_COLL_NUM; k++) {
@@ -66,10 +126,32 @@ static void print_algos(void)
 
 int main(int argc, char **argv)
 {
-    int opt, any = 0;
-    while ((opt = getopt(argc, argv, "vpah")) != -1) {
+    int opt, any = 0, decisions = 0, nranks = 0, have_cls = 0;
+    loom_link_class_t cls = LOOM_LINK_SHM;
+    while ((opt = getopt(argc, argv, "vpadc:n:h")) != -1) {
         any = 1;
         switch (opt) {
+        case 'd':
+            decisions = 1;
+            break;
+        case 'c':
+            if (loom_link_class_parse(optarg, &cls) != 0) {
+                fprintf(stderr, "loom_info: unknown link class '%s'\nHINT: use shm or tcp\n",
+                        optarg);
+                return 2;
+            }
+            have_cls = 1;
+            break;
+        case 'n': {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || v < 1 || v > 1 << 20) {
+                fprintf(stderr, "loom_info: -n wants a rank count >= 1, not '%s'\n", optarg);
+                return 2;
+            }
+            nranks = (int)v;
+            break;
+        }
         case 'v':
             print_version();
             break;
@@ -85,6 +167,19 @@ int main(int argc, char **argv)
         default:
             usage();
             return 2;
+        }
+    }
+    if (decisions) {
+        const int counts[] = {2, 4, 8};
+        for (int c = 0; c < LOOM_LINK_NUM; c++) {
+            if (have_cls && (loom_link_class_t)c != cls)
+                continue;
+            for (int i = 0; i < 3; i++) {
+                if (nranks > 0 && i > 0)
+                    break;
+                print_decisions((loom_link_class_t)c, nranks > 0 ? nranks : counts[i]);
+                printf("\n");
+            }
         }
     }
     if (!any)

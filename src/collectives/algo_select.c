@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * algo_select.c - the table of collective algorithms and the choice per call.
- * Selection is data: LOOM_ALGO ("direct", or "allreduce:direct,bcast:direct")
- * forces an algorithm; otherwise the first registered algorithm of the
- * collective whose size limit covers the call is used. LOOM_COLL_TRACE=1 logs one INFO line per
- * call.
+ * Selection is data: LOOM_ALGO ("ring", or "allreduce:ring,bcast:binomial")
+ * forces an algorithm; otherwise every entry of the collective predicts the
+ * call's time with its cost function under the communicator's link constants
+ * (cost_model.h) and the cheapest wins, ties going to the earlier row.
+ * LOOM_COLL_TRACE=1 logs one INFO line per call.
  */
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "check.h"
 #include "coll.h"
 #include "dtype.h"
+#include "kernels.h"
 #include "param.h"
 #include "timer.h"
 
@@ -27,25 +29,40 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
     [LOOM_COLL_BARRIER] = "barrier",
 };
 
-/* Default per call: the first entry of the collective whose max_bytes covers the
- * call's bytes. Thresholds are where the measured latency of the cheaper-per-
- * message algorithm stops winning (docs/ALGORITHMS.md). */
-#define SMALL_ALLREDUCE_BYTES 4096
+/* Within a collective the row order is the tie-break: where two algorithms
+ * cost the same (n = 2, where most of them are the same exchange), the one
+ * measured faster comes first (docs/ALGORITHMS.md). */
 static const loom_algo_t algos[] = {
-    {LOOM_COLL_ALLREDUCE, "reduce_bcast", loom_allreduce_reduce_bcast, SMALL_ALLREDUCE_BYTES},
-    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, 0},
-    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, 0},
-    {LOOM_COLL_REDUCE_SCATTER, "direct", loom_reduce_scatter_direct, 0},
-    {LOOM_COLL_BCAST, "direct", loom_bcast_direct, 0},
-    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, 0},
-    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, 0},
-    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, 0},
-    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, 0},
+    {LOOM_COLL_ALLREDUCE, "rd", loom_allreduce_rd, loom_cost_allreduce_rd},
+    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, loom_cost_allreduce_direct},
+    {LOOM_COLL_ALLREDUCE, "rhd", loom_allreduce_rhd, loom_cost_allreduce_rhd},
+    {LOOM_COLL_ALLREDUCE, "ring", loom_allreduce_ring, loom_cost_allreduce_ring},
+    {LOOM_COLL_ALLREDUCE, "reduce_bcast", loom_allreduce_reduce_bcast,
+     loom_cost_allreduce_reduce_bcast},
+    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, loom_cost_allgather_direct},
+    {LOOM_COLL_ALLGATHER, "rd", loom_allgather_rd, loom_cost_allgather_rd},
+    {LOOM_COLL_ALLGATHER, "ring", loom_allgather_ring, loom_cost_allgather_ring},
+    {LOOM_COLL_REDUCE_SCATTER, "direct", loom_reduce_scatter_direct,
+     loom_cost_reduce_scatter_direct},
+    {LOOM_COLL_REDUCE_SCATTER, "rhd", loom_reduce_scatter_rhd, loom_cost_reduce_scatter_rhd},
+    {LOOM_COLL_REDUCE_SCATTER, "ring", loom_reduce_scatter_ring, loom_cost_reduce_scatter_ring},
+    {LOOM_COLL_BCAST, "binomial", loom_bcast_binomial, loom_cost_bcast_binomial},
+    {LOOM_COLL_BCAST, "direct", loom_bcast_direct, loom_cost_bcast_direct},
+    {LOOM_COLL_BCAST, "scatter_allgather", loom_bcast_scatter_allgather,
+     loom_cost_bcast_scatter_allgather},
+    {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial},
+    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, loom_cost_reduce_direct},
+    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, loom_cost_alltoall_pairwise},
+    {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck},
+    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_only},
+    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only},
 };
+
+#define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
 
 const loom_algo_t *loom_algo_table(int *n_p)
 {
-    *n_p = (int)(sizeof(algos) / sizeof(algos[0]));
+    *n_p = NALGOS;
     return algos;
 }
 
@@ -77,39 +94,96 @@ size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks)
     }
 }
 
-/* The algorithm LOOM_ALGO names for this collective, if any. */
+loom_cost_call_t loom_coll_cost_call(const loom_coll_args_t *a, int nranks, size_t chunk_bytes)
+{
+    size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
+    loom_cost_call_t c = {
+        .nranks = nranks,
+        .nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0.0 : (double)loom_coll_bytes(a, nranks),
+        .acc_ratio = es ? (double)accsz / (double)es : 1.0,
+        .chunk_bytes = chunk_bytes};
+    return c;
+}
+
+const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,
+                                  const loom_cost_call_t *call, const loom_link_cost_t *link,
+                                  double *cost_p)
+{
+    const loom_algo_t *best = NULL;
+    double best_cost = LOOM_COST_NA;
+    for (int i = 0; i < n; i++) {
+        if (table[i].kind != kind)
+            continue;
+        double c = table[i].cost(call, link);
+        if (!(c < best_cost))
+            continue; /* not cheaper (or NaN): the earlier row stays */
+        best = &table[i];
+        best_cost = c;
+    }
+    if (cost_p)
+        *cost_p = best_cost;
+    return best;
+}
+
+/* Whether name is some algorithm's name (for the LOOM_ALGO check). */
+static int known_name(const char *name)
+{
+    for (int i = 0; i < NALGOS; i++)
+        if (strcasecmp(algos[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The algorithm LOOM_ALGO names for this collective, if any. A name that no
+ * algorithm has, or an unknown collective, is WARNed once per process. */
 static const loom_algo_t *forced_algo(loom_coll_kind_t kind)
 {
+    static int warned;
     const char *spec = loom_param_ALGO();
     if (spec == NULL || spec[0] == '\0')
         return NULL;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", spec);
+    const loom_algo_t *found = NULL;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *colon = strchr(tok, ':');
         const char *name = tok;
+        int this_coll = 1;
         if (colon) {
             *colon = '\0';
-            if (strcasecmp(tok, coll_names[kind]) != 0)
-                continue;
             name = colon + 1;
+            int coll_ok = 0;
+            for (int k = 0; k < LOOM_COLL_NUM; k++)
+                coll_ok |= strcasecmp(tok, coll_names[k]) == 0;
+            if ((!coll_ok || !known_name(name)) &&
+                !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                LOOM_WARN("LOOM_ALGO: no algorithm \"%s\" for collective \"%s\" (loom_info -a "
+                          "lists them); ignored",
+                          name, tok);
+            this_coll = strcasecmp(tok, coll_names[kind]) == 0;
+        } else if (!known_name(name) && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+            LOOM_WARN("LOOM_ALGO: no algorithm is called \"%s\" (loom_info -a lists them); "
+                      "ignored",
+                      name);
         }
-        for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++)
+        for (int i = 0; found == NULL && this_coll && i < NALGOS; i++)
             if (algos[i].kind == kind && strcasecmp(algos[i].name, name) == 0)
-                return &algos[i];
+                found = &algos[i];
     }
-    return NULL;
+    return found;
 }
 
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
+    loom_cost_call_t call = loom_coll_cost_call(a, ctx->nranks, ctx->chunk_bytes);
+    double predicted = 0.0;
     const loom_algo_t *algo = forced_algo(a->kind);
-    size_t bytes = loom_coll_bytes(a, ctx->nranks);
-    for (size_t i = 0; algo == NULL && i < sizeof(algos) / sizeof(algos[0]); i++)
-        if (algos[i].kind == a->kind && (algos[i].max_bytes == 0 || bytes <= algos[i].max_bytes))
-            algo = &algos[i];
+    if (algo != NULL)
+        predicted = algo->cost(&call, &ctx->link);
+    else
+        algo = loom_algo_pick(algos, NALGOS, a->kind, &call, &ctx->link, &predicted);
     if (algo == NULL) {
         LOOM_WARN("no algorithm registered for collective %d", (int)a->kind);
         return loomInternalError;
@@ -121,13 +195,13 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     uint64_t t0 = trace ? loom_now_ns() : 0;
     loomResult_t res = algo->fn(ctx, a);
     if (trace) {
-        const char *tp = loom_p2p_transport_name(ctx->p2p, (ctx->rank + 1) % ctx->nranks);
         LOOM_INFO(LOOM_LOG_COLL,
                   "%s seq %llu: %zu bytes %s %s algo %s transport %s "
-                  "%.1f us -> %s",
-                  coll_names[a->kind], (unsigned long long)ctx->seq, bytes, loom_dtype_name(a->dt),
-                  loom_redop_name(a->op), algo->name, tp, (double)(loom_now_ns() - t0) / 1e3,
-                  loomGetErrorString(res));
+                  "%.1f us (model %.1f us) -> %s",
+                  coll_names[a->kind], (unsigned long long)ctx->seq,
+                  loom_coll_bytes(a, ctx->nranks), loom_dtype_name(a->dt), loom_redop_name(a->op),
+                  algo->name, loom_link_class_name(ctx->link.cls),
+                  (double)(loom_now_ns() - t0) / 1e3, predicted / 1e3, loomGetErrorString(res));
     }
     return res;
 }

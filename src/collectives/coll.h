@@ -2,9 +2,19 @@
  *
  * coll.h - what a collective algorithm receives and the registry of
  * algorithms per collective. Every algorithm is a plain function with the
- * same signature; algo_select.c picks one per call from data (LOOM_ALGO, then
- * the default rules), never from if-chains spread through the code.
+ * same signature plus a cost function (cost_model.h); algo_select.c picks one
+ * per call from data (LOOM_ALGO, then the cheapest under the communicator's
+ * link constants), never from if-chains spread through the code.
  * Algorithms talk to peers only through p2p.h and reduce only through kernels.h.
+ *
+ * Adding an algorithm is one row in the table of algo_select.c:
+ *   {LOOM_COLL_ALLREDUCE, "shm_arena", loom_allreduce_shm_arena, my_cost_fn},
+ * The name is the LOOM_ALGO spelling, the function has the loom_algo_fn_t
+ * signature, and the cost function returns LOOM_COST_NA wherever the algorithm
+ * cannot run (e.g. `link->cls != LOOM_LINK_SHM` for a shared-arena algorithm), so
+ * the model never picks it there. Ties go to the earlier row. Rules every entry
+ * keeps: the same bits on every rank and run to run (docs/ALGORITHMS.md), any
+ * rank count, count 0, in place, every datatype and op.
  */
 #ifndef LOOM_COLL_H
 #define LOOM_COLL_H
@@ -12,8 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cost_model.h"
 #include "loom.h"
 #include "p2p.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum {
     LOOM_COLL_ALLREDUCE,
@@ -47,26 +62,45 @@ typedef struct {
     uint64_t seq;     /* sequence number of the running collective (tags, messages) */
     uint8_t *scratch; /* grows on demand up to scratch_limit */
     size_t scratch_bytes;
-    size_t chunk_bytes; /* pipeline chunk per peer (LOOM_CHUNK_BYTES) */
+    size_t chunk_bytes;    /* pipeline chunk per peer (LOOM_CHUNK_BYTES) */
+    loom_link_cost_t link; /* the communicator's link class and its constants, equal on all
+                              ranks (loom_coll_ctx_init) */
 } loom_coll_ctx_t;
 
 typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
+/* One row of the algorithm table. Contract of the members:
+ *  kind: the collective it implements;
+ *  name: its LOOM_ALGO spelling, unique within the collective;
+ *  fn:   runs one call on every rank (all ranks run the same entry);
+ *  cost: predicted time of a call on a link class, pure, LOOM_COST_NA where fn
+ *        cannot run; the cheapest entry wins and ties go to the earlier row. */
 typedef struct {
     loom_coll_kind_t kind;
-    const char *name; /* LOOM_ALGO spelling */
+    const char *name;
     loom_algo_fn_t fn;
-    size_t max_bytes; /* default only up to this many bytes (loom_coll_bytes); 0 = any */
+    loom_algo_cost_fn_t cost;
 } loom_algo_t;
 
-/* Algorithms (one file per collective). */
+/* Algorithms. The direct ones live in <collective>.c, the others in algo_*.c. */
 loomResult_t loom_allreduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allreduce_reduce_bcast(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_rhd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_rd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_scatter_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_rhd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allgather_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_rd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_scatter_allgather(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoall_bruck(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoallv_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
@@ -75,10 +109,23 @@ loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_ar
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p);
 const char *loom_coll_name(loom_coll_kind_t kind);
-/* The algorithm table (first entry of a collective = its default). */
+/* The algorithm table, in tie-break order. */
 const loom_algo_t *loom_algo_table(int *n_p);
 /* Bytes one rank sends or receives at most (for traces and benchmarks). */
 size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks);
+/* The cheapest entry of table[n] for kind (ties: the earlier entry), or NULL if
+ * none can run; *cost_p (may be NULL) gets its predicted time in ns. Pure. */
+const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,
+                                  const loom_cost_call_t *call, const loom_link_cost_t *link,
+                                  double *cost_p);
+/* The cost model's view of a call: equal on every rank for every collective but
+ * AllToAllv (whose single algorithm ignores it). */
+loom_cost_call_t loom_coll_cost_call(const loom_coll_args_t *a, int nranks, size_t chunk_bytes);
+
+/* Fills ctx for a new communicator: rank, size, chunk, the link class (slowest
+ * link) and its constants; with LOOM_CALIBRATE=1 measures them and makes every
+ * rank adopt the same values (calibrate.c). Collective when calibrating. */
+loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks);
 
 /* Scratch of at least nbytes, kept for later calls. */
 loomResult_t loom_coll_scratch(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p);
@@ -105,5 +152,9 @@ static inline void loom_split(size_t count, int n, int r, size_t *off_p, size_t 
     *len_p = base + (ur < rem ? 1 : 0);
     *off_p = ur * base + (ur < rem ? ur : rem);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

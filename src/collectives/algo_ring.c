@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * algo_ring.c - ring algorithms: AllReduce (reduce-scatter + all-gather),
+ * ReduceScatter and AllGather, and the all-gather half of the scatter +
+ * all-gather Broadcast (algo_tree.c). Ranks talk only to rank+1 (send) and
+ * rank-1 (receive), the pattern with the best bandwidth on real links
+ * (Patarasuk and Yuan, JPDC 2009).
+ *
+ * Blocks: the vector is cut into n blocks (AllReduce: loom_split of count;
+ * ReduceScatter/AllGather: rank b's block of count elements).
+ * Reduce-scatter step s = 0..n-2: send block (r-s-1) to rank r+1, receive
+ * block (r-s-2) from rank r-1 and add the own contribution to it; after n-1
+ * steps rank r holds block r reduced. All-gather step u = 0..n-2: send block
+ * (r-u), receive block (r-u-1) straight into the output.
+ *
+ * Reduction order (determinism): block b is reduced along the ring starting
+ * at rank b+1: ((x[b+1] op x[b+2]) op ...) op x[b], with indices mod n. The
+ * first hop carries rank b+1's raw data in the datatype; later hops carry the
+ * partial in the accumulator type (float32 for the 16/8-bit floats), so a
+ * value is rounded to its datatype once, by the block's owner, which then
+ * sends the same bits to everyone in the all-gather.
+ *
+ * Pipelining: every block is processed in rounds of RING_DEPTH segments of at
+ * most LOOM_CHUNK_BYTES. Within a round all segments of a step are in flight
+ * together; as soon as segment j of step t has arrived (and this rank's own
+ * segment j of step t has left) it is reduced and forwarded as segment j of
+ * step t+1, while the later segments are still on the wire. Each wait covers
+ * only requests whose peers have already posted their side, so no wait
+ * depends on this rank making progress later (no cycle around the ring).
+ * Scratch: 2 x RING_DEPTH segments in the accumulator type (reduce-scatter).
+ * Bytes on the wire per rank: (n-1)/n S per phase, the reduce-scatter phase in
+ * the accumulator type; 2(n-1) steps per round for AllReduce.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo_util.h"
+#include "check.h"
+#include "dtype.h"
+
+#define RING_DEPTH 4
+
+typedef struct {
+    const size_t *in_off;  /* block b's first element in the input, [n] */
+    const size_t *out_off; /* block b's first element in the output, [n] */
+    const size_t *len;     /* block b's elements, [n] */
+    int rs_steps;          /* reduce-scatter steps: n-1 or 0 */
+    int ag_steps;          /* all-gather steps: n-1 or 0 */
+    const uint8_t *send;   /* contributions (reduce-scatter) */
+    uint8_t *out;          /* output (reduce-scatter result, all-gather blocks) */
+} ring_plan_t;
+
+typedef struct {
+    loom_coll_ctx_t *ctx;
+    const loom_coll_args_t *a;
+    const ring_plan_t *plan;
+    size_t es, accsz, ce;
+    uint8_t *buf[2][RING_DEPTH]; /* partials of even / odd reduce-scatter steps */
+    /* Segment j's receive [0] and send [1] of the current step; an entry not
+     * posted is marked done, which the wait skips. */
+    loom_p2p_req_t q[RING_DEPTH][2];
+} ring_t;
+
+static void req_clear(loom_p2p_req_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->done = 1;
+}
+
+static int mod(int x, int n)
+{
+    return ((x % n) + n) % n;
+}
+
+/* Segment j of round k of block b: first element within the block and length. */
+static size_t seg(const ring_t *g, int b, size_t k, int j, size_t *start_p)
+{
+    size_t start = (k * RING_DEPTH + (size_t)j) * g->ce;
+    size_t len = g->plan->len[b];
+    *start_p = start;
+    if (start >= len)
+        return 0;
+    return len - start < g->ce ? len - start : g->ce;
+}
+
+/* The blocks step t sends and receives. */
+static void step_blocks(const ring_t *g, int t, int *sb_p, int *rb_p)
+{
+    const int n = g->ctx->nranks, me = g->ctx->rank;
+    if (t < g->plan->rs_steps) {
+        *sb_p = mod(me - t - 1, n);
+        *rb_p = mod(me - t - 2, n);
+    } else {
+        int u = t - g->plan->rs_steps;
+        *sb_p = mod(me - u, n);
+        *rb_p = mod(me - u - 1, n);
+    }
+}
+
+static loomResult_t post_send(ring_t *g, size_t k, int t, int j)
+{
+    int sb, rb;
+    step_blocks(g, t, &sb, &rb);
+    size_t start, len = seg(g, sb, k, j, &start);
+    req_clear(&g->q[j][1]);
+    if (len == 0)
+        return loomSuccess;
+    const ring_plan_t *p = g->plan;
+    const void *src;
+    size_t nbytes;
+    if (t >= p->rs_steps) {
+        src = p->out + (p->out_off[sb] + start) * g->es;
+        nbytes = len * g->es;
+    } else if (t == 0) {
+        src = p->send + (p->in_off[sb] + start) * g->es; /* raw data on the first hop */
+        nbytes = len * g->es;
+    } else {
+        src = g->buf[(t - 1) % 2][j];
+        nbytes = len * g->accsz;
+    }
+    int right = (g->ctx->rank + 1) % g->ctx->nranks;
+    uint32_t tag = loom_tag_coll(g->ctx->seq, t < p->rs_steps ? 1 : 2);
+    return loom_p2p_isend(g->ctx->p2p, right, src, nbytes, tag, &g->q[j][1]);
+}
+
+static loomResult_t post_recv(ring_t *g, size_t k, int t, int j)
+{
+    int sb, rb;
+    step_blocks(g, t, &sb, &rb);
+    size_t start, len = seg(g, rb, k, j, &start);
+    req_clear(&g->q[j][0]);
+    if (len == 0)
+        return loomSuccess;
+    const ring_plan_t *p = g->plan;
+    void *dst;
+    size_t nbytes;
+    if (t >= p->rs_steps) {
+        dst = p->out + (p->out_off[rb] + start) * g->es;
+        nbytes = len * g->es;
+    } else if (t == 0) {
+        /* Raw data: straight into the partial when the accumulator is the datatype, else
+         * into the odd buffer (free until step 1) to be widened. */
+        dst = g->buf[loom_acc_is_native(g->a->dt) ? 0 : 1][j];
+        nbytes = len * g->es;
+    } else {
+        dst = g->buf[t % 2][j];
+        nbytes = len * g->accsz;
+    }
+    int left = mod(g->ctx->rank - 1, g->ctx->nranks);
+    uint32_t tag = loom_tag_coll(g->ctx->seq, t < p->rs_steps ? 1 : 2);
+    return loom_p2p_irecv(g->ctx->p2p, left, dst, nbytes, tag, &g->q[j][0]);
+}
+
+/* Adds this rank's contribution to the partial that arrived in step t (and, on
+ * the last reduce-scatter step, rounds the block into the output). */
+static void reduce_arrived(ring_t *g, size_t k, int t, int j)
+{
+    int sb, rb;
+    step_blocks(g, t, &sb, &rb);
+    size_t start, len = seg(g, rb, k, j, &start);
+    if (len == 0)
+        return;
+    const ring_plan_t *p = g->plan;
+    const loom_coll_args_t *a = g->a;
+    void *part = g->buf[t % 2][j];
+    if (t == 0 && !loom_acc_is_native(a->dt))
+        loom_reduce_init(a->dt, part, g->buf[1][j], len);
+    loom_reduce_acc(a->dt, a->op, part, p->send + (p->in_off[rb] + start) * g->es, len);
+    if (t == p->rs_steps - 1)
+        loom_reduce_finish(a->dt, a->op, p->out + (p->out_off[rb] + start) * g->es, part, len,
+                           g->ctx->nranks);
+}
+
+static loomResult_t ring_round(ring_t *g, size_t k)
+{
+    const int steps = g->plan->rs_steps + g->plan->ag_steps;
+    for (int j = 0; j < RING_DEPTH; j++)
+        LOOM_CHECK(post_send(g, k, 0, j));
+    for (int t = 0; t < steps; t++) {
+        for (int j = 0; j < RING_DEPTH; j++)
+            LOOM_CHECK(post_recv(g, k, t, j));
+        for (int j = 0; j < RING_DEPTH; j++) {
+            LOOM_CHECK(loom_p2p_wait_all(g->ctx->p2p, g->q[j], 2));
+            if (t < g->plan->rs_steps)
+                reduce_arrived(g, k, t, j);
+            if (t + 1 < steps)
+                LOOM_CHECK(post_send(g, k, t + 1, j));
+        }
+    }
+    return loomSuccess;
+}
+
+static loomResult_t ring_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                             const ring_plan_t *plan)
+{
+    ring_t g;
+    memset(&g, 0, sizeof(g));
+    g.ctx = ctx;
+    g.a = a;
+    g.plan = plan;
+    g.es = loom_dtype_size(a->dt);
+    g.accsz = loom_acc_size(a->dt);
+    g.ce = loom_chunk_elems(ctx, g.es);
+    size_t maxlen = 0;
+    for (int b = 0; b < ctx->nranks; b++)
+        maxlen = plan->len[b] > maxlen ? plan->len[b] : maxlen;
+    if (plan->rs_steps > 0) {
+        size_t sizes[2 * RING_DEPTH];
+        uint8_t *parts[2 * RING_DEPTH];
+        size_t seg_elems = maxlen < g.ce ? maxlen : g.ce;
+        for (int i = 0; i < 2 * RING_DEPTH; i++)
+            sizes[i] = seg_elems * g.accsz;
+        LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2 * RING_DEPTH, parts));
+        for (int i = 0; i < 2 * RING_DEPTH; i++)
+            g.buf[i / RING_DEPTH][i % RING_DEPTH] = parts[i];
+    }
+    size_t per_round = RING_DEPTH * g.ce;
+    size_t rounds = (maxlen + per_round - 1) / per_round;
+    for (size_t k = 0; k < rounds; k++)
+        LOOM_CHECK(ring_round(&g, k));
+    return loomSuccess;
+}
+
+// ---- the collectives ------------------------------------------------------------
+
+/* Per-block offsets and lengths: [0, n) offsets, [n, 2n) lengths. */
+static loomResult_t alloc_blocks(int n, size_t **v_p)
+{
+    size_t *v = malloc(sizeof(size_t) * 3 * (size_t)n);
+    if (v == NULL) {
+        LOOM_WARN("out of memory for %d ring blocks", n);
+        return loomSystemError;
+    }
+    *v_p = v;
+    return loomSuccess;
+}
+
+loomResult_t loom_allreduce_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const int n = ctx->nranks;
+    if (n == 1)
+        return loom_allreduce_direct(ctx, a);
+    if (a->count == 0)
+        return loomSuccess;
+    size_t *v = NULL;
+    LOOM_CHECK(alloc_blocks(n, &v));
+    for (int b = 0; b < n; b++)
+        loom_split(a->count, n, b, &v[b], &v[n + b]);
+    ring_plan_t plan = {.in_off = v,
+                        .out_off = v,
+                        .len = v + n,
+                        .rs_steps = n - 1,
+                        .ag_steps = n - 1,
+                        .send = a->sendbuff,
+                        .out = a->recvbuff};
+    loomResult_t res = ring_run(ctx, a, &plan);
+    free(v);
+    return res;
+}
+
+loomResult_t loom_reduce_scatter_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const int n = ctx->nranks;
+    if (n == 1)
+        return loom_reduce_scatter_direct(ctx, a);
+    if (a->count == 0)
+        return loomSuccess;
+    size_t *v = NULL;
+    LOOM_CHECK(alloc_blocks(n, &v));
+    for (int b = 0; b < n; b++) {
+        v[b] = (size_t)b * a->count;
+        v[n + b] = a->count;
+        v[2 * n + b] = 0; /* only the own block is written, at the start of recvbuff */
+    }
+    ring_plan_t plan = {.in_off = v,
+                        .out_off = v + 2 * n,
+                        .len = v + n,
+                        .rs_steps = n - 1,
+                        .ag_steps = 0,
+                        .send = a->sendbuff,
+                        .out = a->recvbuff};
+    loomResult_t res = ring_run(ctx, a, &plan);
+    free(v);
+    return res;
+}
+
+loomResult_t loom_coll_ring_allgather_blocks(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                             const size_t *off, const size_t *len, void *out)
+{
+    ring_plan_t plan = {.in_off = off,
+                        .out_off = off,
+                        .len = len,
+                        .rs_steps = 0,
+                        .ag_steps = ctx->nranks - 1,
+                        .send = NULL,
+                        .out = out};
+    return ring_run(ctx, a, &plan);
+}
+
+loomResult_t loom_allgather_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    uint8_t *recv = a->recvbuff;
+    if (bytes == 0)
+        return loomSuccess;
+    if ((const uint8_t *)a->sendbuff != recv + (size_t)me * bytes)
+        memcpy(recv + (size_t)me * bytes, a->sendbuff, bytes);
+    if (n == 1)
+        return loomSuccess;
+    size_t *v = NULL;
+    LOOM_CHECK(alloc_blocks(n, &v));
+    for (int b = 0; b < n; b++) {
+        v[b] = (size_t)b * a->count;
+        v[n + b] = a->count;
+    }
+    loomResult_t res = loom_coll_ring_allgather_blocks(ctx, a, v, v + n, recv);
+    free(v);
+    return res;
+}

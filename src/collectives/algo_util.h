@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * algo_util.h - small pieces the network algorithms (algo_*.c) share: the
+ * accumulator datatype that partial reductions travel in, scratch carved
+ * into aligned parts, the fold of a rank count onto a power of two, and a
+ * request list that waits only on what was posted. No algorithm lives here.
+ */
+#ifndef LOOM_ALGO_UTIL_H
+#define LOOM_ALGO_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll.h"
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Partial reductions travel and combine in the accumulator type: float32 for
+ * the 16- and 8-bit floats, the datatype itself otherwise. Combining two
+ * partials is then an ordinary accumulate over that type (avg sums, as the
+ * kernels' avg does), and the one rounding to the datatype happens in
+ * loom_reduce_finish at the end. */
+static inline loomDataType_t loom_acc_dtype(loomDataType_t dt)
+{
+    return loom_acc_is_native(dt) ? dt : loomFloat32;
+}
+
+/* acc[i] = acc[i] op part[i], both partials in the accumulator type. */
+static inline void loom_combine_partials(loomDataType_t dt, loomRedOp_t op, void *acc,
+                                         const void *part, size_t n)
+{
+    loom_reduce_acc(loom_acc_dtype(dt), op, acc, part, n);
+}
+
+/* Elements per pipeline segment: LOOM_CHUNK_BYTES of the datatype, at least 1. */
+static inline size_t loom_chunk_elems(const loom_coll_ctx_t *ctx, size_t elem_bytes)
+{
+    size_t ce = ctx->chunk_bytes / elem_bytes;
+    return ce ? ce : 1;
+}
+
+/* The collective scratch split into k parts of sizes[i] bytes, each 64-byte
+ * aligned; parts[i] is NULL for a part of 0 bytes. */
+loomResult_t loom_coll_scratch_parts(loom_coll_ctx_t *ctx, const size_t *sizes, int k,
+                                     uint8_t **parts);
+
+/* The usual fold of n ranks onto p = 2^floor(log2 n) virtual ranks: of the
+ * first 2*rem ranks (rem = n - p) each even rank hands its data to the odd
+ * rank above it and sits out; the odd rank 2v+1 becomes virtual rank v, and
+ * rank r >= 2*rem becomes r - rem. Virtual ranks keep the real ranks' order. */
+typedef struct {
+    int p;     /* power of two <= n */
+    int rem;   /* n - p */
+    int vrank; /* this rank's virtual rank, -1 if it sits out */
+} loom_fold_t;
+
+static inline loom_fold_t loom_fold(int n, int rank)
+{
+    loom_fold_t f;
+    f.p = 1;
+    while (f.p * 2 <= n)
+        f.p *= 2;
+    f.rem = n - f.p;
+    if (rank < 2 * f.rem)
+        f.vrank = rank % 2 ? rank / 2 : -1;
+    else
+        f.vrank = rank - f.rem;
+    return f;
+}
+
+/* The real rank of virtual rank v. */
+static inline int loom_fold_real(const loom_fold_t *f, int v)
+{
+    return v < f->rem ? 2 * v + 1 : v + f->rem;
+}
+
+/* The first real rank whose data virtual rank v carries, and how many. */
+static inline int loom_fold_first(const loom_fold_t *f, int v)
+{
+    return v < f->rem ? 2 * v : v + f->rem;
+}
+static inline int loom_fold_width(const loom_fold_t *f, int v)
+{
+    return v < f->rem ? 2 : 1;
+}
+
+/* A handful of requests posted together and waited together. Sends and
+ * receives of length 0 are not posted (both sides skip them alike). */
+typedef struct {
+    loom_p2p_req_t r[8];
+    int n;
+} loom_reqs_t;
+
+loomResult_t loom_reqs_send(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, const void *buf,
+                            size_t nbytes, uint32_t tag);
+loomResult_t loom_reqs_recv(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, void *buf,
+                            size_t nbytes, uint32_t tag);
+/* Waits for every request in q, then empties it. */
+loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q);
+
+/* The all-gather half of the ring (algo_ring.c) over arbitrary blocks: block b
+ * is len[b] elements at element offset off[b] of out, and this rank's block is
+ * already in place. Used by AllGather ring and Broadcast scatter_allgather. */
+loomResult_t loom_coll_ring_allgather_blocks(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                             const size_t *off, const size_t *len, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * cost_model.c - the link classes' constants and one cost function per
+ * algorithm: T = steps * alpha + msgs * o + bytes * beta + reduced * gamma,
+ * with the usual formulas for the busiest rank (Thakur, Rabenseifner and
+ * Gropp, "Optimization of collective communication operations in MPICH",
+ * IJHPCA 2005; Chan et al., CCPE 2007; LogP's per-message overhead o).
+ * Conventions of every function below:
+ *  - steps: rounds of messages that wait for the previous round (a ring of
+ *    n-1 steps, a butterfly of lg p), times the rounds the implementation
+ *    needs to bound its scratch (fractional, so costs are smooth in size);
+ *  - msgs: messages the busiest rank sends plus those it receives (an
+ *    exchange with one partner is two);
+ *  - bytes: what the busiest rank puts on (or takes off) the wire; partial
+ *    reductions travel in the accumulator type (acc_ratio);
+ *  - reduced: accumulator bytes the busiest rank combines or copies locally.
+ * It does not choose (algo_select.c) or measure (calibrate.c).
+ */
+#include "cost_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "check.h"
+#include "param.h"
+
+/* Defaults measured on the development machine (2 cores, Linux; see
+ * docs/ALGORITHMS.md for the measurement), per class: alpha ns, beta ns/byte,
+ * gamma ns/byte, o ns. */
+static const loom_link_cost_t builtin[LOOM_LINK_NUM] = {
+    [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 60000.0, 1.0, 0.15, 4000.0},
+    [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 50000.0, 1.0, 0.15, 15000.0},
+};
+
+static const char *const class_names[LOOM_LINK_NUM] = {"shm", "tcp"};
+
+const char *loom_link_class_name(loom_link_class_t cls)
+{
+    return (unsigned)cls < LOOM_LINK_NUM ? class_names[cls] : "unknown";
+}
+
+int loom_link_class_parse(const char *name, loom_link_class_t *cls_p)
+{
+    for (int i = 0; i < LOOM_LINK_NUM; i++) {
+        if (name != NULL && strcasecmp(name, class_names[i]) == 0) {
+            *cls_p = (loom_link_class_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls)
+{
+    return builtin[(unsigned)cls < LOOM_LINK_NUM ? cls : LOOM_LINK_TCP];
+}
+
+int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p)
+{
+    if (text == NULL)
+        return -1;
+    double v[4];
+    const char *s = text;
+    int k = 0;
+    for (; k < 4; k++) {
+        char *end = NULL;
+        v[k] = strtod(s, &end);
+        if (end == s || !(v[k] >= 0.0) || isinf(v[k]))
+            return -1;
+        s = end;
+        if (*s != ',')
+            break;
+        s++;
+    }
+    if (*s != '\0' || k < 2 || k > 3)
+        return -1;
+    l_p->alpha_ns = v[0] * 1000.0;
+    l_p->beta_ns = v[1];
+    l_p->gamma_ns = v[2];
+    if (k == 3)
+        l_p->o_ns = v[3] * 1000.0;
+    return 0;
+}
+
+loom_link_cost_t loom_link_cost_default(loom_link_class_t cls)
+{
+    static int warned[LOOM_LINK_NUM];
+    loom_link_cost_t l = loom_link_cost_builtin(cls);
+    const char *text = cls == LOOM_LINK_SHM ? loom_param_COST_SHM() : loom_param_COST_TCP();
+    if (text == NULL || text[0] == '\0')
+        return l;
+    if (loom_link_cost_parse(text, &l) != 0) {
+        if (!__atomic_exchange_n(&warned[l.cls], 1, __ATOMIC_RELAXED))
+            LOOM_WARN("LOOM_COST_%s=\"%s\" is not \"alpha_us,beta_ns,gamma_ns[,o_us]\" "
+                      "(non-negative numbers); using the defaults",
+                      l.cls == LOOM_LINK_SHM ? "SHM" : "TCP", text);
+        return loom_link_cost_builtin(cls);
+    }
+    return l;
+}
+
+int loom_ceil_log2(int n)
+{
+    int k = 0;
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
+
+int loom_floor_log2(int n)
+{
+    int k = 0;
+    while ((2 << k) <= n)
+        k++;
+    return k;
+}
+
+// ---- helpers --------------------------------------------------------------------
+
+/* Rounds of at most per_round bytes, at least 1. Fractional on purpose: a
+ * smooth cost keeps the choice monotone in the size (no flip-flopping between
+ * two algorithms at every round boundary). */
+static double rounds(double bytes, double per_round)
+{
+    double r = per_round > 0 ? bytes / per_round : 1.0;
+    return r < 1.0 ? 1.0 : r;
+}
+
+/* Butterfly shape of n: p = 2^floor(log2 n), lg p, and whether ranks are folded. */
+typedef struct {
+    double p, lgp, fold;
+} bfly_shape_t;
+
+static bfly_shape_t shape(int n)
+{
+    int lgp = loom_floor_log2(n);
+    bfly_shape_t s = {(double)(1 << lgp), (double)lgp, (1 << lgp) != n ? 1.0 : 0.0};
+    return s;
+}
+
+#define RING_DEPTH    4 /* segments per ring round (algo_ring.c) */
+#define RD_ROUND_SEGS 4 /* chunks per recursive-doubling round (algo_rhd.c) */
+
+// ---- AllReduce ------------------------------------------------------------------
+
+/* lg p exchanges of the whole vector as a partial (+ the fold: the pair's
+ * partial in, the result out). */
+double loom_cost_allreduce_rd(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    bfly_shape_t s = shape(c->nranks);
+    double S = c->nbytes, ar = c->acc_ratio;
+    double r = rounds(S, RD_ROUND_SEGS * (double)c->chunk_bytes);
+    double steps = (s.lgp + 2 * s.fold) * r;
+    return loom_cost_eval(l, steps, (2 * s.lgp + 2 * s.fold) * r,
+                          s.lgp * S * ar + s.fold * (S * ar + S), (s.lgp + s.fold + 1) * S * ar);
+}
+
+/* Rabenseifner: recursive halving (partials) + recursive doubling (results). */
+double loom_cost_allreduce_rhd(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    bfly_shape_t s = shape(c->nranks);
+    double S = c->nbytes, ar = c->acc_ratio, q = (s.p - 1) / s.p;
+    double r = rounds(S, s.p * (double)c->chunk_bytes);
+    double steps = (2 * s.lgp + 2 * s.fold) * r;
+    return loom_cost_eval(l, steps, (4 * s.lgp + 2 * s.fold) * r,
+                          q * S * ar + q * S + s.fold * (S * ar + S), (q + s.fold + 1) * S * ar);
+}
+
+/* Ring: (n-1) reduce-scatter steps (partials) + (n-1) all-gather steps, one
+ * message per segment of C each. */
+double loom_cost_allreduce_ring(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, ar = c->acc_ratio, q = (n - 1) / n;
+    double steps = 2 * (n - 1) * rounds(S, n * RING_DEPTH * (double)c->chunk_bytes);
+    double msgs = 4 * (n - 1) * rounds(S, n * (double)c->chunk_bytes);
+    return loom_cost_eval(l, steps, msgs, q * S * ar + q * S, S * ar);
+}
+
+/* Two-shot: per round, n-1 raw slices to their owners, then n-1 results back. */
+double loom_cost_allreduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
+    double r = rounds(S, n * (double)c->chunk_bytes);
+    return loom_cost_eval(l, 2 * r, 4 * (n - 1) * r, 2 * q * S, S * c->acc_ratio);
+}
+
+/* Reduce to rank 0 (n-1 messages per chunk round into it), then its broadcast:
+ * the busiest rank handles 2(n-1) messages, the others 2. */
+double loom_cost_allreduce_reduce_bcast(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    double r = rounds(S, (double)c->chunk_bytes);
+    return loom_cost_eval(l, r + 1, (n - 1) * (r + 1), 2 * (n - 1) * S, n * S * c->acc_ratio);
+}
+
+// ---- AllGather ------------------------------------------------------------------
+
+double loom_cost_allgather_rd(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    bfly_shape_t s = shape(c->nranks);
+    double n = c->nranks, S = c->nbytes;
+    return loom_cost_eval(l, s.lgp + 2 * s.fold, 2 * s.lgp + 2 * s.fold,
+                          (s.p - 1) / s.p * S + s.fold * (S / n + S), S / n);
+}
+
+double loom_cost_allgather_ring(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    double steps = (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double msgs = 2 * (n - 1) * rounds(S / n, (double)c->chunk_bytes);
+    return loom_cost_eval(l, steps, msgs, (n - 1) / n * S, S / n);
+}
+
+double loom_cost_allgather_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S, S / n);
+}
+
+// ---- ReduceScatter --------------------------------------------------------------
+
+double loom_cost_reduce_scatter_rhd(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    bfly_shape_t s = shape(c->nranks);
+    double n = c->nranks, S = c->nbytes, ar = c->acc_ratio, q = (s.p - 1) / s.p;
+    double r = rounds(S / n, (double)c->chunk_bytes);
+    return loom_cost_eval(l, (s.lgp + 2 * s.fold) * r, (2 * s.lgp + 2 * s.fold) * r,
+                          q * S * ar + s.fold * (S * ar + S / n), (q + s.fold + 1) * S * ar);
+}
+
+double loom_cost_reduce_scatter_ring(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
+    double steps = (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double msgs = 2 * (n - 1) * rounds(S / n, (double)c->chunk_bytes);
+    return loom_cost_eval(l, steps, msgs, q * S * c->acc_ratio, S * c->acc_ratio);
+}
+
+double loom_cost_reduce_scatter_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
+    double r = rounds(S / n, (double)c->chunk_bytes);
+    return loom_cost_eval(l, r, 2 * (n - 1) * r, q * S, S * c->acc_ratio);
+}
+
+// ---- Broadcast ------------------------------------------------------------------
+
+/* Pipelined down the tree: L steps to fill it, one more per further segment;
+ * the root sends every segment to its L children. */
+double loom_cost_bcast_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double L = loom_ceil_log2(c->nranks), S = c->nbytes;
+    double m = rounds(S, (double)c->chunk_bytes);
+    return loom_cost_eval(l, L + m - 1, L * m, L * S, 0.0);
+}
+
+/* van de Geijn: the root scatters n blocks, then a ring all-gather. */
+double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    double steps = 1 + (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double msgs = (n - 1) * (1 + 2 * rounds(S / n, (double)c->chunk_bytes));
+    return loom_cost_eval(l, steps, msgs, 2 * (n - 1) / n * S, 0.0);
+}
+
+double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    return loom_cost_eval(l, 1, n - 1, (n - 1) * S, 0.0);
+}
+
+// ---- Reduce ---------------------------------------------------------------------
+
+/* Pipelined up the tree; the root receives L partials per segment and
+ * combines them. */
+double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double L = loom_ceil_log2(c->nranks), S = c->nbytes, ar = c->acc_ratio;
+    double m = rounds(S, (double)c->chunk_bytes);
+    return loom_cost_eval(l, L + m - 1, L * m, L * S * ar, (L + 1) * S * ar);
+}
+
+double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    double m = rounds(S, (double)c->chunk_bytes);
+    return loom_cost_eval(l, m, (n - 1) * m, (n - 1) * S, n * S * c->acc_ratio);
+}
+
+// ---- AllToAll -------------------------------------------------------------------
+
+/* Every block travels once per set bit of its distance; packing and the two
+ * rotations are local copies. */
+double loom_cost_alltoall_bruck(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    const int n = c->nranks;
+    double blocks = 0;
+    for (int bit = 1; bit < n; bit <<= 1)
+        for (int i = bit; i < n; i++)
+            blocks += (i & bit) != 0;
+    double bytes = blocks * c->nbytes / n;
+    double steps = loom_ceil_log2(n) * rounds(c->nbytes / n, (double)c->chunk_bytes / 4);
+    return loom_cost_eval(l, steps, 2 * steps, bytes, 2 * c->nbytes + 2 * bytes);
+}
+
+double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes;
+    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S, S / n);
+}
+
+double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    (void)c;
+    (void)l;
+    return 0.0;
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * cost_model.h - the alpha-beta-gamma model that chooses collective
+ * algorithms: link classes with their constants (defaults measured on the
+ * development machine, LOOM_COST_<CLASS> overrides, LOOM_CALIBRATE=1 to
+ * measure at communicator creation), the description of a call that cost
+ * functions see, and the cost function of every algorithm in the table of
+ * algo_select.c. Pure arithmetic: nothing here talks to peers (calibrate.c
+ * does). Callers: algo_select.c, calibrate.c, tools/loom_info, unit tests.
+ *
+ * The model: T = steps * alpha + msgs * o + bytes * beta + reduced * gamma.
+ * Hockney's alpha is split in two, as LogP does: alpha is paid once per step
+ * (a round whose messages depend on the previous round's), o once per message
+ * it sends or receives. Thakur's single-ported counting is close to alpha = 0;
+ * a rank that exchanges with n-1 peers at once pays one alpha and 2(n-1) o.
+ */
+#ifndef LOOM_COST_MODEL_H
+#define LOOM_COST_MODEL_H
+
+#include <math.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Link classes, fastest first. A communicator's class is its slowest link: a
+ * communicator that spans hosts (or runs TCP between local ranks) is tcp. */
+typedef enum { LOOM_LINK_SHM, LOOM_LINK_TCP, LOOM_LINK_NUM } loom_link_class_t;
+
+/* The model's constants for one link class. */
+typedef struct {
+    loom_link_class_t cls;
+    double alpha_ns; /* per step (a round of messages that waits for the previous one), ns */
+    double beta_ns;  /* per byte the busiest rank moves, ns */
+    double gamma_ns; /* per byte it reduces or copies locally, ns */
+    double o_ns;     /* per message it sends or receives, ns */
+} loom_link_cost_t;
+
+/* One call as a cost function sees it. Every field is equal on every rank of
+ * the communicator, so every rank picks the same algorithm. */
+typedef struct {
+    int nranks;
+    double nbytes;      /* loom_coll_bytes: the vector (AllReduce, Bcast, Reduce) or the
+                           whole gathered/scattered vector (AllGather, ReduceScatter, AllToAll) */
+    double acc_ratio;   /* accumulator bytes per datatype byte: 1, or 2/4 for 16/8-bit floats,
+                           whose partial sums travel as float32 */
+    size_t chunk_bytes; /* LOOM_CHUNK_BYTES: pipeline segment per peer and step */
+} loom_cost_call_t;
+
+/* Predicted time of one algorithm for one call, in nanoseconds; LOOM_COST_NA
+ * when the algorithm cannot run the call on this link class (for instance an
+ * shm-only algorithm on a tcp communicator). Must be a pure function of its
+ * arguments. */
+typedef double (*loom_algo_cost_fn_t)(const loom_cost_call_t *call, const loom_link_cost_t *link);
+#define LOOM_COST_NA INFINITY
+
+static inline double loom_cost_eval(const loom_link_cost_t *l, double steps, double msgs,
+                                    double bytes, double reduced)
+{
+    return steps * l->alpha_ns + msgs * l->o_ns + bytes * l->beta_ns + reduced * l->gamma_ns;
+}
+
+const char *loom_link_class_name(loom_link_class_t cls);
+/* "shm" or "tcp" (case-insensitive): 0 and *cls_p set; -1 otherwise. */
+int loom_link_class_parse(const char *name, loom_link_class_t *cls_p);
+/* The constants of cls before calibration: the built-in defaults, or
+ * LOOM_COST_SHM / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns[,o_us]") when set
+ * and valid (an invalid value is WARNed once and ignored). */
+loom_link_cost_t loom_link_cost_default(loom_link_class_t cls);
+/* The built-in defaults alone (tests, loom_info). */
+loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls);
+/* Parses "alpha_us,beta_ns,gamma_ns[,o_us]" (non-negative numbers) into *l_p,
+ * keeping l_p->cls (and l_p->o_ns when o is not given). 0 on success, -1
+ * (nothing written) otherwise. */
+int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p);
+
+/* ceil(log2 n) and floor(log2 n) for n >= 1. */
+int loom_ceil_log2(int n);
+int loom_floor_log2(int n);
+
+/* Cost functions, one per algorithm (formulas and references in cost_model.c
+ * and docs/ALGORITHMS.md). */
+double loom_cost_allreduce_rd(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allreduce_rhd(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allreduce_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allreduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allreduce_reduce_bcast(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allgather_rd(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allgather_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allgather_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_scatter_rhd(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_scatter_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_scatter_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_bcast_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_alltoall_bruck(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* Collectives with a single algorithm (AllToAllv, Barrier): always 0. */
+double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

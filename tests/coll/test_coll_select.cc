@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_coll_select.cc - the choice of algorithm seen from outside: every rank of a communicator
+// must pick the same algorithm for every call, including after LOOM_CALIBRATE=1 measured each
+// rank's own (different) constants, because ranks that disagree deadlock. Checked through the
+// COLL log (LOOM_DEBUG_FILE per rank): the agreed constants are identical on every rank and are
+// the maximum of what the ranks measured, the link class is the slowest link's, every call's
+// algorithm is the same on every rank, LOOM_COST_SHM steers the choice, and a LOOM_ALGO name
+// that does not exist is reported once. Run by meson's 'coll' suite.
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loom.h"
+#include "mp_fixture.h"
+
+namespace {
+
+std::string TracePath(int rank)
+{
+    return loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log";
+}
+
+std::vector<std::string> ReadLines(const std::string &path)
+{
+    std::ifstream f(path);
+    std::vector<std::string> lines;
+    std::string line;
+    while (std::getline(f, line))
+        lines.push_back(line);
+    return lines;
+}
+
+// The text after `key` up to the end of the line, or "" if no line has it.
+std::string After(const std::vector<std::string> &lines, const std::string &key)
+{
+    for (const std::string &l : lines) {
+        size_t at = l.find(key);
+        if (at != std::string::npos)
+            return l.substr(at + key.size());
+    }
+    return "";
+}
+
+// "class tcp alpha 123 ns beta 0.5 ns/B gamma 0.2 ns/B o 4 ns" -> class and the numbers.
+struct Constants {
+    std::string cls;
+    double alpha = -1, beta = -1, gamma = -1, o = -1;
+};
+
+Constants Parse(const std::string &text)
+{
+    Constants c;
+    std::istringstream in(text);
+    std::string word;
+    while (in >> word) {
+        if (word == "class")
+            in >> c.cls;
+        else if (word == "alpha")
+            in >> c.alpha;
+        else if (word == "beta")
+            in >> c.beta;
+        else if (word == "gamma")
+            in >> c.gamma;
+        else if (word == "o")
+            in >> c.o;
+    }
+    return c;
+}
+
+// seq -> "collective algo" for every traced call of one rank.
+std::map<long, std::string> Choices(const std::vector<std::string> &lines)
+{
+    std::map<long, std::string> m;
+    for (const std::string &l : lines) {
+        size_t s = l.find(" seq "), a = l.find(" algo ");
+        if (s == std::string::npos || a == std::string::npos)
+            continue;
+        size_t start = l.rfind(' ', s - 1);
+        std::string coll = l.substr(start + 1, s - start - 1);
+        long seq = std::strtol(l.c_str() + s + 5, nullptr, 10);
+        std::istringstream rest(l.substr(a + 6));
+        std::string algo;
+        rest >> algo;
+        m[seq] = coll + " " + algo;
+    }
+    return m;
+}
+
+// A sweep of collectives whose sizes cross the model's thresholds; results are checked.
+void Sweep(int rank, int n, loomComm_t comm)
+{
+    for (size_t count :
+         {size_t{1}, size_t{16}, size_t{256}, size_t{4096}, size_t{65536}, size_t{1} << 20}) {
+        std::vector<float> v(count, static_cast<float>(rank + 1)), out(count);
+        XT_CHECK_LOOM(
+            loomAllReduce(v.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
+        XT_CHECK_EQ(out[count - 1], static_cast<float>(n * (n + 1) / 2));
+        std::vector<float> all(count * static_cast<size_t>(n));
+        XT_CHECK_LOOM(loomAllGather(v.data(), all.data(), count, loomFloat32, comm, nullptr));
+        XT_CHECK_EQ(all[count * static_cast<size_t>(n) - 1], static_cast<float>(n));
+        XT_CHECK_LOOM(loomBroadcast(v.data(), out.data(), count, loomFloat32, 0, comm, nullptr));
+        XT_CHECK_EQ(out[0], 1.0f);
+    }
+}
+
+// In rank 0, during a last synchronising call (every rank has traced the calls before it, not
+// necessarily that one): the same algorithm on every rank for every earlier call. Returns rank
+// 0's choices without the last call.
+std::map<long, std::string> CheckSameChoices(int n)
+{
+    std::map<long, std::string> mine = Choices(ReadLines(TracePath(0)));
+    if (!mine.empty())
+        mine.erase(std::prev(mine.end()));
+    XT_CHECK_MSG(mine.size() >= 18, "too few traced calls");
+    for (int r = 1; r < n; r++) {
+        const std::map<long, std::string> theirs = Choices(ReadLines(TracePath(r)));
+        for (const auto &kv : mine) {
+            auto it = theirs.find(kv.first);
+            XT_CHECK_MSG(it != theirs.end(), "rank " + std::to_string(r) + " did not trace seq " +
+                                                 std::to_string(kv.first));
+            XT_CHECK_MSG(it->second == kv.second, "seq " + std::to_string(kv.first) + ": rank 0 " +
+                                                      kv.second + ", rank " + std::to_string(r) +
+                                                      " " + it->second);
+        }
+    }
+    return mine;
+}
+
+loomtest::RunOptions TraceOptions(const loomtest::EnvList &extra)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_COLL_TRACE", "1"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "COLL"}};
+    opts.env.insert(opts.env.end(), extra.begin(), extra.end());
+    opts.unset_env = {"LOOM_ALGO", "LOOM_COST_SHM", "LOOM_COST_TCP", "LOOM_CALIBRATE"};
+    opts.rank_env = [](int rank) {
+        return loomtest::EnvList{{"LOOM_DEBUG_FILE", TracePath(rank)}};
+    };
+    opts.deadline_s = 60;
+    return opts;
+}
+
+// Calibration: each rank measures its own constants; all must adopt the same (the maximum),
+// and then choose alike. hosts > 0 models that many hosts (LOOM_HOST_ID), so the class is tcp.
+void CheckCalibrated(int rank, int n, loomComm_t comm, const char *want_class)
+{
+    Sweep(rank, n, comm);
+    float x = 1, y = 0; // every rank has traced everything before this call returns on rank 0
+    XT_CHECK_LOOM(loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr));
+    if (rank != 0)
+        return;
+    Constants agreed0, max;
+    max.cls = "shm";
+    for (int r = 0; r < n; r++) {
+        const std::vector<std::string> lines = ReadLines(TracePath(r));
+        const std::string agreed_text = After(lines, "calibration agreed: ");
+        const Constants measured = Parse(After(lines, "calibration measured: "));
+        const Constants agreed = Parse(agreed_text);
+        XT_CHECK_MSG(!agreed_text.empty() && measured.alpha > 0,
+                     "rank " + std::to_string(r) + " logged no calibration");
+        if (r == 0)
+            agreed0 = agreed;
+        // Identical constants on every rank: the text is printed with round-trip precision.
+        XT_CHECK_MSG(agreed_text == After(ReadLines(TracePath(0)), "calibration agreed: "),
+                     "rank " + std::to_string(r) + " agreed on " + agreed_text);
+        max.alpha = std::max(max.alpha, measured.alpha);
+        max.beta = std::max(max.beta, measured.beta);
+        max.gamma = std::max(max.gamma, measured.gamma);
+        max.o = std::max(max.o, measured.o);
+        if (measured.cls == "tcp")
+            max.cls = "tcp";
+    }
+    XT_CHECK_EQ(agreed0.alpha, max.alpha);
+    XT_CHECK_EQ(agreed0.beta, max.beta);
+    XT_CHECK_EQ(agreed0.gamma, max.gamma);
+    XT_CHECK_EQ(agreed0.o, max.o);
+    XT_CHECK_EQ(agreed0.cls, max.cls);
+    XT_CHECK_EQ(agreed0.cls, std::string(want_class));
+    CheckSameChoices(n);
+}
+
+TEST(Select, CalibrationAgreesOnShm)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        4, [](int rank, int n, loomComm_t comm) { CheckCalibrated(rank, n, comm, "shm"); },
+        TraceOptions({{"LOOM_CALIBRATE", "1"}, {"LOOM_NET", "shm"}})));
+}
+
+TEST(Select, CalibrationAgreesAcrossHosts)
+{
+    // Hosts of two ranks each: ranks 0 and 1 reach each other through shared memory, but the
+    // communicator's class is its slowest link's, tcp, on every rank.
+    loomtest::RunOptions opts = TraceOptions({{"LOOM_CALIBRATE", "1"}});
+    opts.rank_env = [](int rank) {
+        return loomtest::EnvList{{"LOOM_DEBUG_FILE", TracePath(rank)},
+                                 {"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
+    };
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3, [](int rank, int n, loomComm_t comm) { CheckCalibrated(rank, n, comm, "tcp"); }, opts));
+}
+
+// Without calibration every rank uses the defaults of the class; LOOM_NET=tcp makes it tcp.
+void CheckClass(int rank, int n, loomComm_t comm, const char *want)
+{
+    Sweep(rank, n, comm);
+    const std::string line = After(ReadLines(TracePath(rank)), "link class ");
+    XT_CHECK_MSG(line.rfind(want, 0) == 0, "link class " + line);
+    float x = 1, y = 0;
+    XT_CHECK_LOOM(loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr));
+    if (rank == 0)
+        CheckSameChoices(n);
+}
+
+TEST(Select, DefaultsOnTcp)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        5, [](int rank, int n, loomComm_t comm) { CheckClass(rank, n, comm, "tcp"); },
+        TraceOptions({{"LOOM_NET", "tcp"}})));
+}
+
+// LOOM_COST_SHM steers the model: with latency free and bandwidth dear, AllReduce takes the
+// fewest bytes (never recursive doubling at 1 MiB); with bandwidth free and latency dear, the
+// fewest steps (recursive doubling, even at 4 MiB).
+void CheckSteered(int rank, int n, loomComm_t comm, const char *want, const char *not_want)
+{
+    Sweep(rank, n, comm);
+    float x = 1, y = 0;
+    XT_CHECK_LOOM(loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr));
+    if (rank != 0)
+        return;
+    const std::map<long, std::string> choices = CheckSameChoices(n);
+    int big = 0;
+    for (const std::string &l : ReadLines(TracePath(0))) {
+        if (l.find(" allreduce seq ") == std::string::npos ||
+            l.find(": 4194304 bytes") == std::string::npos)
+            continue;
+        big++;
+        if (want)
+            XT_CHECK_MSG(l.find(std::string(" algo ") + want + " ") != std::string::npos, l);
+        if (not_want)
+            XT_CHECK_MSG(l.find(std::string(" algo ") + not_want + " ") == std::string::npos, l);
+    }
+    XT_CHECK_EQ(big, 1);
+}
+
+TEST(Select, CostConstantsSteerTheChoice)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        4, [](int rank, int n, loomComm_t comm) { CheckSteered(rank, n, comm, nullptr, "rd"); },
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_COST_SHM", "0,10,0"}})));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        4, [](int rank, int n, loomComm_t comm) { CheckSteered(rank, n, comm, "rd", nullptr); },
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_COST_SHM", "100000,0,0"}})));
+}
+
+TEST(Select, UnknownAlgorithmIsReported)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t comm) {
+            Sweep(rank, n, comm);
+            int warnings = 0;
+            for (const std::string &l : ReadLines(TracePath(rank)))
+                warnings += l.find("LOOM_ALGO: no algorithm \"nosuch\" for collective "
+                                   "\"allreduce\"") != std::string::npos;
+            XT_CHECK_EQ(warnings, 1);
+        },
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_ALGO", "allreduce:nosuch"}})));
+}
+
+} // namespace

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_cost_model.cc - unit tests of the algorithm choice (cost_model.h and
+ * loom_algo_pick in algo_select.c) with synthetic and default constants: ties
+ * go to the earlier table row and inapplicable rows never win; over growing
+ * sizes every algorithm is chosen on one interval (monotone thresholds);
+ * thresholds move up as latency gets dearer; the crossovers match the
+ * textbook formulas (Thakur, Rabenseifner and Gropp 2005); small calls get
+ * log-latency algorithms and large calls bandwidth-optimal ones; the
+ * LOOM_COST_<CLASS> syntax. Single process, no peers; meson's 'unit' suite.
+ */
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "coll.h"
+#include "cost_model.h"
+extern "C" {
+#include "param.h"
+}
+
+namespace {
+
+loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o_ns = 0)
+{
+    return {LOOM_LINK_SHM, alpha_ns, beta_ns, gamma_ns, o_ns};
+}
+
+loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
+{
+    return {n, bytes, acc_ratio, size_t{1} << 19};
+}
+
+const loom_algo_t *Pick(loom_coll_kind_t kind, const loom_cost_call_t &c, const loom_link_cost_t &l)
+{
+    int n = 0;
+    const loom_algo_t *t = loom_algo_table(&n);
+    return loom_algo_pick(t, n, kind, &c, &l, nullptr);
+}
+
+std::string PickName(loom_coll_kind_t kind, const loom_cost_call_t &c, const loom_link_cost_t &l)
+{
+    const loom_algo_t *a = Pick(kind, c, l);
+    return a ? a->name : "(none)";
+}
+
+double CostA(const loom_cost_call_t *, const loom_link_cost_t *l)
+{
+    return l->alpha_ns;
+}
+double CostB(const loom_cost_call_t *, const loom_link_cost_t *l)
+{
+    return l->alpha_ns;
+}
+double CostNa(const loom_cost_call_t *, const loom_link_cost_t *)
+{
+    return LOOM_COST_NA;
+}
+double CostCheap(const loom_cost_call_t *, const loom_link_cost_t *)
+{
+    return 1.0;
+}
+
+constexpr loom_coll_kind_t kChoosing[] = {LOOM_COLL_ALLREDUCE,      LOOM_COLL_ALLGATHER,
+                                          LOOM_COLL_REDUCE_SCATTER, LOOM_COLL_BCAST,
+                                          LOOM_COLL_REDUCE,         LOOM_COLL_ALLTOALL};
+
+TEST(CostModel, TiesGoToTheEarlierRow)
+{
+    const loom_algo_t table[] = {
+        {LOOM_COLL_ALLREDUCE, "first", nullptr, CostA},
+        {LOOM_COLL_ALLREDUCE, "second", nullptr, CostB},
+        {LOOM_COLL_ALLGATHER, "other", nullptr, CostCheap},
+    };
+    const loom_cost_call_t c = Call(4, 1024);
+    const loom_link_cost_t l = Link(5, 1, 1);
+    double cost = -1;
+    const loom_algo_t *a = loom_algo_pick(table, 3, LOOM_COLL_ALLREDUCE, &c, &l, &cost);
+    ASSERT_NE(a, nullptr);
+    EXPECT_STREQ(a->name, "first");
+    EXPECT_EQ(cost, 5.0);
+    const loom_algo_t swapped[] = {table[1], table[0]};
+    EXPECT_STREQ(loom_algo_pick(swapped, 2, LOOM_COLL_ALLREDUCE, &c, &l, nullptr)->name, "second");
+    // With every constant 0 every real algorithm costs 0: the first row of each collective wins.
+    int n = 0;
+    const loom_algo_t *real = loom_algo_table(&n);
+    const loom_link_cost_t zero = Link(0, 0, 0);
+    for (loom_coll_kind_t kind : kChoosing) {
+        const loom_algo_t *first = nullptr;
+        for (int i = 0; i < n && first == nullptr; i++)
+            if (real[i].kind == kind)
+                first = &real[i];
+        EXPECT_EQ(Pick(kind, Call(8, 1 << 20), zero), first) << loom_coll_name(kind);
+    }
+}
+
+TEST(CostModel, InapplicableRowsNeverWin)
+{
+    const loom_algo_t table[] = {
+        {LOOM_COLL_ALLREDUCE, "shm_only", nullptr, CostNa},
+        {LOOM_COLL_ALLREDUCE, "slow", nullptr, CostA},
+    };
+    const loom_cost_call_t c = Call(4, 64);
+    const loom_link_cost_t l = Link(1e12, 1, 1);
+    EXPECT_STREQ(loom_algo_pick(table, 2, LOOM_COLL_ALLREDUCE, &c, &l, nullptr)->name, "slow");
+    EXPECT_EQ(loom_algo_pick(table, 1, LOOM_COLL_ALLREDUCE, &c, &l, nullptr), nullptr);
+    EXPECT_EQ(loom_algo_pick(table, 2, LOOM_COLL_BCAST, &c, &l, nullptr), nullptr);
+}
+
+// The sequence of choices from 8 B to 1 GiB (x2): no algorithm may come back after another
+// one took over.
+std::vector<std::string> Sweep(loom_coll_kind_t kind, int n, const loom_link_cost_t &l,
+                               double acc_ratio)
+{
+    std::vector<std::string> seq;
+    for (double b = 8; b <= 1073741824.0; b *= 2) {
+        std::string name = PickName(kind, Call(n, b, acc_ratio), l);
+        if (seq.empty() || seq.back() != name)
+            seq.push_back(name);
+    }
+    return seq;
+}
+
+TEST(CostModel, ThresholdsAreMonotone)
+{
+    std::vector<loom_link_cost_t> links = {
+        loom_link_cost_builtin(LOOM_LINK_SHM), loom_link_cost_builtin(LOOM_LINK_TCP),
+        Link(1000, 0.1, 0.05), Link(100000, 2, 0.5, 5000), Link(0, 1, 0.2, 20000)};
+    for (const loom_link_cost_t &l : links)
+        for (loom_coll_kind_t kind : kChoosing)
+            for (int n = 2; n <= 17; n++)
+                for (double ar : {1.0, 2.0}) {
+                    std::vector<std::string> seq = Sweep(kind, n, l, ar);
+                    std::map<std::string, int> seen;
+                    std::string text;
+                    for (const std::string &s : seq)
+                        text += s + " ";
+                    for (const std::string &s : seq)
+                        EXPECT_EQ(++seen[s], 1) << loom_coll_name(kind) << " n " << n << " alpha "
+                                                << l.alpha_ns << ": " << text;
+                }
+}
+
+// The size at which the choice first leaves the small-message algorithm.
+double FirstSwitch(loom_coll_kind_t kind, int n, const loom_link_cost_t &l)
+{
+    std::string small = PickName(kind, Call(n, 8), l);
+    for (double b = 8; b <= 1073741824.0; b *= 1.25)
+        if (PickName(kind, Call(n, b), l) != small)
+            return b;
+    return INFINITY;
+}
+
+TEST(CostModel, ThresholdsRiseWithLatency)
+{
+    for (loom_coll_kind_t kind : kChoosing)
+        for (int n : {4, 8, 16}) {
+            double prev = 0;
+            for (double alpha : {1e3, 1e4, 1e5}) {
+                double t = FirstSwitch(kind, n, Link(alpha, 1.0, 0.2, alpha / 4));
+                EXPECT_GE(t, prev) << loom_coll_name(kind) << " n " << n << " alpha " << alpha;
+                prev = t;
+            }
+        }
+}
+
+// Only the named rows of the real table, to compare two algorithms alone.
+std::string PickAmong(loom_coll_kind_t kind, const std::vector<std::string> &names,
+                      const loom_cost_call_t &c, const loom_link_cost_t &l)
+{
+    int n = 0;
+    const loom_algo_t *t = loom_algo_table(&n);
+    std::vector<loom_algo_t> sub;
+    for (int i = 0; i < n; i++)
+        for (const std::string &name : names)
+            if (t[i].kind == kind && name == t[i].name)
+                sub.push_back(t[i]);
+    const loom_algo_t *a =
+        loom_algo_pick(sub.data(), static_cast<int>(sub.size()), kind, &c, &l, nullptr);
+    return a ? a->name : "(none)";
+}
+
+double Crossover(loom_coll_kind_t kind, const std::vector<std::string> &names, int n,
+                 const loom_link_cost_t &l)
+{
+    std::string small = PickAmong(kind, names, Call(n, 8), l);
+    for (double b = 8; b <= 1e12; b *= 1.01)
+        if (small != PickAmong(kind, names, Call(n, b), l))
+            return b;
+    return INFINITY;
+}
+
+TEST(CostModel, CrossoversMatchTheTextbook)
+{
+    // Thakur's model charges alpha per step whatever it sends: o = 0 here, reductions free,
+    // sizes below the chunk so no algorithm needs rounds.
+    const double alpha = 20000, beta = 0.5;
+    const loom_link_cost_t l = Link(alpha, beta, 0, 0);
+    // Recursive doubling vs Rabenseifner, p = 8: n* = lg p alpha / (beta (lg p - 2 + 2/p)).
+    const double rd_rhd = 3 * alpha / (beta * (3 - 2 + 2.0 / 8));
+    const double got = Crossover(LOOM_COLL_ALLREDUCE, {"rd", "rhd"}, 8, l);
+    EXPECT_NEAR(got / rd_rhd, 1.0, 0.02) << got << " vs " << rd_rhd;
+    // Binomial vs scatter + all-gather broadcast, p = 16: lg p (alpha + S beta) against
+    // (lg p + p - 1) alpha + 2 (p - 1) / p S beta with a binomial scatter; loom scatters in one
+    // step, so its crossover is (p - lg p) / (p - 1) of the textbook's.
+    const double bc = 15 * alpha / (beta * (4 - 2 * 15.0 / 16)) * (16 - 4) / 15.0;
+    const double got3 = Crossover(LOOM_COLL_BCAST, {"binomial", "scatter_allgather"}, 16, l);
+    EXPECT_NEAR(got3 / bc, 1.0, 0.02) << got3 << " vs " << bc;
+    // Bruck vs pairwise all-to-all, p = 16: every exchange costs alpha in Thakur's model, i.e.
+    // two messages of o = alpha / 2 here; the textbook's 2 p alpha / (beta (lg p - 2))
+    // approximates Bruck's volume as n/2 lg p, so expect it within a factor of 2.
+    const loom_link_cost_t lm = Link(0, beta, 0, alpha / 2);
+    const double bruck = 2 * 16 * alpha / (beta * (4 - 2));
+    const double got2 = Crossover(LOOM_COLL_ALLTOALL, {"bruck", "pairwise"}, 16, lm);
+    EXPECT_GT(got2, bruck / 2);
+    EXPECT_LT(got2, bruck * 2);
+}
+
+TEST(CostModel, SmallCallsLatencyLargeCallsBandwidth)
+{
+    // When every message costs as much as a step, small calls take the fewest messages (log
+    // depth); large calls always take a bandwidth-optimal algorithm.
+    const loom_link_cost_t costly = Link(10000, 0.5, 0.1, 10000);
+    for (int n : {8, 16}) {
+        EXPECT_EQ(PickName(LOOM_COLL_ALLREDUCE, Call(n, 8), costly), "rd") << n;
+        EXPECT_EQ(PickName(LOOM_COLL_ALLGATHER, Call(n, 8 * n), costly), "rd") << n;
+        EXPECT_EQ(PickName(LOOM_COLL_BCAST, Call(n, 8), costly), "binomial") << n;
+        EXPECT_EQ(PickName(LOOM_COLL_REDUCE, Call(n, 8), costly), "binomial") << n;
+        EXPECT_EQ(PickName(LOOM_COLL_ALLTOALL, Call(n, 8 * n), costly), "bruck") << n;
+    }
+    for (const loom_link_cost_t &l :
+         {costly, loom_link_cost_builtin(LOOM_LINK_SHM), loom_link_cost_builtin(LOOM_LINK_TCP)})
+        for (int n : {4, 8, 16}) {
+            const std::string big = PickName(LOOM_COLL_ALLREDUCE, Call(n, 1 << 30), l);
+            EXPECT_TRUE(big == "ring" || big == "rhd" || big == "direct") << n << " " << big;
+            EXPECT_NE(PickName(LOOM_COLL_BCAST, Call(n, 1 << 30), l), "direct") << n;
+            EXPECT_EQ(PickName(LOOM_COLL_ALLTOALL, Call(n, static_cast<double>(n) * (1 << 20)), l),
+                      "pairwise")
+                << n;
+        }
+}
+
+TEST(CostModel, OneRankCostsNothing)
+{
+    const loom_link_cost_t l = loom_link_cost_builtin(LOOM_LINK_TCP);
+    int n = 0;
+    const loom_algo_t *t = loom_algo_table(&n);
+    const loom_cost_call_t c = Call(1, 1 << 20);
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ(t[i].cost(&c, &l), 0.0) << t[i].name;
+}
+
+TEST(CostModel, ParseConstants)
+{
+    loom_link_cost_t l = Link(1, 2, 3);
+    ASSERT_EQ(loom_link_cost_parse("12.5,0.75,0.25", &l), 0);
+    EXPECT_EQ(l.alpha_ns, 12500.0);
+    EXPECT_EQ(l.beta_ns, 0.75);
+    EXPECT_EQ(l.gamma_ns, 0.25);
+    EXPECT_EQ(l.o_ns, 0.0); // kept: o not given
+    ASSERT_EQ(loom_link_cost_parse("1,2,3,4.5", &l), 0);
+    EXPECT_EQ(l.o_ns, 4500.0);
+    for (const char *bad :
+         {"", "1,2", "1,2,3,4,5", "a,b,c", "-1,2,3", "1,,3", "1,2,3x", "inf,1,1", "1,2,3,"}) {
+        loom_link_cost_t k = Link(1, 2, 3);
+        EXPECT_EQ(loom_link_cost_parse(bad, &k), -1) << bad;
+        EXPECT_EQ(k.alpha_ns, 1.0) << bad;
+    }
+    loom_link_class_t cls;
+    EXPECT_EQ(loom_link_class_parse("TCP", &cls), 0);
+    EXPECT_EQ(cls, LOOM_LINK_TCP);
+    EXPECT_EQ(loom_link_class_parse("ucx", &cls), -1);
+}
+
+TEST(CostModel, EnvironmentOverridesDefaults)
+{
+    setenv("LOOM_COST_TCP", "7,0.5,0.125", 1);
+    setenv("LOOM_COST_SHM", "not numbers", 1);
+    loom_param_reset_cache();
+    const loom_link_cost_t tcp = loom_link_cost_default(LOOM_LINK_TCP);
+    EXPECT_EQ(tcp.cls, LOOM_LINK_TCP);
+    EXPECT_EQ(tcp.alpha_ns, 7000.0);
+    EXPECT_EQ(tcp.beta_ns, 0.5);
+    const loom_link_cost_t shm = loom_link_cost_default(LOOM_LINK_SHM);
+    const loom_link_cost_t builtin = loom_link_cost_builtin(LOOM_LINK_SHM);
+    EXPECT_EQ(shm.alpha_ns, builtin.alpha_ns); // invalid: WARNed, defaults kept
+    unsetenv("LOOM_COST_TCP");
+    unsetenv("LOOM_COST_SHM");
+    loom_param_reset_cache();
+}
+
+} // namespace
