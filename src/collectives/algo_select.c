@@ -14,6 +14,7 @@
 #include "coll.h"
 #include "dtype.h"
 #include "param.h"
+#include "shm_coll.h"
 #include "timer.h"
 
 static const char *const coll_names[LOOM_COLL_NUM] = {
@@ -32,6 +33,29 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
  * message algorithm stops winning (docs/ALGORITHMS.md). */
 #define SMALL_ALLREDUCE_BYTES 4096
 static const loom_algo_t algos[] = {
+    /* Shared memory (shm_coll.h): first, so the default whenever the communicator has
+     * an arena (every rank on this host over shm); loom_shm_algo_usable skips them
+     * otherwise. "shm" picks a family by size; the others force one. */
+    {LOOM_COLL_ALLREDUCE, "shm", loom_allreduce_shm, 0},
+    {LOOM_COLL_ALLREDUCE, "shm_flat", loom_allreduce_shm_flat, 0},
+    {LOOM_COLL_ALLREDUCE, "shm_cico", loom_allreduce_shm_cico, 0},
+    {LOOM_COLL_ALLREDUCE, "shm_cma", loom_allreduce_shm_cma, 0},
+    {LOOM_COLL_REDUCE_SCATTER, "shm", loom_reduce_scatter_shm, 0},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cico", loom_reduce_scatter_shm_cico, 0},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cma", loom_reduce_scatter_shm_cma, 0},
+    {LOOM_COLL_REDUCE, "shm", loom_reduce_shm, 0},
+    {LOOM_COLL_REDUCE, "shm_cico", loom_reduce_shm_cico, 0},
+    {LOOM_COLL_REDUCE, "shm_cma", loom_reduce_shm_cma, 0},
+    {LOOM_COLL_ALLGATHER, "shm", loom_allgather_shm, 0},
+    {LOOM_COLL_ALLGATHER, "shm_cico", loom_allgather_shm_cico, 0},
+    {LOOM_COLL_ALLGATHER, "shm_cma", loom_allgather_shm_cma, 0},
+    {LOOM_COLL_BCAST, "shm", loom_bcast_shm, 0},
+    {LOOM_COLL_BCAST, "shm_cico", loom_bcast_shm_cico, 0},
+    {LOOM_COLL_BCAST, "shm_cma", loom_bcast_shm_cma, 0},
+    {LOOM_COLL_ALLTOALL, "shm", loom_alltoall_shm, 0},
+    {LOOM_COLL_ALLTOALL, "shm_cico", loom_alltoall_shm_cico, 0},
+    {LOOM_COLL_ALLTOALL, "shm_cma", loom_alltoall_shm_cma, 0},
+    {LOOM_COLL_BARRIER, "shm", loom_barrier_shm, 0},
     {LOOM_COLL_ALLREDUCE, "reduce_bcast", loom_allreduce_reduce_bcast, SMALL_ALLREDUCE_BYTES},
     {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, 0},
     {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, 0},
@@ -107,8 +131,11 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
 {
     const loom_algo_t *algo = forced_algo(a->kind);
     size_t bytes = loom_coll_bytes(a, ctx->nranks);
+    if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name))
+        algo = NULL; /* a forced shm algorithm without an arena: the default instead */
     for (size_t i = 0; algo == NULL && i < sizeof(algos) / sizeof(algos[0]); i++)
-        if (algos[i].kind == a->kind && (algos[i].max_bytes == 0 || bytes <= algos[i].max_bytes))
+        if (algos[i].kind == a->kind && (algos[i].max_bytes == 0 || bytes <= algos[i].max_bytes) &&
+            loom_shm_algo_usable(ctx, algos[i].name))
             algo = &algos[i];
     if (algo == NULL) {
         LOOM_WARN("no algorithm registered for collective %d", (int)a->kind);
