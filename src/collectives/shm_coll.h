@@ -59,6 +59,16 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name);
 
 // ---- shared by shm_*.c ------------------------------------------------------------------
 
+/* Smallest call (vector, or block per rank) for which the "shm" entries read
+ * peers' memory rather than copy through the arena (LOOM_SHM_COLL_CMA=1):
+ * below it the arena's copies stay in cache and need no system call. */
+#define SHM_CMA_MIN_BYTES (4u << 20)
+/* 1 if every rank agreed at creation that process_vm_readv works. */
+int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx);
+/* 1 if a "shm" entry should use single copy for a call of `bytes`: agreed, and
+ * LOOM_SHM_COLL_CMA=2, or 1 and bytes >= SHM_CMA_MIN_BYTES. */
+int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes);
+
 /* One call on the arena. */
 typedef struct {
     loom_coll_ctx_t *ctx;

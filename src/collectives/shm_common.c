@@ -20,6 +20,7 @@
 #include "check.h"
 #include "dtype.h"
 #include "kernels.h"
+#include "param.h"
 #include "shm_coll.h"
 
 #define BLOCK_BYTES (128u * 1024u)
@@ -35,6 +36,19 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
         return 0;
     size_t len = strlen(name);
     return !(len > 4 && strcmp(name + len - 4, "_cma") == 0 && !loom_arena_single_copy(ar));
+}
+
+int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
+{
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    return ar != NULL && loom_arena_single_copy(ar);
+}
+
+int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes)
+{
+    if (!loom_shm_single_copy_agreed(ctx))
+        return 0;
+    return loom_param_SHM_COLL_CMA() >= 2 || bytes >= SHM_CMA_MIN_BYTES;
 }
 
 loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,

@@ -31,19 +31,6 @@
 #include "dtype.h"
 #include "shm_coll.h"
 
-#define CMA_MIN_BYTES (4u << 20) /* per block: below it copies through the arena win */
-
-static int agreed(loom_coll_ctx_t *ctx)
-{
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    return ar != NULL && loom_arena_single_copy(ar);
-}
-
-static int single_copy(loom_coll_ctx_t *ctx, size_t block_bytes)
-{
-    return block_bytes >= CMA_MIN_BYTES && agreed(ctx);
-}
-
 static size_t min_sz(size_t a, size_t b)
 {
     return a < b ? a : b;
@@ -90,7 +77,7 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    if (!agreed(ctx))
+    if (!loom_shm_single_copy_agreed(ctx))
         return loom_allgather_shm_cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
@@ -112,8 +99,8 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return single_copy(ctx, bytes) ? loom_allgather_shm_cma(ctx, a)
-                                   : loom_allgather_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allgather_shm_cma(ctx, a)
+                                                 : loom_allgather_shm_cico(ctx, a);
 }
 
 // ---- Broadcast -----------------------------------------------------------------------
@@ -159,7 +146,7 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    if (!agreed(ctx))
+    if (!loom_shm_single_copy_agreed(ctx))
         return loom_bcast_shm_cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
@@ -188,7 +175,8 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return single_copy(ctx, bytes) ? loom_bcast_shm_cma(ctx, a) : loom_bcast_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_bcast_shm_cma(ctx, a)
+                                                 : loom_bcast_shm_cico(ctx, a);
 }
 
 // ---- AllToAll ------------------------------------------------------------------------
@@ -235,7 +223,7 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    if (!agreed(ctx))
+    if (!loom_shm_single_copy_agreed(ctx))
         return loom_alltoall_shm_cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
@@ -257,7 +245,8 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return single_copy(ctx, bytes) ? loom_alltoall_shm_cma(ctx, a) : loom_alltoall_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_alltoall_shm_cma(ctx, a)
+                                                 : loom_alltoall_shm_cico(ctx, a);
 }
 
 // ---- Barrier -------------------------------------------------------------------------

@@ -17,24 +17,28 @@
  * cico: rounds of E = H / n elements per owner (64-byte multiples). Round k,
  *   half h (alternating, so the copy-in of round k+1 never waits for round k's
  *   readers):
- *     1. copy this rank's part k of every span into the half, sub-block o at
- *        o E; post IN(k) = 2k+1; wait for every peer's IN(k);
- *     2. reduce sub-block `me` of the n halves into the destination, and
- *        (AllReduce; Reduce off the root) over this rank's own sub-block of
- *        the half, which only it reads; post RED(k) = 2k+2;
+ *     1. copy this rank's part k of every other owner's span into the half,
+ *        sub-block o at o E; post IN(k) = 2k+1; wait for every peer's IN(k);
+ *     2. reduce sub-block `me` of the peers' halves and its own part of
+ *        sendbuff into the destination, and (AllReduce; Reduce off the root)
+ *        into its own sub-block of the half, which only it writes and only
+ *        the others read; post RED(k) = 2k+2;
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
  *   A peer's IN(k+1) proves it is done with this rank's half of round k.
- *   Bytes per rank: S copied in, S/n reduced (n reads), (n-1)/n S copied out.
+ *   Bytes per rank: (n-1)/n S copied in, S/n reduced (n reads), (n-1)/n S
+ *   copied out.
  *
- * cma: post ARRIVE with the buffers' addresses, wait for all; then per round
- *   of E = H elements per owner: read this rank's span part of every peer's
- *   sendbuff with process_vm_readv in 128 KiB blocks, reduce them with its
- *   own in rank order straight into its recvbuff (owner or root) and/or its
- *   half (for the others), post RED(k) = k+2, and copy the other owners'
- *   results out of their halves; finally DONE, so no rank leaves while its
- *   sendbuff is still being read. Single copy of the inputs: (n-1)/n S read
- *   from peers per rank, no copy-in.
+ * cma: post ARRIVE with the buffers' addresses, wait for all; each owner
+ *   reads its span of every peer's sendbuff with process_vm_readv in 128 KiB
+ *   blocks and reduces them with its own, in rank order, into its recvbuff
+ *   (AllReduce, ReduceScatter). AllReduce then posts RED = 2, and after every
+ *   RED each rank reads the other spans straight out of their owners'
+ *   recvbuff. Reduce goes in rounds of E = H elements per owner instead: the
+ *   others reduce into their half, post RED(k) = k+2, and the root copies
+ *   their results out. Finally DONE, so no rank leaves while its buffers are
+ *   still being read. Bytes per rank: (n-1)/n S read from peers' sendbuff,
+ *   and (AllReduce) (n-1)/n S from their recvbuff; nothing copied in.
  *
  * In place is safe in every variant: a rank's input elements are read (or
  * copied in) before the result of the same elements is written, and other
@@ -178,9 +182,9 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
     LOOM_CHECK(loom_arena_half_acquire(ar, h));
     uint8_t *mine = loom_arena_half(ar, c->me, h);
     const uint8_t *send = c->a->sendbuff;
-    for (int o = 0; o < c->n; o++) {
+    for (int o = 0; o < c->n; o++) { /* the own part is reduced straight from sendbuff */
         size_t len = part_len(&p->spans[o], lo, e);
-        if (len > 0)
+        if (len > 0 && o != c->me)
             memcpy(mine + (size_t)o * stride, send + (p->spans[o].off + lo) * es, len * es);
     }
     loom_arena_post(ar, shm_flag(c, 2 * k + 1));
@@ -196,6 +200,7 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
         size_t n = len - i < be ? len - i : be;
         for (int r = 0; r < c->n; r++)
             srcs[r] = loom_arena_half(ar, r, h) + (size_t)c->me * stride + i * es;
+        srcs[c->me] = send + (p->spans[c->me].off + lo + i) * es;
         uint8_t *own = mine + (size_t)c->me * stride + i * es;
         uint8_t *dst = to_recv ? recv + dst_index(p, c->me, lo + i) * es : own;
         loom_shm_reduce(c, srcs, n, acc, dst, to_recv && to_half ? own : NULL);
@@ -261,8 +266,7 @@ static loomResult_t cma_reduce_part(plan_t *p, size_t lo, size_t len,
     const loomDataType_t dt = c->a->dt;
     const size_t off = p->spans[c->me].off + lo;
     const uint8_t *send = c->a->sendbuff;
-    const int to_recv = p->mode != OUT_ROOT || c->me == c->a->root;
-    const int to_half = p->mode == OUT_ALL || (p->mode == OUT_ROOT && c->me != c->a->root);
+    const int to_half = p->mode == OUT_ROOT && c->me != c->a->root;
     uint8_t *recv = c->a->recvbuff;
     for (size_t i = 0; i < len; i += be) {
         size_t n = len - i < be ? len - i : be;
@@ -277,34 +281,54 @@ static loomResult_t cma_reduce_part(plan_t *p, size_t lo, size_t len,
             else
                 loom_reduce_acc(dt, c->a->op, acc, src, n);
         }
-        if (to_recv)
-            loom_reduce_finish(dt, c->a->op, recv + dst_index(p, c->me, lo + i) * es, acc, n, c->n);
-        if (to_half)
-            loom_reduce_finish(dt, c->a->op, half + i * es, acc, n, c->n);
+        uint8_t *dst = to_half ? half + i * es : recv + dst_index(p, c->me, lo + i) * es;
+        loom_reduce_finish(dt, c->a->op, dst, acc, n, c->n);
     }
     return loomSuccess;
 }
 
+/* AllReduce: the owners reduce their whole span into their recvbuff, then
+ * every rank reads the other spans out of their owners' recvbuff. */
+static loomResult_t cma_allreduce(plan_t *p, const loom_arena_desc_t *peers, uint8_t *acc,
+                                  uint8_t *tmp)
+{
+    shm_call_t *c = &p->c;
+    LOOM_CHECK(cma_reduce_part(p, 0, p->spans[c->me].len, peers, acc, tmp, NULL));
+    loom_arena_post(c->ar, shm_flag(c, 2));
+    LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, 2)));
+    uint8_t *recv = c->a->recvbuff;
+    for (int i = 1; i < c->n; i++) {
+        const int r = (c->me + i) % c->n;
+        const size_t off = p->spans[r].off * c->es;
+        if (p->spans[r].len > 0)
+            LOOM_CHECK(loom_arena_read(c->ar, r, recv + off, peers[r].recv + off,
+                                       p->spans[r].len * c->es));
+    }
+    return loomSuccess;
+}
+
+/* ReduceScatter (no staging) and Reduce (the others stage their results in
+ * their halves, one round of a half per owner, for the root to copy out). */
 static loomResult_t cma_rounds(plan_t *p, const loom_arena_desc_t *peers, uint8_t *acc,
                                uint8_t *tmp)
 {
     shm_call_t *c = &p->c;
     loom_arena_t *ar = c->ar;
+    if (p->mode == OUT_OWNER)
+        return cma_reduce_part(p, 0, p->spans[c->me].len, peers, acc, tmp, NULL);
     const size_t e = loom_arena_half_bytes(ar) / c->es;
     const size_t rounds = (p->maxlen + e - 1) / e;
-    const int staged = p->mode == OUT_ALL || (p->mode == OUT_ROOT && c->me != c->a->root);
+    const int staged = c->me != c->a->root;
     for (size_t k = 0; k < rounds; k++) {
         const unsigned h = loom_arena_next_half(ar);
         if (staged)
             LOOM_CHECK(loom_arena_half_acquire(ar, h));
         const size_t lo = k * e, len = part_len(&p->spans[c->me], lo, e);
         LOOM_CHECK(cma_reduce_part(p, lo, len, peers, acc, tmp, loom_arena_half(ar, c->me, h)));
-        if (p->mode == OUT_OWNER)
-            continue;
         loom_arena_post(ar, shm_flag(c, k + 2));
-        if (p->mode == OUT_ALL || c->me == c->a->root)
+        if (!staged)
             LOOM_CHECK(copy_out(p, h, lo, e, shm_flag(c, k + 2), 0));
-        if (staged)
+        else
             loom_arena_half_release(ar, h, shm_flag(c, k + 3));
     }
     return loomSuccess;
@@ -337,7 +361,10 @@ static loomResult_t run_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int
     LOOM_CHECK_GOTO(loom_shm_check(&p.c, -1), res, out);
     for (int r = 0; r < p.c.n; r++)
         loom_arena_peer_desc(p.c.ar, r, &peers[r]);
-    LOOM_CHECK_GOTO(cma_rounds(&p, peers, acc, tmp), res, out);
+    if (mode == OUT_ALL)
+        LOOM_CHECK_GOTO(cma_allreduce(&p, peers, acc, tmp), res, out);
+    else
+        LOOM_CHECK_GOTO(cma_rounds(&p, peers, acc, tmp), res, out);
     res = loom_shm_finish_single_copy(&p.c);
 out:
     if (peers != peers_small)
@@ -348,15 +375,9 @@ out:
 
 // ---- entry points ----------------------------------------------------------------------
 
-/* Largest AllReduce for flat, and smallest for single copy (when agreed). */
+/* Largest AllReduce for flat: one flag and n S of reduction beat cico's two
+ * flags per round below it. */
 #define FLAT_MAX_BYTES 16384u
-#define CMA_MIN_BYTES  (4u << 20)
-
-static int use_cma(loom_coll_ctx_t *ctx, size_t bytes)
-{
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    return bytes >= CMA_MIN_BYTES && ar != NULL && loom_arena_single_copy(ar);
-}
 
 loomResult_t loom_allreduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
@@ -377,7 +398,8 @@ loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes <= FLAT_MAX_BYTES)
         return loom_allreduce_shm_flat(ctx, a);
-    return use_cma(ctx, bytes) ? loom_allreduce_shm_cma(ctx, a) : loom_allreduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allreduce_shm_cma(ctx, a)
+                                                 : loom_allreduce_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -397,8 +419,8 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt) * (size_t)ctx->nranks;
-    return use_cma(ctx, bytes) ? loom_reduce_scatter_shm_cma(ctx, a)
-                               : loom_reduce_scatter_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_scatter_shm_cma(ctx, a)
+                                                 : loom_reduce_scatter_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -418,5 +440,6 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return use_cma(ctx, bytes) ? loom_reduce_shm_cma(ctx, a) : loom_reduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_shm_cma(ctx, a)
+                                                 : loom_reduce_shm_cico(ctx, a);
 }
