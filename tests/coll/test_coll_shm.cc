@@ -445,4 +445,24 @@ TEST(ShmDisabled, ForcedShmAlgorithmFallsBack)
         opts));
 }
 
+// LOOM_SHM_COLL=0 in one process only: the ranks agree at creation to go without an arena
+// (rather than wait for a rank that never maps it).
+TEST(ShmDisabled, OnOneRankOnlyMeansNoArenaAnywhere)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "20000"}};
+    opts.rank_env = [](int rank) {
+        return rank == 1 ? loomtest::EnvList{{"LOOM_SHM_COLL", "0"}} : loomtest::EnvList{};
+    };
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t comm) {
+            Case c{Coll::kAllReduce, loomFloat32, loomSum, 5000, true, 0, 7};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "allreduce");
+            c = {Coll::kBroadcast, loomInt8, loomSum, 300, false, 1, 8};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "broadcast");
+        },
+        opts));
+}
+
 } // namespace

@@ -17,7 +17,9 @@
  * is LOOM_SHM_COLL_BYTES rounded down to 8 KiB, halved until the arena stays
  * below LOOM_SHM_SEG_MAX_BYTES.
  *
- * Creation (collective, after every connection is up): rank 0 creates,
+ * Creation (collective, after every connection is up): the ranks first
+ * exchange LOOM_SHM_COLL over the connections (it may differ between
+ * processes) and go on only if all want an arena. Then rank 0 creates,
  * sizes (allocating every page: a full /dev/shm fails here, not with SIGBUS
  * later) and initialises the segment, the others map it once it is complete
  * (magic stored last), adopting its slot size. Each rank then publishes its
@@ -313,14 +315,50 @@ static void arena_free(loom_arena_t *a)
     free(a);
 }
 
-static int qualifies(loom_p2p_t *p2p, const loom_tp_init_args_t *args)
+/* 1 if every peer is reached over shm: then every rank is on this host, and
+ * every rank comes to the same answer. */
+static int all_shm(loom_p2p_t *p2p, const loom_tp_init_args_t *args)
 {
-    if (args->nranks < 2 || loom_param_SHM_COLL() == 0)
-        return 0;
     for (int r = 0; r < args->nranks; r++)
         if (r != args->rank && strcmp(loom_p2p_transport_name(p2p, r), "shm") != 0)
             return 0;
-    return 1;
+    return args->nranks > 1;
+}
+
+/* LOOM_SHM_COLL may differ between processes: the ranks exchange it (one byte
+ * to and from every peer) and build the arena only if all want it. */
+static loomResult_t agree_on_arena(loom_p2p_t *p2p, const loom_tp_init_args_t *args, int *all_p)
+{
+    const int n = args->nranks, me = args->rank;
+    const uint8_t mine = loom_param_SHM_COLL() != 0;
+    const uint32_t tag = loom_tag_coll(0, 1); /* seq 0: no collective uses it */
+    uint8_t *theirs = calloc((size_t)n, 1);
+    loom_p2p_req_t *reqs = calloc(2 * (size_t)n, sizeof(*reqs));
+    loomResult_t res = loomSuccess;
+    int nreq = 0;
+    if (theirs == NULL || reqs == NULL) {
+        LOOM_WARN("shm arena: out of memory for %d ranks", n);
+        res = loomSystemError;
+        goto out;
+    }
+    loom_p2p_set_context(p2p, "communicator creation", 0);
+    for (int r = 0; r < n; r++) {
+        if (r == me)
+            continue;
+        LOOM_CHECK_GOTO(loom_p2p_irecv(p2p, r, &theirs[r], 1, tag, &reqs[nreq++]), res, out);
+        LOOM_CHECK_GOTO(loom_p2p_isend(p2p, r, &mine, 1, tag, &reqs[nreq++]), res, out);
+    }
+    LOOM_CHECK_GOTO(loom_p2p_wait_all(p2p, reqs, nreq), res, out);
+    *all_p = mine;
+    for (int r = 0; r < n; r++)
+        if (r != me && !theirs[r])
+            *all_p = 0;
+    if (mine && !*all_p)
+        LOOM_INFO(LOOM_LOG_SHM, "shm arena: rank %d: a peer has LOOM_SHM_COLL=0; no arena", me);
+out:
+    free(theirs);
+    free(reqs);
+    return res;
 }
 
 loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
@@ -328,8 +366,12 @@ loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *a
 {
     static const int never = 0;
     loomResult_t res = loomSuccess;
+    int want = 0;
     *arena_p = NULL;
-    if (!qualifies(p2p, args))
+    if (!all_shm(p2p, args))
+        return loomSuccess;
+    LOOM_CHECK(agree_on_arena(p2p, args, &want));
+    if (!want)
         return loomSuccess;
     loom_arena_t *a = calloc(1, sizeof(*a));
     if (a == NULL || (a->pids = calloc((size_t)args->nranks, sizeof(int))) == NULL) {
@@ -349,7 +391,6 @@ loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *a
     a->yield_ns = YIELD_NS;
     snprintf(a->dir, sizeof(a->dir), "%s", loom_param_SHM_DIR());
     LOOM_CHECK_GOTO(derive_name(a, args), res, err);
-    loom_p2p_set_context(p2p, "communicator creation", 0);
     if (a->rank == 0)
         LOOM_CHECK_GOTO(arena_create_file(a), res, err);
     else
