@@ -16,6 +16,7 @@
 #include "dtype.h"
 #include "kernels.h"
 #include "param.h"
+#include "shm_coll.h"
 #include "timer.h"
 
 static const char *const coll_names[LOOM_COLL_NUM] = {
@@ -33,6 +34,31 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
  * cost the same (n = 2, where most of them are the same exchange), the one
  * measured faster comes first (docs/ALGORITHMS.md). */
 static const loom_algo_t algos[] = {
+    /* Shared memory (shm_coll.h), first: on the shm link class the "shm" row of a
+     * collective costs 0 and wins whenever the communicator has an arena (every rank
+     * on this host over shm); it picks flat / cico / cma by size itself. The other
+     * shm rows only run when LOOM_ALGO forces them. Without an arena the network rows
+     * compete alone (loom_shm_algo_usable). */
+    {LOOM_COLL_ALLREDUCE, "shm", loom_allreduce_shm, loom_cost_shm_family},
+    {LOOM_COLL_ALLREDUCE, "shm_flat", loom_allreduce_shm_flat, loom_cost_shm_forced},
+    {LOOM_COLL_ALLREDUCE, "shm_cico", loom_allreduce_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_ALLREDUCE, "shm_cma", loom_allreduce_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_REDUCE_SCATTER, "shm", loom_reduce_scatter_shm, loom_cost_shm_family},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cico", loom_reduce_scatter_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cma", loom_reduce_scatter_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_REDUCE, "shm", loom_reduce_shm, loom_cost_shm_family},
+    {LOOM_COLL_REDUCE, "shm_cico", loom_reduce_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_REDUCE, "shm_cma", loom_reduce_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_ALLGATHER, "shm", loom_allgather_shm, loom_cost_shm_family},
+    {LOOM_COLL_ALLGATHER, "shm_cico", loom_allgather_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_ALLGATHER, "shm_cma", loom_allgather_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_BCAST, "shm", loom_bcast_shm, loom_cost_shm_family},
+    {LOOM_COLL_BCAST, "shm_cico", loom_bcast_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_BCAST, "shm_cma", loom_bcast_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_ALLTOALL, "shm", loom_alltoall_shm, loom_cost_shm_family},
+    {LOOM_COLL_ALLTOALL, "shm_cico", loom_alltoall_shm_cico, loom_cost_shm_forced},
+    {LOOM_COLL_ALLTOALL, "shm_cma", loom_alltoall_shm_cma, loom_cost_shm_forced},
+    {LOOM_COLL_BARRIER, "shm", loom_barrier_shm, loom_cost_shm_family},
     {LOOM_COLL_ALLREDUCE, "rd", loom_allreduce_rd, loom_cost_allreduce_rd},
     {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, loom_cost_allreduce_direct},
     {LOOM_COLL_ALLREDUCE, "rhd", loom_allreduce_rhd, loom_cost_allreduce_rhd},
@@ -59,6 +85,15 @@ static const loom_algo_t algos[] = {
 };
 
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
+
+/* The shm rows lead the table; the network rows follow. */
+static int shm_rows(void)
+{
+    int n = 0;
+    while (n < NALGOS && strncmp(algos[n].name, "shm", 3) == 0)
+        n++;
+    return n;
+}
 
 const loom_algo_t *loom_algo_table(int *n_p)
 {
@@ -180,10 +215,16 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     loom_cost_call_t call = loom_coll_cost_call(a, ctx->nranks, ctx->chunk_bytes);
     double predicted = 0.0;
     const loom_algo_t *algo = forced_algo(a->kind);
-    if (algo != NULL)
+    if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name))
+        algo = NULL; /* a forced shm algorithm without an arena: the model's choice instead */
+    if (algo != NULL) {
         predicted = algo->cost(&call, &ctx->link);
-    else
+    } else {
         algo = loom_algo_pick(algos, NALGOS, a->kind, &call, &ctx->link, &predicted);
+        if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name)) /* shm class, no arena */
+            algo = loom_algo_pick(algos + shm_rows(), NALGOS - shm_rows(), a->kind, &call,
+                                  &ctx->link, &predicted);
+    }
     if (algo == NULL) {
         LOOM_WARN("no algorithm registered for collective %d", (int)a->kind);
         return loomInternalError;

@@ -352,3 +352,16 @@ double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l)
     (void)l;
     return 0.0;
 }
+
+double loom_cost_shm_family(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    (void)c;
+    return l->cls == LOOM_LINK_SHM ? 0.0 : LOOM_COST_NA;
+}
+
+double loom_cost_shm_forced(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    (void)c;
+    (void)l;
+    return LOOM_COST_NA;
+}

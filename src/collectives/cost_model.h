@@ -99,6 +99,13 @@ double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost
 double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_bruck(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* The shared-memory family ("shm" rows): 0 on the shm link class, so it is chosen
+ * whenever it can run (its own size rules pick flat, cico or cma; the model does
+ * not price it), LOOM_COST_NA elsewhere. */
+double loom_cost_shm_family(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* One forced shm variant (shm_flat, shm_cico, shm_cma): LOOM_COST_NA, never chosen by the
+ * model; LOOM_ALGO runs it. */
+double loom_cost_shm_forced(const loom_cost_call_t *c, const loom_link_cost_t *l);
 /* Collectives with a single algorithm (AllToAllv, Barrier): always 0. */
 double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l);
 

@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +23,10 @@
 
 #include "bootstrap.h"
 #include "check.h"
+#include "dump_text.h"
 #include "p2p.h"
 #include "param.h"
+#include "shm/shm_arena.h"
 #include "timer.h"
 
 /* Failure protocol.
@@ -113,10 +114,11 @@ struct loom_p2p {
     int self_cap;
     char what[64];
     uint64_t seq;
-    int broken;    /* a wait failed: every later call fails */
-    int closed;    /* connections closed (after a break, or in destroy) */
-    cause_t cause; /* valid once broken */
-    void **flush;  /* [nranks] notice sends being flushed */
+    int broken;          /* a wait failed: every later call fails */
+    int closed;          /* connections closed (after a break, or in destroy) */
+    cause_t cause;       /* valid once broken */
+    void **flush;        /* [nranks] notice sends being flushed */
+    loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
     uint8_t notice_out[NOTICE_BYTES];
 };
 
@@ -361,6 +363,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     }
     LOOM_CHECK_GOTO(connect_all(p, all), res, err_close);
     LOOM_CHECK_GOTO(post_notice_recvs(p), res, err_close);
+    LOOM_CHECK_GOTO(loom_shm_arena_create(p, &p->args, p->abort_flag, &p->arena), res, err_close);
     free(all);
     *p2p_p = p;
     return loomSuccess;
@@ -547,6 +550,7 @@ static void p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs,
     p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
     notices_send(p, cause->kind, cause, skip);
+    loom_shm_arena_break(p->arena); /* after the notices: arena waiters read them at once */
     (void)close_all(p);
 }
 
@@ -568,6 +572,7 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
         }
         LOOM_CHECK_IGNORE(close_all(p), res);
     }
+    LOOM_CHECK_IGNORE(loom_shm_arena_destroy(p->arena), res);
     for (int t = 0; t < p->ntp; t++) {
         if (p->listen[t])
             LOOM_CHECK_IGNORE(p->tps[t]->close_listen(p->listen[t]), res);
@@ -741,95 +746,37 @@ static void describe(const loom_p2p_t *p, const cause_t *c, const char *direct, 
 
 // ---- timeout dump ---------------------------------------------------------------
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} jbuf_t;
-
-static void jput(jbuf_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jput(jbuf_t *j, const char *fmt, ...)
-{
-    if (j->len >= j->cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(j->buf + j->len, j->cap - j->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        j->len = j->len + (size_t)n < j->cap ? j->len + (size_t)n : j->cap;
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void jstr(jbuf_t *j, const char *s)
-{
-    jput(j, "\"");
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            jput(j, "\\%c", ch);
-        else if (ch < 0x20)
-            jput(j, "\\u%04x", ch);
-        else
-            jput(j, "%c", ch);
-    }
-    jput(j, "\"");
-}
-
 static void dump_header(const loom_p2p_t *p, const cause_t *c, uint64_t waited_ns, int npending,
-                        jbuf_t *j)
+                        loom_jbuf_t *j)
 {
     const loom_peer_info_t *me = &p->peers[p->rank];
-    jput(j, "{\"event\":\"timeout\",\"rank\":%d,\"nranks\":%d,\"host\":", p->rank, p->nranks);
-    jstr(j, me->hostname);
-    jput(j, ",\"pid\":%d,\"op\":", (int)me->pid);
-    jstr(j, p->what);
-    jput(j, ",\"seq\":%llu,\"timeout_ms\":%lld,\"waited_ms\":%llu,\"cause\":{\"kind\":",
-         (unsigned long long)p->seq, (long long)p->args.timeout_ms,
-         (unsigned long long)(waited_ns / 1000000ull));
-    jstr(j, kind_names[c->kind]);
-    jput(j, ",\"rank\":%d,\"host\":", c->rank);
-    jstr(j, p->peers[c->rank].hostname);
-    jput(j, ",\"pid\":%d,\"reported_by\":%d},\"pending_count\":%d", (int)p->peers[c->rank].pid,
-         c->via, npending);
+    loom_jput(j, "{\"event\":\"timeout\",\"rank\":%d,\"nranks\":%d,\"host\":", p->rank, p->nranks);
+    loom_jstr(j, me->hostname);
+    loom_jput(j, ",\"pid\":%d,\"op\":", (int)me->pid);
+    loom_jstr(j, p->what);
+    loom_jput(j, ",\"seq\":%llu,\"timeout_ms\":%lld,\"waited_ms\":%llu,\"cause\":{\"kind\":",
+              (unsigned long long)p->seq, (long long)p->args.timeout_ms,
+              (unsigned long long)(waited_ns / 1000000ull));
+    loom_jstr(j, kind_names[c->kind]);
+    loom_jput(j, ",\"rank\":%d,\"host\":", c->rank);
+    loom_jstr(j, p->peers[c->rank].hostname);
+    loom_jput(j, ",\"pid\":%d,\"reported_by\":%d},\"pending_count\":%d", (int)p->peers[c->rank].pid,
+              c->via, npending);
 }
 
-static void dump_request(const loom_p2p_t *p, const loom_p2p_req_t *r, jbuf_t *j)
+static void dump_request(const loom_p2p_t *p, const loom_p2p_req_t *r, loom_jbuf_t *j)
 {
     const int coll = (r->tag & 0x80000000u) != 0;
-    jput(j, "{\"peer\":%d,\"host\":", r->peer);
-    jstr(j, p->peers[r->peer].hostname);
-    jput(j, ",\"pid\":%d,\"transport\":\"%s\",\"dir\":\"%s\",\"bytes\":%zu,\"tag\":\"0x%08x\"",
-         (int)p->peers[r->peer].pid, r->tp ? r->tp->name : "self", r->is_send ? "send" : "recv",
-         r->nbytes, r->tag);
+    loom_jput(j, "{\"peer\":%d,\"host\":", r->peer);
+    loom_jstr(j, p->peers[r->peer].hostname);
+    loom_jput(j, ",\"pid\":%d,\"transport\":\"%s\",\"dir\":\"%s\",\"bytes\":%zu,\"tag\":\"0x%08x\"",
+              (int)p->peers[r->peer].pid, r->tp ? r->tp->name : "self",
+              r->is_send ? "send" : "recv", r->nbytes, r->tag);
     if (coll)
-        jput(j, ",\"tag_kind\":\"collective\",\"tag_seq\":%u,\"step\":%u}",
-             (r->tag >> 7) & 0xFFFFFFu, r->tag & 0x7Fu);
+        loom_jput(j, ",\"tag_kind\":\"collective\",\"tag_seq\":%u,\"step\":%u}",
+                  (r->tag >> 7) & 0xFFFFFFu, r->tag & 0x7Fu);
     else
-        jput(j, ",\"tag_kind\":\"%s\"}", r->tag == LOOM_TAG_P2P ? "send/recv" : "other");
-}
-
-/* "%h" host, "%p" pid, "%r" rank, "%%" a percent sign. */
-static void expand_path(const loom_p2p_t *p, const char *pattern, char *out, size_t len)
-{
-    size_t o = 0;
-    for (const char *s = pattern; *s && o + 1 < len; s++) {
-        if (s[0] == '%' && (s[1] == 'h' || s[1] == 'p' || s[1] == 'r' || s[1] == '%')) {
-            s++;
-            if (*s == 'h')
-                o += (size_t)snprintf(out + o, len - o, "%s", p->peers[p->rank].hostname);
-            else if (*s == 'p')
-                o += (size_t)snprintf(out + o, len - o, "%d", (int)getpid());
-            else if (*s == 'r')
-                o += (size_t)snprintf(out + o, len - o, "%d", p->rank);
-            else
-                out[o++] = '%';
-            if (o >= len)
-                o = len - 1;
-        } else {
-            out[o++] = *s;
-        }
-    }
-    out[o] = '\0';
+        loom_jput(j, ",\"tag_kind\":\"%s\"}", r->tag == LOOM_TAG_P2P ? "send/recv" : "other");
 }
 
 /* What this rank waited for when it timed out: at INFO, one JSON object per line
@@ -846,10 +793,10 @@ static void dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n,
     for (int i = 0; i < n; i++)
         npending += !reqs[i].done;
     char line[960];
-    jbuf_t j = {line, sizeof(line), 0};
+    loom_jbuf_t j = {line, sizeof(line), 0};
     if (info) {
         dump_header(p, c, waited_ns, npending, &j);
-        jput(&j, "}");
+        loom_jput(&j, "}");
         LOOM_INFO(LOOM_LOG_ALL, "timeout dump: %s", line);
         for (int i = 0; i < n; i++) {
             if (reqs[i].done)
@@ -867,19 +814,19 @@ static void dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n,
         LOOM_WARN("rank %d: out of memory (%zu bytes) for the timeout dump", p->rank, cap);
         return;
     }
-    jbuf_t d = {doc, cap, 0};
+    loom_jbuf_t d = {doc, cap, 0};
     dump_header(p, c, waited_ns, npending, &d);
-    jput(&d, ",\"pending\":[");
+    loom_jput(&d, ",\"pending\":[");
     int listed = 0;
     for (int i = 0; i < n && listed < DUMP_MAX_PENDING; i++) {
         if (reqs[i].done)
             continue;
-        jput(&d, "%s", listed++ ? "," : "");
+        loom_jput(&d, "%s", listed++ ? "," : "");
         dump_request(p, &reqs[i], &d);
     }
-    jput(&d, "]}\n");
+    loom_jput(&d, "]}\n");
     char path[512];
-    expand_path(p, pattern, path, sizeof(path));
+    loom_expand_path(pattern, p->peers[p->rank].hostname, p->rank, path, sizeof(path));
     FILE *f = fopen(path, "w");
     int bad = f == NULL || fputs(doc, f) == EOF, e = errno;
     if (f != NULL && fclose(f) != 0 && !bad) {
@@ -1061,14 +1008,16 @@ loomResult_t loom_p2p_test_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *
     return loomSuccess;
 }
 
-/* A same-machine peer with a pending request whose process is gone: its rank, or -1. */
+/* A same-machine peer with a pending request (any of the n ranks if reqs is NULL)
+ * whose process is gone: its rank, or -1. */
 static int find_dead_peer(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (reqs[i].done || reqs[i].peer == p->rank || !same_machine(p, reqs[i].peer))
+        const int r = reqs ? reqs[i].peer : i;
+        if ((reqs && reqs[i].done) || r == p->rank || !same_machine(p, r))
             continue;
-        if (pid_gone(p->peers[reqs[i].peer].pid))
-            return reqs[i].peer;
+        if (pid_gone(p->peers[r].pid))
+            return r;
     }
     return -1;
 }
@@ -1174,6 +1123,40 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
         uint64_t asked = block_in_transports(p, reqs, n);
         early = asked > 0 && loom_now_ns() - now < asked / 2;
     }
+}
+
+loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, unsigned step,
+                                 loomResult_t res, uint64_t start_ns, const char *detail)
+{
+    if (p->broken) {
+        LOOM_WARN("rank %d: communicator is broken by an earlier failure; destroy it", p->rank);
+        return loomInvalidUsage;
+    }
+    /* What was awaited, as a pending receive, for messages and the dump. */
+    loom_p2p_req_t w = {.peer = waited, .tag = loom_tag_coll(p->seq, step)};
+    const int nw = waited >= 0 && waited < p->nranks && waited != p->rank;
+    if (nw)
+        w.tp = p->tps[p->conns[waited].tp];
+    cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
+    int from = ev == LOOM_P2P_EV_LEFT ? peer : ev == LOOM_P2P_EV_ERROR ? -1 : notices_poll_all(p);
+    int dead = -1;
+    if (ev != LOOM_P2P_EV_ERROR && aborted(p))
+        c = (cause_t){.kind = N_ABORT, .rank = p->rank, .via = -1};
+    else if (from >= 0)
+        return notice_failed(p, &w, nw, from, start_ns);
+    else if (ev != LOOM_P2P_EV_ERROR && (dead = find_dead_peer(p, NULL, p->nranks)) >= 0)
+        c = (cause_t){.kind = N_DEAD, .rank = dead, .via = -1};
+    else if (ev == LOOM_P2P_EV_TIMEOUT)
+        c = (cause_t){.kind = N_TIMEOUT, .rank = waited, .via = -1};
+    else if (ev != LOOM_P2P_EV_ERROR)
+        return loomSuccess;
+    res = c.kind == N_ERROR ? res : c.kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
+    return fail(p, &w, nw, &c, res, start_ns, detail);
+}
+
+loom_arena_t *loom_p2p_arena(loom_p2p_t *p)
+{
+    return p->broken ? NULL : p->arena;
 }
 
 void loom_p2p_set_context(loom_p2p_t *p, const char *what, uint64_t seq)

@@ -79,4 +79,89 @@ const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);
 int loom_p2p_rank(const loom_p2p_t *p2p);
 int loom_p2p_nranks(const loom_p2p_t *p2p);
 
+/* Bounds for a wait that is not on requests (the arena's flags below), with
+ * the causes and messages of loom_p2p_wait_all; the wait shows in messages and
+ * the timeout dump as a receive from `waited` with the collective tag of
+ * `step` (none if waited < 0 or is this rank). Events:
+ *   CHECK: fails if the communicator was aborted, a peer's notice reports a
+ *          failure (or its stream ended) or a same-machine peer's process is
+ *          gone; else Success (call it every 100 ms of waiting);
+ *   LEFT: `peer` announced outside the streams that it broke or left: its
+ *         notice (or its death) says why;
+ *   TIMEOUT: no progress for the timeout, waiting for `waited`;
+ *   ERROR: the wait failed here with `res`.
+ * A failure breaks the layer as wait_all does; detail (may be NULL) says what
+ * was awaited and goes into the message. start_ns: when the wait began. */
+enum { LOOM_P2P_EV_CHECK, LOOM_P2P_EV_LEFT, LOOM_P2P_EV_TIMEOUT, LOOM_P2P_EV_ERROR };
+loomResult_t loom_p2p_wait_event(loom_p2p_t *p2p, int ev, int peer, int waited, unsigned step,
+                                 loomResult_t res, uint64_t start_ns, const char *detail);
+
+// ---- the shared-memory arena of the shm collectives (shm/shm_arena*.c) ----------
+/* When every rank of the communicator reaches every other over shm, the layer
+ * also maps one arena for all of them (LOOM_SHM_COLL, docs/shm-collectives.md):
+ * per rank a progress flag that only the rank writes (monotonic, compared
+ * with >=), a call descriptor (double-buffered by call) and a data slot of
+ * LOOM_SHM_COLL_BYTES in two halves (double-buffered by round); and, when the
+ * ranks agreed at creation that process_vm_readv works between them, reads
+ * straight from a peer's memory. Every wait is bounded as loom_p2p_wait_all's.
+ * The shm collectives (src/collectives/shm_*.c) are its only users; one call
+ * at a time per communicator, like every collective. */
+typedef struct loom_arena loom_arena_t;
+
+/* A flag value: the call's sequence number and a step within it (< 2^24).
+ * Creation uses seq 0; a later call's flags exceed every flag of an earlier one. */
+#define LOOM_ARENA_STEP_MAX 0xFFFFFFu
+static inline uint64_t loom_arena_mkflag(uint64_t seq, uint64_t step)
+{
+    return (seq << 24) | step;
+}
+
+/* What a rank says about its call; peers compare it with theirs. */
+typedef struct {
+    uint64_t seq;  /* collective sequence number */
+    uint32_t kind; /* loom_coll_kind_t */
+    uint32_t algo; /* the algorithm's id (shm collectives) */
+    int32_t dt, op, root;
+    uint32_t round; /* rounds handed out before this call (a consistency check) */
+    uint64_t count;
+    uint64_t send, recv; /* buffer addresses in the rank's process (single copy) */
+} loom_arena_desc_t;
+
+/* The communicator's arena, or NULL when it has none. */
+loom_arena_t *loom_p2p_arena(loom_p2p_t *p2p);
+/* 1 if every rank can read every other's memory (process_vm_readv). */
+int loom_arena_single_copy(const loom_arena_t *a);
+/* Bytes of one slot half. */
+size_t loom_arena_half_bytes(const loom_arena_t *a);
+/* Starts call seq: waits until every peer is past the call that last used
+ * this rank's descriptor buffer, then publishes d (its round is filled in).
+ * The first flag a rank posts in a call must come after this. */
+loomResult_t loom_arena_begin(loom_arena_t *a, loom_arena_desc_t *d);
+/* Copy of rank's descriptor of the current call (valid once its flag shows
+ * it began the call). */
+void loom_arena_peer_desc(const loom_arena_t *a, int rank, loom_arena_desc_t *d);
+/* Publishes this rank's flag (release) and wakes sleeping peers. */
+void loom_arena_post(loom_arena_t *a, uint64_t flag);
+uint64_t loom_arena_flag(const loom_arena_t *a, int rank);
+/* Waits until rank's flag (every other rank's if rank < 0) is >= flag. */
+loomResult_t loom_arena_wait(loom_arena_t *a, int rank, uint64_t flag);
+/* The half of the next round (every rank takes one per round, writers or not). */
+unsigned loom_arena_next_half(loom_arena_t *a);
+/* Rank's slot half h. */
+uint8_t *loom_arena_half(loom_arena_t *a, int rank, unsigned h);
+/* Before writing half h: waits until every peer posted the flag given at its
+ * last release (they finished reading it). */
+loomResult_t loom_arena_half_acquire(loom_arena_t *a, unsigned h);
+/* After the round that wrote half h: peers are done with it once they post a
+ * flag >= need (a later call's flags always are). */
+void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need);
+/* Single copy: nbytes from address addr of rank's process into dst. */
+loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
+/* Fails the call (and breaks the layer) with res; the message is detail. */
+loomResult_t loom_arena_fail(loom_arena_t *a, loomResult_t res, const char *detail);
+/* RemoteError (through the layer) if a peer broke during the call; used after
+ * the last single-copy read, so a peer that failed and may have released its
+ * buffers is never read from silently. */
+loomResult_t loom_arena_check_peers(loom_arena_t *a);
+
 #endif

@@ -139,6 +139,16 @@ static int seg_open_fd(const char *dir, const char *name, int flags)
     return open(path, flags | O_CLOEXEC, 0600);
 }
 
+int loom_shm_file_open(const char *dir, const char *name, int flags)
+{
+    return seg_open_fd(dir, name, flags);
+}
+
+void loom_shm_file_path(const char *dir, const char *name, char *path, size_t len)
+{
+    seg_path(dir, name, path, len);
+}
+
 loomResult_t loom_shm_seg_unlink(const char *dir, const char *name)
 {
     char path[PATH_MAX];

@@ -88,6 +88,11 @@ loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
  * initialised yet; call again. Its header is checked against n_local. */
 loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
                                loom_shm_seg_t *seg_p, int *ready_p);
+/* The segment file name in dir, opened with flags (created mode 0600), and its
+ * path: also used by the collectives' arena (shm_arena.c), which follows the
+ * same rules. -1 with errno set on failure. */
+int loom_shm_file_open(const char *dir, const char *name, int flags);
+void loom_shm_file_path(const char *dir, const char *name, char *path, size_t len);
 /* Removes the name; ENOENT is not an error (another rank did it). */
 loomResult_t loom_shm_seg_unlink(const char *dir, const char *name);
 /* 1 once every local rank has mapped the segment (the name is then gone). */

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shm_coll.h - the shared-memory collectives: algorithms over the
+ * communicator's arena (p2p.h) for communicators whose ranks all share one
+ * host over shm. Three families, all with the reduction order of kernels.h
+ * (rank 0..n-1 by a single owner per element, so results are bitwise equal to
+ * the point-to-point algorithms'):
+ *   flat  (AllReduce only): copy in, one flag, every rank reduces the whole
+ *         vector from the slots; for vectors that fit a slot half;
+ *   cico  copy-in/copy-out through the slots, in rounds of one slot half,
+ *         double-buffered so that round k+1's copy-in overlaps round k's reads;
+ *   cma   single copy: ranks read their part of each peer's buffer with
+ *         process_vm_readv and only stage results in the slots.
+ * The "shm" entry of each collective picks among them by size (shm_select.c).
+ * Files: shm_common.c (call start, checks, the reduce loop, selection),
+ * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
+ * Broadcast, AllToAll, Barrier). docs/shm-collectives.md has the protocols.
+ */
+#ifndef LOOM_SHM_COLL_H
+#define LOOM_SHM_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll.h"
+#include "p2p.h"
+
+/* Algorithm ids, carried in the call descriptor: ranks that run different
+ * algorithms on one call fail instead of misreading each other's slots. */
+enum { SHM_ALGO_FLAT = 1, SHM_ALGO_CICO, SHM_ALGO_CMA, SHM_ALGO_BARRIER };
+
+/* Entry points for algo_select.c's table. "shm" picks by size; the others
+ * force one family (LOOM_ALGO=allreduce:shm_cico). */
+loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+
+/* 1 if the algorithm called name can run on ctx's communicator now: any
+ * non-shm algorithm; a shm_* one needs the arena, and a *_cma one single
+ * copy too. algo_select.c skips the others (a forced one included). */
+int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name);
+
+// ---- shared by shm_*.c ------------------------------------------------------------------
+
+/* Smallest call (vector, or block per rank) for which the "shm" entries read
+ * peers' memory rather than copy through the arena (LOOM_SHM_COLL_CMA=1):
+ * below it the arena's copies stay in cache and need no system call. */
+#define SHM_CMA_MIN_BYTES (4u << 20)
+/* 1 if every rank agreed at creation that process_vm_readv works. */
+int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx);
+/* 1 if a "shm" entry should use single copy for a call of `bytes`: agreed, and
+ * LOOM_SHM_COLL_CMA=2, or 1 and bytes >= SHM_CMA_MIN_BYTES. */
+int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes);
+
+/* One call on the arena. */
+typedef struct {
+    loom_coll_ctx_t *ctx;
+    const loom_coll_args_t *a;
+    loom_arena_t *ar;
+    int n, me;
+    uint64_t seq;
+    size_t es;              /* element bytes */
+    loom_arena_desc_t desc; /* this rank's, as published */
+} shm_call_t;
+
+static inline uint64_t shm_flag(const shm_call_t *c, uint64_t step)
+{
+    return loom_arena_mkflag(c->seq, step);
+}
+
+#define SHM_STEP_ARRIVE 1u
+#define SHM_STEP_DONE   LOOM_ARENA_STEP_MAX /* after every other step of a call */
+
+/* 1 if a call of `rounds` rounds posting `per_round` steps each stays below
+ * SHM_STEP_DONE; callers fall back to the point-to-point algorithm otherwise
+ * (tiny slots and huge calls), which every rank decides alike. */
+static inline int shm_rounds_fit(size_t rounds, unsigned per_round)
+{
+    return rounds < (SHM_STEP_DONE - 4) / per_round;
+}
+
+/* Starts a call: fills c, publishes the descriptor (no flag yet). */
+loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                            uint32_t algo);
+/* InvalidUsage (breaking the communicator) unless rank's descriptor equals
+ * this rank's; rank < 0: every peer's. Call after waiting for its first flag. */
+loomResult_t loom_shm_check(shm_call_t *c, int rank);
+/* Ends a call: RemoteError if a peer broke meanwhile (an aborted peer may have
+ * left its slot half-written, or released buffers this rank read), so that
+ * no call succeeds alongside a peer's failure it depended on. */
+static inline loomResult_t loom_shm_end(shm_call_t *c)
+{
+    return loom_arena_check_peers(c->ar);
+}
+/* Ends a single-copy call: posts DONE, waits for every peer's DONE (nobody
+ * reads this rank's buffers any more), then fails if a peer broke meanwhile. */
+loomResult_t loom_shm_finish_single_copy(shm_call_t *c);
+
+/* Elements per reduction block: 128 KiB of data or accumulators, so that a
+ * block's accumulators and the block being added stay in L2. */
+size_t loom_shm_block_elems(loomDataType_t dt);
+/* dst[0..len) (and dst2's, if not NULL) = the reduction over ranks 0..n-1 of
+ * srcs[r][0..len), in rank order, through acc (len accumulators). */
+void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
+                     void *dst2);
+/* Scratch for the accumulators and one block from a peer. */
+loomResult_t loom_shm_scratch(shm_call_t *c, uint8_t **acc_p, uint8_t **tmp_p);
+
+#endif

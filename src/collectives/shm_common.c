@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shm_common.c - what every shm collective shares: starting a call on the
+ * arena (descriptor), checking that every rank called the same thing, the
+ * end of a single-copy call, the reduction loop over rank-ordered sources,
+ * and whether a shm algorithm can run on a communicator at all.
+ * It holds no algorithm (shm_reduce.c, shm_move.c). Callers: those files and
+ * algo_select.c (loom_shm_algo_usable).
+ *
+ * Mismatches: every call publishes (seq, collective, algorithm, datatype, op,
+ * root, count, rounds so far); a rank compares the descriptor of every peer
+ * it takes data from with its own before it reads anything of that peer, so
+ * a rank that called another collective, count or root gets InvalidUsage
+ * (and its peers RemoteError through the notices) instead of reading or
+ * writing past a buffer.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtype.h"
+#include "kernels.h"
+#include "param.h"
+#include "shm_coll.h"
+
+#define BLOCK_BYTES (128u * 1024u)
+
+static const char *const algo_names[] = {"?", "shm_flat", "shm_cico", "shm_cma", "shm_barrier"};
+
+int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
+{
+    if (strncmp(name, "shm", 3) != 0)
+        return 1;
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    if (ar == NULL)
+        return 0;
+    size_t len = strlen(name);
+    return !(len > 4 && strcmp(name + len - 4, "_cma") == 0 && !loom_arena_single_copy(ar));
+}
+
+int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
+{
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    return ar != NULL && loom_arena_single_copy(ar);
+}
+
+int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes)
+{
+    if (!loom_shm_single_copy_agreed(ctx))
+        return 0;
+    return loom_param_SHM_COLL_CMA() >= 2 || bytes >= SHM_CMA_MIN_BYTES;
+}
+
+loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                            uint32_t algo)
+{
+    c->ctx = ctx;
+    c->a = a;
+    c->ar = loom_p2p_arena(ctx->p2p);
+    c->n = ctx->nranks;
+    c->me = ctx->rank;
+    c->seq = ctx->seq;
+    c->es = loom_dtype_size(a->dt);
+    if (c->ar == NULL) {
+        LOOM_WARN("rank %d: %s seq %llu: shm algorithm without a shared arena", c->me,
+                  loom_coll_name(a->kind), (unsigned long long)c->seq);
+        return loomInternalError;
+    }
+    const int reduces = a->kind == LOOM_COLL_ALLREDUCE || a->kind == LOOM_COLL_REDUCE ||
+                        a->kind == LOOM_COLL_REDUCE_SCATTER;
+    const int rooted = a->kind == LOOM_COLL_BCAST || a->kind == LOOM_COLL_REDUCE;
+    memset(&c->desc, 0, sizeof(c->desc));
+    c->desc.seq = c->seq;
+    c->desc.kind = (uint32_t)a->kind;
+    c->desc.algo = algo;
+    c->desc.dt = a->kind == LOOM_COLL_BARRIER ? 0 : (int32_t)a->dt;
+    c->desc.op = reduces ? (int32_t)a->op : 0;
+    c->desc.root = rooted ? a->root : 0;
+    c->desc.count = a->kind == LOOM_COLL_BARRIER ? 0 : a->count;
+    c->desc.send = (uint64_t)(uintptr_t)a->sendbuff;
+    c->desc.recv = (uint64_t)(uintptr_t)a->recvbuff;
+    return loom_arena_begin(c->ar, &c->desc);
+}
+
+static int desc_equal(const loom_arena_desc_t *x, const loom_arena_desc_t *y)
+{
+    return x->seq == y->seq && x->kind == y->kind && x->algo == y->algo && x->dt == y->dt &&
+           x->op == y->op && x->root == y->root && x->count == y->count && x->round == y->round;
+}
+
+static void desc_text(const loom_arena_desc_t *d, char *buf, size_t len)
+{
+    const char *algo =
+        d->algo < sizeof(algo_names) / sizeof(algo_names[0]) ? algo_names[d->algo] : "?";
+    snprintf(buf, len, "%s seq %llu (%s, count %llu, datatype %d, op %d, root %d, round %u)",
+             loom_coll_name((loom_coll_kind_t)d->kind), (unsigned long long)d->seq, algo,
+             (unsigned long long)d->count, (int)d->dt, (int)d->op, (int)d->root, d->round);
+}
+
+loomResult_t loom_shm_check(shm_call_t *c, int rank)
+{
+    for (int i = rank < 0 ? 0 : rank; i < (rank < 0 ? c->n : rank + 1); i++) {
+        if (i == c->me)
+            continue;
+        loom_arena_desc_t d;
+        loom_arena_peer_desc(c->ar, i, &d);
+        if (desc_equal(&d, &c->desc))
+            continue;
+        char theirs[192], mine[192], what[480];
+        desc_text(&d, theirs, sizeof(theirs));
+        desc_text(&c->desc, mine, sizeof(mine));
+        snprintf(what, sizeof(what),
+                 "mismatched collectives: rank %d called %s, this rank (%d) called %s", i, theirs,
+                 c->me, mine);
+        return loom_arena_fail(c->ar, loomInvalidUsage, what);
+    }
+    return loomSuccess;
+}
+
+loomResult_t loom_shm_finish_single_copy(shm_call_t *c)
+{
+    loom_arena_post(c->ar, shm_flag(c, SHM_STEP_DONE));
+    LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, SHM_STEP_DONE)));
+    return loom_arena_check_peers(c->ar);
+}
+
+// ---- reduction -----------------------------------------------------------------------
+
+size_t loom_shm_block_elems(loomDataType_t dt)
+{
+    size_t es = loom_dtype_size(dt), as = loom_acc_size(dt);
+    size_t w = es > as ? es : as;
+    return BLOCK_BYTES / (w ? w : 1);
+}
+
+loomResult_t loom_shm_scratch(shm_call_t *c, uint8_t **acc_p, uint8_t **tmp_p)
+{
+    uint8_t *s;
+    LOOM_CHECK(loom_coll_scratch(c->ctx, 2 * (size_t)BLOCK_BYTES, &s));
+    *acc_p = s;
+    *tmp_p = s + BLOCK_BYTES;
+    return loomSuccess;
+}
+
+void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
+                     void *dst2)
+{
+    const loomDataType_t dt = c->a->dt;
+    loom_reduce_init(dt, acc, srcs[0], len);
+    for (int r = 1; r < c->n; r++)
+        loom_reduce_acc(dt, c->a->op, acc, srcs[r], len);
+    loom_reduce_finish(dt, c->a->op, dst, acc, len, c->n);
+    if (dst2 != NULL)
+        loom_reduce_finish(dt, c->a->op, dst2, acc, len, c->n);
+}

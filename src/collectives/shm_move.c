@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shm_move.c - the shm collectives that only move data: AllGather, Broadcast
+ * and AllToAll, plus Barrier, over the communicator's arena (shm_coll.h).
+ * B = one rank's block (AllGather, AllToAll per peer) or the vector
+ * (Broadcast); H = one slot half.
+ *
+ * cico, in rounds over halves that alternate (a writer reuses a half only
+ * after every reader posted a flag past the round that used it):
+ *   AllGather: round k copies part k (H bytes) of the own block into the half
+ *     and posts k+1; after every peer's k+1 each rank copies every peer's part
+ *     straight to its place in recvbuff. Bytes per rank: B in, (n-1) B out.
+ *   Broadcast: the root copies part k into its half and posts k+1 without
+ *     waiting; the others wait for the root's k+1, copy out and post k+1 (the
+ *     root's next use of that half waits for them). The root leaves as soon as
+ *     its data is in the slot.
+ *   AllToAll: the half holds one sub-block per destination (H / n bytes each);
+ *     round k copies part k of every outgoing block in, and after every
+ *     peer's k+1 each rank copies its sub-block out of every peer's half.
+ * cma: every rank posts ARRIVE with its buffers' addresses; a reader then
+ *   pulls what it needs with process_vm_readv straight into recvbuff (every
+ *   peer's block; the root's vector; its block of every peer's sendbuff) and
+ *   posts DONE; a rank leaves once every rank that reads its buffers posted
+ *   DONE. Single copy: (n-1) B (Broadcast: B) read per rank, nothing staged.
+ * Barrier: every rank posts step 1 and waits for all.
+ * Zero bytes return at once, as the point-to-point algorithms do.
+ */
+#include <string.h>
+
+#include "check.h"
+#include "dtype.h"
+#include "shm_coll.h"
+
+static size_t min_sz(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+// ---- AllGather -----------------------------------------------------------------------
+
+loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
+    const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
+    if (hb == 0 || !shm_rounds_fit(rounds, 1))
+        return loom_allgather_direct(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
+    uint8_t *recv = a->recvbuff;
+    const uint8_t *send = a->sendbuff;
+    if (send != recv + (size_t)c.me * bytes)
+        memcpy(recv + (size_t)c.me * bytes, send, bytes);
+    for (size_t k = 0; k < rounds; k++) {
+        const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
+        const unsigned h = loom_arena_next_half(c.ar);
+        LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
+        memcpy(loom_arena_half(c.ar, c.me, h), send + lo, len);
+        loom_arena_post(c.ar, shm_flag(&c, k + 1));
+        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, k + 1)));
+        if (k == 0)
+            LOOM_CHECK(loom_shm_check(&c, -1));
+        for (int i = 1; i < c.n; i++) {
+            int r = (c.me + i) % c.n;
+            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len);
+        }
+        loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
+    }
+    return loom_shm_end(&c);
+}
+
+loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    if (!loom_shm_single_copy_agreed(ctx))
+        return loom_allgather_shm_cico(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
+    uint8_t *recv = a->recvbuff;
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
+    LOOM_CHECK(loom_shm_check(&c, -1));
+    if ((const uint8_t *)a->sendbuff != recv + (size_t)c.me * bytes)
+        memcpy(recv + (size_t)c.me * bytes, a->sendbuff, bytes);
+    for (int i = 1; i < c.n; i++) {
+        int r = (c.me + i) % c.n;
+        loom_arena_desc_t d;
+        loom_arena_peer_desc(c.ar, r, &d);
+        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes, d.send, bytes));
+    }
+    return loom_shm_finish_single_copy(&c);
+}
+
+loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allgather_shm_cma(ctx, a)
+                                                 : loom_allgather_shm_cico(ctx, a);
+}
+
+// ---- Broadcast -----------------------------------------------------------------------
+
+loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
+    const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
+    if (hb == 0 || !shm_rounds_fit(rounds, 1))
+        return loom_bcast_direct(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
+    const int root = a->root;
+    uint8_t *recv = a->recvbuff;
+    if (c.me == root && a->sendbuff != a->recvbuff)
+        memcpy(recv, a->sendbuff, bytes);
+    for (size_t k = 0; k < rounds; k++) {
+        const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
+        const unsigned h = loom_arena_next_half(c.ar);
+        if (c.me == root) {
+            LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
+            memcpy(loom_arena_half(c.ar, root, h), recv + lo, len);
+            loom_arena_post(c.ar, shm_flag(&c, k + 1));
+            /* The others post k+1 once they copied this part out. */
+            loom_arena_half_release(c.ar, h, shm_flag(&c, k + 1));
+            continue;
+        }
+        LOOM_CHECK(loom_arena_wait(c.ar, root, shm_flag(&c, k + 1)));
+        if (k == 0)
+            LOOM_CHECK(loom_shm_check(&c, root));
+        memcpy(recv + lo, loom_arena_half(c.ar, root, h), len);
+        loom_arena_post(c.ar, shm_flag(&c, k + 1));
+    }
+    return loom_shm_end(&c);
+}
+
+loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    if (!loom_shm_single_copy_agreed(ctx))
+        return loom_bcast_shm_cico(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
+    const int root = a->root;
+    /* Everyone arrives first, so that ranks that disagree on the root fail. */
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    if (c.me == root) {
+        if (a->sendbuff != a->recvbuff)
+            memcpy(a->recvbuff, a->sendbuff, bytes);
+        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
+        LOOM_CHECK(loom_shm_check(&c, -1));
+        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_DONE)));
+        return loom_shm_end(&c);
+    }
+    LOOM_CHECK(loom_arena_wait(c.ar, root, shm_flag(&c, SHM_STEP_ARRIVE)));
+    LOOM_CHECK(loom_shm_check(&c, root));
+    loom_arena_desc_t d;
+    loom_arena_peer_desc(c.ar, root, &d);
+    LOOM_CHECK(loom_arena_read(c.ar, root, a->recvbuff, d.send, bytes));
+    /* The root may have failed and released its buffer while it was read. */
+    LOOM_CHECK(loom_arena_check_peers(c.ar));
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_DONE));
+    return loomSuccess;
+}
+
+loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_bcast_shm_cma(ctx, a)
+                                                 : loom_bcast_shm_cico(ctx, a);
+}
+
+// ---- AllToAll ------------------------------------------------------------------------
+
+loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const size_t sub = ar ? loom_arena_half_bytes(ar) / (size_t)ctx->nranks / 64 * 64 : 0;
+    if (bytes == 0)
+        return loomSuccess;
+    if (sub == 0 || !shm_rounds_fit((bytes + sub - 1) / sub, 1))
+        return loom_alltoall_pairwise(ctx, a); /* more ranks than 64-byte lines in a half */
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
+    uint8_t *recv = a->recvbuff;
+    const uint8_t *send = a->sendbuff;
+    memcpy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes);
+    const size_t rounds = (bytes + sub - 1) / sub;
+    for (size_t k = 0; k < rounds; k++) {
+        const size_t lo = k * sub, len = min_sz(sub, bytes - lo);
+        const unsigned h = loom_arena_next_half(c.ar);
+        LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
+        uint8_t *mine = loom_arena_half(c.ar, c.me, h);
+        for (int j = 0; j < c.n; j++)
+            if (j != c.me)
+                memcpy(mine + (size_t)j * sub, send + (size_t)j * bytes + lo, len);
+        loom_arena_post(c.ar, shm_flag(&c, k + 1));
+        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, k + 1)));
+        if (k == 0)
+            LOOM_CHECK(loom_shm_check(&c, -1));
+        for (int i = 1; i < c.n; i++) {
+            int r = (c.me + i) % c.n;
+            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h) + (size_t)c.me * sub,
+                   len);
+        }
+        loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
+    }
+    return loom_shm_end(&c);
+}
+
+loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    if (!loom_shm_single_copy_agreed(ctx))
+        return loom_alltoall_shm_cico(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
+    uint8_t *recv = a->recvbuff;
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
+    LOOM_CHECK(loom_shm_check(&c, -1));
+    memcpy(recv + (size_t)c.me * bytes, (const uint8_t *)a->sendbuff + (size_t)c.me * bytes, bytes);
+    for (int i = 1; i < c.n; i++) {
+        int r = (c.me + i) % c.n;
+        loom_arena_desc_t d;
+        loom_arena_peer_desc(c.ar, r, &d);
+        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes,
+                                   d.send + (uint64_t)c.me * bytes, bytes));
+    }
+    return loom_shm_finish_single_copy(&c);
+}
+
+loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    return loom_shm_single_copy_pays(ctx, bytes) ? loom_alltoall_shm_cma(ctx, a)
+                                                 : loom_alltoall_shm_cico(ctx, a);
+}
+
+// ---- Barrier -------------------------------------------------------------------------
+
+loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_BARRIER));
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
+    LOOM_CHECK(loom_shm_check(&c, -1));
+    return loom_shm_end(&c);
+}

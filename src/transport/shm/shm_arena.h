@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shm_arena.h - the communicator-wide shared-memory arena of the shm
+ * collectives: its creation by p2p.c (only when every rank of the
+ * communicator reaches every other over shm), its teardown, and the state
+ * every arena operation shares (shm_arena.c creates and maps, shm_arena_sync.c
+ * waits, publishes and copies). The operations the collectives call are
+ * declared in p2p.h; this header is for the transport layer only.
+ */
+#ifndef LOOM_SHM_ARENA_H
+#define LOOM_SHM_ARENA_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+#include "p2p.h"
+#include "shm_seg.h"
+
+#define LOOM_ARENA_NAME_MAX 64
+
+/* State word of a rank's control block (only its rank writes it). */
+#define LOOM_ARENA_ACTIVE 0u
+#define LOOM_ARENA_BROKEN 1u /* its communicator broke or was aborted */
+#define LOOM_ARENA_LEFT   2u /* it destroyed its communicator */
+
+/* One rank's control block: four cache lines. Line 0 (flag, state, the
+ * creation probe) and the descriptors are written by the rank only; the bell
+ * by whoever wakes it (and its `sleeping` word by the rank). */
+typedef union {
+    loom_arena_desc_t d;
+    uint8_t line[64];
+} loom_arena_desc_line_t;
+
+typedef struct {
+    _Atomic uint64_t flag;   /* monotonic progress counter, (seq << 24) | step */
+    _Atomic uint32_t state;  /* LOOM_ARENA_* */
+    _Atomic uint32_t cma_ok; /* creation vote: it could read every peer's probe word */
+    uint64_t pid;            /* getpid() of the rank, for single-copy reads */
+    uint64_t probe_addr;     /* address of a word in its memory, for the probe */
+    uint64_t probe_value;    /* what that word holds */
+    uint8_t pad[24];
+    loom_shm_bell_t bell;           /* the futex word the rank sleeps on */
+    loom_arena_desc_line_t desc[2]; /* the call descriptor, by call parity */
+} loom_arena_ctl_t;
+
+struct loom_arena {
+    loom_p2p_t *p2p;
+    int rank;
+    int nranks;
+    volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
+    int64_t timeout_ms;
+    int64_t spin_ns;  /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
+    int64_t yield_ns; /* then yield this long before sleeping on the futex */
+    char name[LOOM_ARENA_NAME_MAX];
+    char dir[256];
+    void *base;
+    size_t bytes;
+    int counted;           /* this rank counted itself as mapped */
+    loom_arena_ctl_t *ctl; /* [nranks] */
+    uint8_t *slots;        /* [nranks] x slot_bytes, page aligned */
+    size_t slot_bytes;
+    int cma;        /* every rank agreed that process_vm_readv works */
+    int *pids;      /* [nranks] pids for process_vm_readv */
+    uint64_t probe; /* the word peers read in the probe */
+    /* Collectives' bookkeeping (identical on every rank while calls match). */
+    uint64_t calls;        /* calls begun */
+    uint64_t rounds;       /* slot halves handed out */
+    uint64_t seq;          /* sequence number of the call under way */
+    uint64_t desc_need[2]; /* peers' flag before this rank rewrites descriptor [p] */
+    uint64_t half_need[2]; /* peers' flag before this rank rewrites slot half [h] */
+};
+
+/* Creates and maps the arena when the communicator qualifies (nranks > 1,
+ * LOOM_SHM_COLL, every peer over shm), and agrees on single copy; else
+ * *arena_p = NULL. Collective over the communicator's ranks; bounded like
+ * every wait (failures break the layer through loom_p2p_wait_event). Called
+ * by loom_p2p_create once every connection is up. */
+loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
+                                   volatile const int *abort_flag, loom_arena_t **arena_p);
+/* Marks this rank broken in the arena and wakes every sleeper, so that peers
+ * waiting on its flag look at its notice at once. NULL is allowed. */
+void loom_shm_arena_break(loom_arena_t *a);
+/* Marks this rank gone, unmaps and frees. Removes the name if not every rank
+ * mapped it (a peer died during creation). NULL is allowed. */
+loomResult_t loom_shm_arena_destroy(loom_arena_t *a);
+
+/* shm_arena_sync.c: waking the sleepers after a publish. */
+void loom_arena_wake_all(loom_arena_t *a);
+
+#endif

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shm_arena_sync.c - the operations of the shm collectives' arena (p2p.h):
+ * posting and waiting on the ranks' progress flags, the double-buffered call
+ * descriptors and slot halves, and single-copy reads of a peer's memory.
+ * It does not create or map the arena (shm_arena.c) and decides nothing
+ * about algorithms. Callers: the shm collectives, through p2p.h.
+ *
+ * Flags: each rank owns one 64-bit counter that only it writes, always
+ * upwards ((seq << 24) | step), with a release store after the data it
+ * vouches for; readers load it with acquire and compare with >=. A rank's
+ * buffers are reused only once every peer posted a flag proving that it is
+ * done with them (loom_arena_begin, loom_arena_half_acquire), so a call
+ * waits for earlier readers only when it would otherwise overwrite what they
+ * still read.
+ *
+ * Waiting: spin (LOOM_SPIN_US, less when ranks outnumber the CPUs), then
+ * sched_yield for YIELD, then sleep on the rank's futex doorbell with the
+ * doorbell protocol of shm_seg.c (no lost wakeup: a poster fences after its
+ * store and rings only sleepers). Every wait is bounded like
+ * loom_p2p_wait_all: the abort flag at every slow iteration, notices and the
+ * peers' pids every CHECK_PERIOD, a peer's BROKEN/LEFT state at once, and the
+ * timeout without progress of the awaited flags.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "check.h"
+#include "shm_arena.h"
+#include "timer.h"
+
+#define CHECK_PERIOD_NS 100000000ull /* notices and liveness, as loom_p2p_wait_all */
+#define SLEEP_US        10000        /* one futex sleep: bounds how late an abort is seen */
+#define SPIN_CHECK_MASK 63u          /* clock read every 64 spins */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline uint64_t flag_of(const loom_arena_t *a, int r)
+{
+    return atomic_load_explicit(&a->ctl[r].flag, memory_order_acquire);
+}
+
+uint64_t loom_arena_flag(const loom_arena_t *a, int rank)
+{
+    return flag_of(a, rank);
+}
+
+int loom_arena_single_copy(const loom_arena_t *a)
+{
+    return a->cma;
+}
+
+size_t loom_arena_half_bytes(const loom_arena_t *a)
+{
+    return a->slot_bytes / 2;
+}
+
+void loom_arena_wake_all(loom_arena_t *a)
+{
+    for (int r = 0; r < a->nranks; r++)
+        if (r != a->rank)
+            loom_shm_bell_notify(&a->ctl[r].bell);
+}
+
+void loom_arena_post(loom_arena_t *a, uint64_t flag)
+{
+    atomic_store_explicit(&a->ctl[a->rank].flag, flag, memory_order_release);
+    loom_arena_wake_all(a);
+}
+
+// ---- waiting ------------------------------------------------------------------------
+
+/* 1 if rank's flag (every other rank's if rank < 0) is >= flag; else the first
+ * rank behind is *behind_p. */
+static int reached(const loom_arena_t *a, int rank, uint64_t flag, int *behind_p)
+{
+    if (rank >= 0) {
+        *behind_p = rank;
+        return flag_of(a, rank) >= flag;
+    }
+    for (int i = 1; i < a->nranks; i++) {
+        int r = (a->rank + i) % a->nranks;
+        if (flag_of(a, r) < flag) {
+            *behind_p = r;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A peer that broke or left (it will not post again), or -1. A peer that left
+ * normally matters only if it is behind what we wait for. */
+static int gone_peer(const loom_arena_t *a, int rank, uint64_t flag)
+{
+    for (int r = 0; r < a->nranks; r++) {
+        if (r == a->rank)
+            continue;
+        uint32_t s = atomic_load_explicit(&a->ctl[r].state, memory_order_acquire);
+        if (s == LOOM_ARENA_BROKEN ||
+            (s == LOOM_ARENA_LEFT && (rank < 0 || rank == r) && flag_of(a, r) < flag))
+            return r;
+    }
+    return -1;
+}
+
+static uint64_t progress_sum(const loom_arena_t *a, int rank)
+{
+    if (rank >= 0)
+        return flag_of(a, rank);
+    uint64_t s = 0;
+    for (int r = 0; r < a->nranks; r++)
+        s += r == a->rank ? 0 : flag_of(a, r);
+    return s;
+}
+
+static void describe_wait(const loom_arena_t *a, int behind, uint64_t flag, char *buf, size_t len)
+{
+    uint64_t at = flag_of(a, behind);
+    snprintf(buf, len,
+             "shm arena: waiting for rank %d to reach seq %llu step %llu; it is at seq %llu "
+             "step %llu",
+             behind, (unsigned long long)(flag >> 24),
+             (unsigned long long)(flag & LOOM_ARENA_STEP_MAX), (unsigned long long)(at >> 24),
+             (unsigned long long)(at & LOOM_ARENA_STEP_MAX));
+}
+
+static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
+{
+    const uint64_t start = loom_now_ns(), timeout_ns = (uint64_t)a->timeout_ms * 1000000ull;
+    uint64_t last_progress = start, last_check = start, seen = progress_sum(a, rank);
+    loom_shm_bell_t *bell = &a->ctl[a->rank].bell;
+    const unsigned step = (unsigned)(flag & LOOM_ARENA_STEP_MAX);
+    char what[192];
+    int behind = rank;
+    for (unsigned i = 1;; i++) {
+        if (reached(a, rank, flag, &behind))
+            return loomSuccess;
+        if (i & SPIN_CHECK_MASK) { /* spinning: the clock every 64 looks */
+            cpu_relax();
+            continue;
+        }
+        const uint64_t now = loom_now_ns();
+        if (now - start < (uint64_t)a->spin_ns) {
+            cpu_relax();
+            continue;
+        }
+        i = SPIN_CHECK_MASK; /* past the spin: the checks below at every look */
+        uint64_t sum = progress_sum(a, rank);
+        if (sum != seen) {
+            seen = sum;
+            last_progress = now;
+        }
+        int gone = gone_peer(a, rank, flag);
+        if (gone >= 0) {
+            describe_wait(a, gone, flag, what, sizeof(what));
+            return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, gone, behind, step,
+                                       loomRemoteError, start, what);
+        }
+        if (*a->abort_flag || now - last_check > CHECK_PERIOD_NS) {
+            last_check = now;
+            describe_wait(a, behind, flag, what, sizeof(what));
+            LOOM_CHECK(loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_CHECK, behind, behind, step,
+                                           loomSuccess, start, what));
+        }
+        if (now - last_progress > timeout_ns) {
+            describe_wait(a, behind, flag, what, sizeof(what));
+            return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_TIMEOUT, behind, behind, step,
+                                       loomTimeout, start, what);
+        }
+        if (now - start < (uint64_t)(a->spin_ns + a->yield_ns)) {
+            sched_yield();
+            continue;
+        }
+        uint32_t snap = loom_shm_bell_sleep_begin(bell);
+        loomResult_t res = loomSuccess;
+        if (!reached(a, rank, flag, &behind) && gone_peer(a, rank, flag) < 0)
+            res = loom_shm_bell_sleep(bell, snap, SLEEP_US);
+        loom_shm_bell_sleep_end(bell);
+        if (res != loomSuccess)
+            return loom_arena_fail(a, res, "shm arena: futex wait failed");
+    }
+}
+
+loomResult_t loom_arena_wait(loom_arena_t *a, int rank, uint64_t flag)
+{
+    int behind;
+    if (reached(a, rank, flag, &behind))
+        return loomSuccess;
+    return wait_slow(a, rank, flag);
+}
+
+// ---- descriptors and slot halves -------------------------------------------------------
+
+loomResult_t loom_arena_begin(loom_arena_t *a, loom_arena_desc_t *d)
+{
+    const unsigned p = (unsigned)(a->calls & 1);
+    LOOM_CHECK(loom_arena_wait(a, -1, a->desc_need[p]));
+    d->round = (uint32_t)a->rounds;
+    a->ctl[a->rank].desc[p].d = *d;
+    /* Peers read it after this call's first flag; any flag of a later call proves they did. */
+    a->desc_need[p] = loom_arena_mkflag(d->seq + 1, 0);
+    a->seq = d->seq;
+    a->calls++;
+    return loomSuccess;
+}
+
+void loom_arena_peer_desc(const loom_arena_t *a, int rank, loom_arena_desc_t *d)
+{
+    *d = a->ctl[rank].desc[(a->calls - 1) & 1].d;
+}
+
+unsigned loom_arena_next_half(loom_arena_t *a)
+{
+    return (unsigned)(a->rounds++ & 1);
+}
+
+uint8_t *loom_arena_half(loom_arena_t *a, int rank, unsigned h)
+{
+    return a->slots + (size_t)rank * a->slot_bytes + (size_t)h * (a->slot_bytes / 2);
+}
+
+loomResult_t loom_arena_half_acquire(loom_arena_t *a, unsigned h)
+{
+    return loom_arena_wait(a, -1, a->half_need[h & 1]);
+}
+
+void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need)
+{
+    a->half_need[h & 1] = need;
+}
+
+// ---- failures and single copy ----------------------------------------------------------
+
+loomResult_t loom_arena_fail(loom_arena_t *a, loomResult_t res, const char *detail)
+{
+    return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_ERROR, a->rank, -1, 0, res, loom_now_ns(),
+                               detail);
+}
+
+loomResult_t loom_arena_check_peers(loom_arena_t *a)
+{
+    for (int r = 0; r < a->nranks; r++) {
+        if (r != a->rank &&
+            atomic_load_explicit(&a->ctl[r].state, memory_order_seq_cst) == LOOM_ARENA_BROKEN)
+            return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, r, r, 0, loomRemoteError,
+                                       loom_now_ns(), "shm arena: a peer broke during the call");
+    }
+    return loomSuccess;
+}
+
+loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes)
+{
+    uint8_t *d = dst;
+    while (nbytes > 0) {
+        struct iovec l = {d, nbytes}, r = {(void *)(uintptr_t)addr, nbytes};
+        ssize_t got = process_vm_readv(a->pids[rank], &l, 1, &r, 1, 0);
+        if (got > 0) {
+            d += got;
+            addr += (uint64_t)got;
+            nbytes -= (size_t)got;
+            continue;
+        }
+        int e = got < 0 ? errno : EFAULT;
+        if (e == EINTR)
+            continue;
+        char what[256];
+        snprintf(what, sizeof(what),
+                 "shm arena: reading %zu bytes at 0x%llx of rank %d (pid %d) with "
+                 "process_vm_readv failed: %s",
+                 nbytes, (unsigned long long)addr, rank, a->pids[rank], strerror(e));
+        if (e == ESRCH ||
+            atomic_load_explicit(&a->ctl[rank].state, memory_order_acquire) != LOOM_ARENA_ACTIVE)
+            return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, rank, rank, 0, loomRemoteError,
+                                       loom_now_ns(), what);
+        return loom_arena_fail(a, e == EFAULT ? loomInvalidUsage : loomSystemError, what);
+    }
+    return loomSuccess;
+}

@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_coll_shm.cc - the shared-memory collectives (the shm_* algorithms of
+// docs/shm-collectives.md), one family forced at a time through LOOM_ALGO: flat, cico (copies
+// through the arena), cma (single copy), the size-based default, and the default with single
+// copy disabled, on 1, 2, 3, 4, 5 and 8 ranks. Slots are shrunk to 16 KiB (8 KiB halves) so
+// that small counts already cross round, sub-block and half boundaries; counts sit at 0, 1, odd,
+// around a half and a sub-block and around the 128 KiB reduction block, and on 2 and 3 ranks a
+// few calls of tens of MiB. Every result is compared bit for bit (tests/harness/verify.h), in
+// place and out of place, send buffers and guard bytes checked. Also: back-to-back calls of
+// every kind and size with no barrier between them (the double-buffered descriptors and
+// halves), ranks that call mismatching collectives (an error, never corrupted memory), and 8
+// ranks on 2 cores running many small calls (no livelock). Run by meson's 'coll' suite.
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loom.h"
+#include "mp_fixture.h"
+#include "verify.h"
+
+namespace {
+
+using loomtest::GuardedBuffer;
+using Bytes = std::vector<unsigned char>;
+
+constexpr size_t kHalf = 8192; // LOOM_SHM_COLL_BYTES=16384 below
+
+enum class Family { kDefault, kFlat, kCico, kCma, kNoCma };
+
+const char *FamilyName(Family f)
+{
+    switch (f) {
+    case Family::kDefault:
+        return "default";
+    case Family::kFlat:
+        return "flat";
+    case Family::kCico:
+        return "cico";
+    case Family::kCma:
+        return "cma";
+    case Family::kNoCma:
+        return "nocma";
+    }
+    return "?";
+}
+
+loomtest::EnvList FamilyEnv(Family f)
+{
+    loomtest::EnvList env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL_BYTES", "16384"}};
+    switch (f) {
+    case Family::kFlat:
+        env.push_back({"LOOM_ALGO", "allreduce:shm_flat"});
+        break;
+    case Family::kCico:
+        env.push_back({"LOOM_ALGO", "shm_cico"});
+        break;
+    case Family::kCma:
+        env.push_back({"LOOM_ALGO", "shm_cma"});
+        break;
+    case Family::kNoCma:
+        env.push_back({"LOOM_SHM_COLL_CMA", "0"});
+        break;
+    case Family::kDefault:
+        break;
+    }
+    return env;
+}
+
+enum class Coll { kAllReduce, kReduceScatter, kReduce, kAllGather, kBroadcast, kAllToAll };
+
+const char *CollName(Coll c)
+{
+    static const char *const names[] = {"AllReduce", "ReduceScatter", "Reduce",
+                                        "AllGather", "Broadcast",     "AllToAll"};
+    return names[static_cast<int>(c)];
+}
+
+bool Reducing(Coll c)
+{
+    return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce;
+}
+
+struct Case {
+    Coll coll;
+    loomDataType_t dt;
+    loomRedOp_t op;
+    size_t count; // the call's count argument
+    bool inplace;
+    int root;
+    uint64_t seed;
+
+    std::string Name() const
+    {
+        std::string s = std::string(CollName(coll)) + " " + loomtest::TypeName(dt);
+        if (Reducing(coll))
+            s += std::string(" ") + loomtest::OpName(op);
+        return s + " count " + std::to_string(count) + (inplace ? " in-place" : "") + " root " +
+               std::to_string(root);
+    }
+};
+
+// Runs one case on this rank; returns "" or what went wrong.
+std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
+{
+    const size_t es = loomtest::TypeSize(c.dt), bytes = c.count * es, un = static_cast<size_t>(n);
+    const size_t ur = static_cast<size_t>(rank);
+    std::string fail;
+    auto expect_eq = [&](const void *got, const void *want, size_t count, const char *what) {
+        std::string d = loomtest::CompareElements(got, want, count, c.dt);
+        if (!d.empty() && fail.empty())
+            fail = std::string(what) + ": " + d;
+    };
+    const size_t sn =
+        c.coll == Coll::kReduceScatter || c.coll == Coll::kAllToAll ? un * c.count : c.count;
+    const size_t rn =
+        c.coll == Coll::kAllGather || c.coll == Coll::kAllToAll ? un * c.count : c.count;
+    Bytes in(sn * es);
+    if (Reducing(c.coll))
+        loomtest::FillReduceInput(in.data(), c.dt, c.op, rank, c.seed, 0, sn);
+    else
+        loomtest::FillPattern(in.data(), in.size(), c.coll == Coll::kBroadcast ? c.root : rank,
+                              c.seed);
+    GuardedBuffer send(in.size()), recv(rn * es);
+    if (!in.empty())
+        memcpy(send.data(), in.data(), in.size());
+    Bytes want(rn * es);
+    loomResult_t r = loomInternalError;
+    unsigned char *out = recv.bytes();
+    switch (c.coll) {
+    case Coll::kAllReduce:
+        out = c.inplace ? send.bytes() : recv.bytes();
+        loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, 0, c.count);
+        r = loomAllReduce(send.data(), out, c.count, c.dt, c.op, comm, nullptr);
+        break;
+    case Coll::kReduceScatter:
+        out = c.inplace ? send.bytes() + ur * bytes : recv.bytes();
+        loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, ur * c.count, c.count);
+        r = loomReduceScatter(send.data(), out, c.count, c.dt, c.op, comm, nullptr);
+        break;
+    case Coll::kReduce:
+        out = c.inplace ? send.bytes() : recv.bytes();
+        loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, 0, c.count);
+        r = loomReduce(send.data(), out, c.count, c.dt, c.op, c.root, comm, nullptr);
+        break;
+    case Coll::kAllGather: {
+        const void *sp = send.data();
+        if (c.inplace) {
+            if (bytes > 0)
+                memcpy(recv.bytes() + ur * bytes, in.data(), bytes);
+            sp = recv.bytes() + ur * bytes;
+        }
+        for (int j = 0; j < n; j++)
+            loomtest::FillPattern(want.data() + static_cast<size_t>(j) * bytes, bytes, j, c.seed);
+        r = loomAllGather(sp, recv.data(), c.count, c.dt, comm, nullptr);
+        break;
+    }
+    case Coll::kBroadcast:
+        out = c.inplace ? send.bytes() : recv.bytes();
+        if (c.inplace && rank != c.root && bytes > 0)
+            memset(send.data(), 0xcd, bytes);
+        memcpy(want.data(), in.data(), bytes);
+        r = loomBroadcast(send.data(), out, c.count, c.dt, c.root, comm, nullptr);
+        break;
+    case Coll::kAllToAll:
+        for (int j = 0; j < n; j++)
+            loomtest::FillPattern(want.data() + static_cast<size_t>(j) * bytes, bytes, j, c.seed,
+                                  ur * bytes);
+        r = loomAllToAll(send.data(), recv.data(), c.count, c.dt, comm, nullptr);
+        break;
+    }
+    if (r != loomSuccess)
+        return std::string("returned ") + loomGetErrorString(r) + ": " + loomGetLastError(nullptr);
+    const bool has_output = c.coll != Coll::kReduce || rank == c.root;
+    if (has_output)
+        expect_eq(out, want.data(), rn, "wrong result");
+    if (!c.inplace)
+        expect_eq(send.data(), in.data(), sn, "send buffer changed");
+    if (!send.GuardsIntact() || !recv.GuardsIntact())
+        fail = fail.empty() ? "write outside the buffers" : fail;
+    return fail;
+}
+
+// Counts (the call's count argument) that put the bytes around the boundaries of the family's
+// rounds: a half, a cico sub-block (a half per rank), the 128 KiB reduction block.
+std::vector<size_t> Counts(Coll coll, size_t es, int n)
+{
+    const size_t un = static_cast<size_t>(n);
+    const size_t per =
+        coll == Coll::kReduceScatter || coll == Coll::kAllGather || coll == Coll::kAllToAll
+            ? 1
+            : un; // AllReduce/Reduce/Broadcast: the vector is split n ways
+    const size_t half = kHalf / es, sub = kHalf / un / es, block = 131072 / es;
+    std::vector<size_t> v = {0, 1, 7, half - 1, half, half + 1, 3 * half + 5};
+    for (size_t k : {sub, per * sub})
+        if (k > 1)
+            v.insert(v.end(), {k - 1, k + 1});
+    v.push_back(per * block + 3);
+    return v;
+}
+
+std::vector<Case> MakeCases(int n)
+{
+    const std::pair<loomDataType_t, loomRedOp_t> reds[] = {
+        {loomFloat32, loomSum}, {loomBfloat16, loomAvg},   {loomFloat16, loomMax},
+        {loomInt8, loomProd},   {loomFloat8e4m3, loomSum}, {loomFloat64, loomMin},
+        {loomUint64, loomSum},  {loomInt32, loomAvg}};
+    const loomDataType_t moves[] = {loomUint8, loomFloat16, loomFloat64};
+    std::vector<Case> cases;
+    uint64_t k = 0;
+    for (Coll coll : {Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce, Coll::kAllGather,
+                      Coll::kBroadcast, Coll::kAllToAll}) {
+        int j = 0;
+        for (int t = 0; t < 3; t++) {
+            const auto p = Reducing(coll) ? reds[(t + 3 * static_cast<int>(coll)) % 6]
+                                          : std::make_pair(moves[t], loomSum);
+            for (size_t count : Counts(coll, loomtest::TypeSize(p.first), n)) {
+                const bool inplace = coll != Coll::kAllToAll && (j++ % 2) == 1;
+                const int root = (j / 2) % n;
+                cases.push_back({coll, p.first, p.second, count, inplace, root, ++k * 977});
+            }
+        }
+    }
+    return cases;
+}
+
+void RunAll(int rank, int n, loomComm_t comm)
+{
+    int failures = 0;
+    for (const Case &c : MakeCases(n)) {
+        loomtest::SetContext(c.Name());
+        const std::string f = RunCase(c, rank, n, comm);
+        if (!f.empty() && failures++ < 20)
+            fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, c.Name().c_str(), f.c_str());
+    }
+    // Tens of MiB, many rounds of every kind: on 2 and 3 ranks only, to bound the run time.
+    const size_t big = size_t{4} << 20; // elements
+    const struct {
+        int nranks;
+        Case c;
+    } large[] = {{2, {Coll::kAllReduce, loomFloat32, loomSum, big, false, 0, 11}},
+                 {2, {Coll::kAllGather, loomFloat32, loomSum, big / 2, true, 0, 12}},
+                 {3, {Coll::kAllReduce, loomBfloat16, loomSum, big, true, 0, 13}},
+                 {3, {Coll::kReduceScatter, loomFloat32, loomSum, big / 2, false, 0, 14}},
+                 {3, {Coll::kBroadcast, loomUint8, loomSum, big * 6, false, 2, 15}}};
+    for (const auto &l : large) {
+        if (l.nranks != n)
+            continue;
+        const Case &c = l.c;
+        loomtest::SetContext(c.Name());
+        const std::string f = RunCase(c, rank, n, comm);
+        if (!f.empty() && failures++ < 20)
+            fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, c.Name().c_str(), f.c_str());
+    }
+    XT_CHECK_EQ(failures, 0);
+}
+
+struct Param {
+    Family family;
+    int nranks;
+};
+
+class ShmFamily : public ::testing::TestWithParam<Param> {};
+
+TEST_P(ShmFamily, EveryCollectiveBitExact)
+{
+    const Param p = GetParam();
+    loomtest::RunOptions opts;
+    opts.env = FamilyEnv(p.family);
+    opts.deadline_s = 90;
+    XT_ASSERT_RUN(loomtest::RunRanks(p.nranks, RunAll, opts));
+}
+
+std::vector<Param> FamilyParams()
+{
+    std::vector<Param> v;
+    for (Family f : {Family::kDefault, Family::kFlat, Family::kCico, Family::kCma, Family::kNoCma})
+        for (int n : {1, 2, 3, 4, 5, 8})
+            v.push_back({f, n});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmFamily, ::testing::ValuesIn(FamilyParams()),
+                         [](const ::testing::TestParamInfo<Param> &info) {
+                             return std::string(FamilyName(info.param.family)) + "_" +
+                                    std::to_string(info.param.nranks) + "ranks";
+                         });
+
+// ---- back to back ----------------------------------------------------------------------------
+
+// 300 calls of every kind and of sizes that pick flat, cico and cma, with no barrier between
+// them: a rank that returns early (a broadcast root, a flat all-reduce) starts the next call
+// while its peers still read the previous one's slots.
+void BackToBack(int rank, int n, loomComm_t comm)
+{
+    const size_t sizes[] = {1, 9, 300, 5000, 70000, 300001};
+    int failures = 0;
+    for (int i = 0; i < 300; i++) {
+        const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(i));
+        Case c{static_cast<Coll>(h % 6),
+               loomFloat32,
+               loomSum,
+               sizes[(h >> 8) % 6],
+               ((h >> 16) & 1) != 0,
+               static_cast<int>((h >> 24) % static_cast<uint64_t>(n)),
+               h};
+        if (c.coll == Coll::kAllToAll)
+            c.inplace = false;
+        if (c.coll != Coll::kAllReduce && c.count > 70000)
+            c.count /= static_cast<size_t>(n); // keep gathered buffers moderate
+        if (i % 7 == 3) {
+            c.dt = loomBfloat16;
+            c.op = loomMax;
+        }
+        loomtest::SetContext("call " + std::to_string(i) + ": " + c.Name());
+        const std::string f = RunCase(c, rank, n, comm);
+        if (!f.empty() && failures++ < 10)
+            fprintf(stderr, "rank %d: FAIL call %d %s: %s\n", rank, i, c.Name().c_str(), f.c_str());
+        if (i % 50 == 49)
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+    }
+    XT_CHECK_EQ(failures, 0);
+}
+
+class ShmBackToBack : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(ShmBackToBack, MixedCallsNeedNoBarrier)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
+    if (!std::get<1>(GetParam()))
+        opts.env.push_back({"LOOM_SHM_COLL_CMA", "0"});
+    opts.deadline_s = 90;
+    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), BackToBack, opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>> &info) {
+                             return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                    (std::get<1>(info.param) ? "cma" : "nocma");
+                         });
+
+// ---- mismatched calls ------------------------------------------------------------------------
+
+// Rank 0 calls something else than its peers: every rank gets an error (the ranks that compare
+// descriptors InvalidUsage, the others RemoteError through the notices), nothing is written
+// outside the buffers, and the communicator is broken afterwards.
+enum class Mismatch { kCount, kKind, kLargeCount };
+
+void MismatchBody(Mismatch m, int rank, loomComm_t comm)
+{
+    XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+    size_t count = 64;
+    if (m == Mismatch::kCount && rank == 0)
+        count = 96;
+    if (m == Mismatch::kLargeCount)
+        count = rank == 0 ? 100 : 3u << 20; // flat against single copy / cico
+    const size_t room = count * 4 * (m == Mismatch::kKind ? 4 : 1);
+    GuardedBuffer send(room), recv(room);
+    loomtest::FillPattern(send.data(), send.size(), rank, 1);
+    loomResult_t r;
+    if (m == Mismatch::kKind && rank == 0)
+        r = loomAllGather(send.data(), recv.data(), count, loomFloat32, comm, nullptr);
+    else
+        r = loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+    const std::string msg = loomGetLastError(nullptr);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, loomGetErrorString(r), msg.c_str());
+    XT_CHECK_MSG(r == loomInvalidUsage || r == loomRemoteError,
+                 std::string("got ") + loomGetErrorString(r));
+    XT_CHECK(send.GuardsIntact() && recv.GuardsIntact());
+    if (r == loomInvalidUsage)
+        XT_CHECK_MSG(msg.find("mismatched collectives") != std::string::npos, msg);
+    XT_CHECK_LOOM_RES(loomBarrier(comm, nullptr), loomInvalidUsage);
+}
+
+class ShmMismatch : public ::testing::TestWithParam<Mismatch> {};
+
+TEST_P(ShmMismatch, EveryRankFailsNoneCorrupts)
+{
+    const Mismatch m = GetParam();
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "10000"}};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3, [m](int rank, int, loomComm_t comm) { MismatchBody(m, rank, comm); }, opts));
+}
+
+std::string MismatchName(const ::testing::TestParamInfo<Mismatch> &info)
+{
+    static const char *const names[] = {"count", "kind", "large_count"};
+    return names[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmMismatch,
+                         ::testing::Values(Mismatch::kCount, Mismatch::kKind,
+                                           Mismatch::kLargeCount),
+                         MismatchName);
+
+// ---- oversubscription ------------------------------------------------------------------------
+
+// 8 ranks on (typically) 2 cores: waits must yield and sleep rather than spin, or this crawls
+// into the deadline.
+TEST(ShmOversubscribed, EightRanksManySmallCalls)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}};
+    opts.deadline_s = 60;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        8,
+        [](int rank, int n, loomComm_t comm) {
+            float v[16], out[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = static_cast<float>(rank + i);
+            for (int it = 0; it < 1000; it++) {
+                XT_CHECK_LOOM(loomAllReduce(v, out, 16, loomFloat32, loomSum, comm, nullptr));
+                XT_CHECK_EQ(out[3], static_cast<float>(n * 3 + n * (n - 1) / 2));
+                if (it % 100 == 0)
+                    XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            }
+            std::vector<float> big(1 << 16, 1.0f), bigout(1 << 16);
+            for (int it = 0; it < 50; it++) {
+                XT_CHECK_LOOM(loomAllReduce(big.data(), bigout.data(), big.size(), loomFloat32,
+                                            loomSum, comm, nullptr));
+                XT_CHECK_EQ(bigout[12345], static_cast<float>(n));
+            }
+        },
+        opts));
+}
+
+// LOOM_SHM_COLL=0: no arena; a forced shm algorithm falls back to the default, results exact.
+TEST(ShmDisabled, ForcedShmAlgorithmFallsBack)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_ALGO", "shm_cma"}};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t comm) {
+            Case c{Coll::kAllReduce, loomFloat32, loomSum, 100000, false, 0, 5};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "allreduce");
+            c = {Coll::kAllToAll, loomFloat32, loomSum, 1000, false, 0, 6};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "alltoall");
+        },
+        opts));
+}
+
+// LOOM_SHM_COLL=0 in one process only: the ranks agree at creation to go without an arena
+// (rather than wait for a rank that never maps it).
+TEST(ShmDisabled, OnOneRankOnlyMeansNoArenaAnywhere)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "20000"}};
+    opts.rank_env = [](int rank) {
+        return rank == 1 ? loomtest::EnvList{{"LOOM_SHM_COLL", "0"}} : loomtest::EnvList{};
+    };
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t comm) {
+            Case c{Coll::kAllReduce, loomFloat32, loomSum, 5000, true, 0, 7};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "allreduce");
+            c = {Coll::kBroadcast, loomInt8, loomSum, 300, false, 1, 8};
+            XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "broadcast");
+        },
+        opts));
+}
+
+} // namespace

@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_fault_shm.cc - failures inside the shared-memory collectives (docs/shm-collectives.md),
+// whose ranks wait on each other's flags in the arena rather than on messages. For each family
+// (flat, cico, cma) on 4 ranks: a rank SIGKILLed in the middle of an all-reduce (a tripwire in
+// the part it reads itself) or before it joins a call of every kind must make every survivor
+// return loomRemoteError within 2 s, naming it with host and pid and the operation with its
+// sequence number, with nothing left in /dev/shm; a rank stopped by SIGSTOP must make them
+// return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; loomCommAbort
+// from another thread must end a call blocked in the arena; a rank killed while the arena is
+// being created must leave no segment. Run by meson's 'fault' suite.
+
+#include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "fault_util.h"
+#include "loom.h"
+#include "mp_fixture.h"
+#include "tripwire.h"
+#include "verify.h"
+
+namespace {
+
+using loomtest::NowSec;
+using loomtest::TripBuffer;
+
+constexpr int kRanks = 4;
+constexpr int kVictim = 3;
+constexpr double kDetectS = 2.0;
+constexpr int kTimeoutMs = 1500;
+
+enum class Family { kFlat, kCico, kCma };
+
+const char *FamilyName(Family f)
+{
+    return f == Family::kFlat ? "flat" : f == Family::kCico ? "cico" : "cma";
+}
+
+// Shared-memory transport, 64 KiB slots, the family forced for every collective that has it.
+loomtest::EnvList ShmEnv(Family f, int timeout_ms)
+{
+    loomtest::EnvList env = {{"LOOM_NET", "shm"},
+                             {"LOOM_TIMEOUT_MS", std::to_string(timeout_ms)},
+                             {"LOOM_SHM_COLL_BYTES", "65536"}};
+    env.push_back({"LOOM_ALGO", f == Family::kFlat   ? "allreduce:shm_flat"
+                                : f == Family::kCico ? "shm_cico"
+                                                     : "shm_cma"});
+    return env;
+}
+
+// Elements of the all-reduce: flat needs it to fit a 32 KiB half, the others get 16 rounds.
+size_t ReduceCount(Family f)
+{
+    return f == Family::kFlat ? 4096 : kRanks * 65536;
+}
+
+// Where the victim's own reads of its send buffer hit the tripwire: the copy-in (flat, cico)
+// reads all of it (cico: round 8 of 2048 floats per owner); single copy reads only its own
+// slice (floats [3/4 count, count)) itself, the others read theirs from it.
+size_t TripOffset(Family f)
+{
+    return f == Family::kFlat   ? 8192
+           : f == Family::kCico ? 4 * (65536 + 8 * 2048)
+                                : 4 * (3 * 65536 + 40000);
+}
+
+void CheckFailure(loomResult_t r, double s, const char *op)
+{
+    fprintf(stderr, "rank %d: %s returned %s after %.1f ms: %s\n", loomtest::CurrentRank(), op,
+            loomtest::Show(r).c_str(), s * 1e3, loomGetLastError(nullptr));
+    XT_CHECK_LOOM_RES(r, loomRemoteError);
+    XT_CHECK_MSG(s < kDetectS, "detection took " + std::to_string(s) + " s");
+    XT_CHECK_NAMES_RANK(kVictim, op);
+}
+
+// ---- SIGKILL in the middle of an all-reduce
+// ------------------------------------------------------
+
+void KillMidAllReduce(Family f, int rank, loomComm_t comm)
+{
+    XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+    const size_t count = ReduceCount(f);
+    TripBuffer send(count * 4);
+    loomtest::FillReduceInput(send.data(), loomFloat32, loomSum, rank, 7, 0, count);
+    const std::vector<unsigned char> before(send.data(), send.data() + count * 4);
+    std::vector<unsigned char> recv(count * 4);
+    if (rank == kVictim)
+        send.Arm(TripOffset(f), SIGKILL);
+    const double t0 = NowSec();
+    const loomResult_t r =
+        loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+    if (rank == kVictim)
+        loomtest::Fail(__FILE__, __LINE__, "the victim's call returned instead of dying");
+    CheckFailure(r, NowSec() - t0, "allreduce");
+    XT_CHECK_MSG(memcmp(before.data(), send.data(), before.size()) == 0, "send buffer written");
+    XT_CHECK_LOOM_RES(loomBarrier(comm, nullptr), loomInvalidUsage);
+}
+
+class ShmKillMid : public ::testing::TestWithParam<Family> {};
+
+TEST_P(ShmKillMid, SurvivorsFailFastNamingTheDeadRank)
+{
+    const Family f = GetParam();
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.env = ShmEnv(f, 20000);
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks, [f](int rank, int, loomComm_t comm) { KillMidAllReduce(f, rank, comm); }, opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmKillMid,
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         [](const ::testing::TestParamInfo<Family> &info) {
+                             return std::string(FamilyName(info.param));
+                         });
+
+// ---- SIGKILL of a rank that never joins ------------------------------------------------------
+
+enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AllToAll, Barrier };
+
+const char *OpName(Op op)
+{
+    static const char *const names[] = {"allreduce", "reducescatter", "reduce", "allgather",
+                                        "broadcast", "alltoall",      "barrier"};
+    return names[static_cast<int>(op)];
+}
+
+loomResult_t CallOp(Op op, Family f, loomComm_t comm)
+{
+    const size_t count = f == Family::kFlat ? 1024 : 300000; // per rank where it applies
+    static std::vector<float> send, recv;
+    send.assign(count * kRanks, 1.0f);
+    recv.assign(count * kRanks, 0.0f);
+    switch (op) {
+    case Op::AllReduce:
+        return loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+    case Op::ReduceScatter:
+        return loomReduceScatter(send.data(), recv.data(), count, loomFloat32, loomSum, comm,
+                                 nullptr);
+    case Op::Reduce:
+        return loomReduce(send.data(), recv.data(), count, loomFloat32, loomSum, 0, comm, nullptr);
+    case Op::AllGather:
+        return loomAllGather(send.data(), recv.data(), count, loomFloat32, comm, nullptr);
+    case Op::Broadcast: // the victim is the root
+        return loomBroadcast(send.data(), recv.data(), count, loomFloat32, kVictim, comm, nullptr);
+    case Op::AllToAll:
+        return loomAllToAll(send.data(), recv.data(), count, loomFloat32, comm, nullptr);
+    case Op::Barrier:
+        return loomBarrier(comm, nullptr);
+    }
+    return loomInternalError;
+}
+
+class ShmKillAbsent : public ::testing::TestWithParam<std::tuple<Family, Op>> {};
+
+TEST_P(ShmKillAbsent, SurvivorsFailFastNamingTheDeadRank)
+{
+    const Family f = std::get<0>(GetParam());
+    const Op op = std::get<1>(GetParam());
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.env = ShmEnv(f, 20000);
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks,
+        [f, op](int rank, int, loomComm_t comm) {
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            if (rank == kVictim) {
+                usleep(200 * 1000); // the others are blocked in the arena by now
+                raise(SIGKILL);
+            }
+            const double t0 = NowSec();
+            const loomResult_t r = CallOp(op, f, comm);
+            CheckFailure(r, NowSec() - t0, OpName(op));
+        },
+        opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shm, ShmKillAbsent,
+    ::testing::Combine(::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                       ::testing::Values(Op::AllReduce, Op::ReduceScatter, Op::Reduce,
+                                         Op::AllGather, Op::Broadcast, Op::AllToAll, Op::Barrier)),
+    [](const ::testing::TestParamInfo<std::tuple<Family, Op>> &info) {
+        return std::string(FamilyName(std::get<0>(info.param))) + "_" +
+               OpName(std::get<1>(info.param));
+    });
+
+// ---- SIGSTOP ---------------------------------------------------------------------------------
+
+class ShmStop : public ::testing::TestWithParam<Family> {};
+
+TEST_P(ShmStop, TimeoutNotEarlierThanTheTimeout)
+{
+    const Family f = GetParam();
+    loomtest::RunOptions opts;
+    opts.env = ShmEnv(f, kTimeoutMs);
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.kill_when_others_exit = {kVictim};
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks,
+        [f](int rank, int, loomComm_t comm) {
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            const size_t count = ReduceCount(f);
+            TripBuffer send(count * 4);
+            loomtest::FillReduceInput(send.data(), loomFloat32, loomSum, rank, 3, 0, count);
+            std::vector<unsigned char> recv(count * 4);
+            if (rank == kVictim)
+                send.Arm(TripOffset(f), SIGSTOP);
+            const double t0 = NowSec();
+            const loomResult_t r =
+                loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+            const double s = NowSec() - t0;
+            fprintf(stderr, "rank %d: returned %s after %.1f ms: %s\n", rank,
+                    loomtest::Show(r).c_str(), s * 1e3, loomGetLastError(nullptr));
+            XT_CHECK(rank != kVictim);
+            XT_CHECK_LOOM_RES(r, loomTimeout);
+            XT_CHECK_MSG(s >= kTimeoutMs / 1e3, "timed out early: " + std::to_string(s) + " s");
+            XT_CHECK_MSG(s < kTimeoutMs / 1e3 + 1.0, "timed out late: " + std::to_string(s));
+            XT_CHECK_NAMES_RANK(kVictim, "allreduce");
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmStop,
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         [](const ::testing::TestParamInfo<Family> &info) {
+                             return std::string(FamilyName(info.param));
+                         });
+
+// ---- loomCommAbort from another thread -------------------------------------------------------
+
+class ShmAbort : public ::testing::TestWithParam<Family> {};
+
+TEST_P(ShmAbort, FromAnotherThreadEndsABlockedCall)
+{
+    const Family f = GetParam();
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = ShmEnv(f, 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [f](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            const size_t count = f == Family::kFlat ? 1024 : 1 << 20;
+            std::vector<float> send(count, 1.0f), recv(count);
+            unsigned char go = 0;
+            if (rank == 1) { // joins only after rank 0 aborted
+                loomtest::ShareFromRank0(&go, 1);
+                const loomResult_t r = loomAllReduce(send.data(), recv.data(), count, loomFloat32,
+                                                     loomSum, comm, nullptr);
+                XT_CHECK_LOOM_RES(r, loomRemoteError);
+                const std::string msg = loomGetLastError(nullptr);
+                XT_CHECK_MSG(msg.find("aborted") != std::string::npos, msg);
+                XT_CHECK_NAMES_RANK(0, "allreduce");
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            std::atomic<double> t_abort{0};
+            std::thread aborter([&] {
+                usleep(300 * 1000);
+                t_abort = NowSec();
+                XT_CHECK_LOOM(loomCommAbort(comm));
+            });
+            const loomResult_t r =
+                loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+            const double t_end = NowSec();
+            aborter.join();
+            fprintf(stderr, "rank 0: returned %s %.1f ms after the abort: %s\n",
+                    loomtest::Show(r).c_str(), (t_end - t_abort) * 1e3, loomGetLastError(nullptr));
+            XT_CHECK_LOOM_RES(r, loomRemoteError);
+            XT_CHECK(t_end >= t_abort && t_end - t_abort < 1.0);
+            loomtest::ShareFromRank0(&go, 1);
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmAbort,
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         [](const ::testing::TestParamInfo<Family> &info) {
+                             return std::string(FamilyName(info.param));
+                         });
+
+// ---- SIGKILL while the arena is created ------------------------------------------------------
+
+// Kills this process as soon as the arena segment of the communicator appears in /dev/shm.
+void KillWhenArenaAppears(const std::string &prefix)
+{
+    const int fd = inotify_init1(IN_CLOEXEC);
+    XT_CHECK_MSG(fd >= 0, std::string("inotify_init1: ") + strerror(errno));
+    XT_CHECK_MSG(inotify_add_watch(fd, "/dev/shm", IN_CREATE) >= 0,
+                 std::string("inotify_add_watch /dev/shm: ") + strerror(errno));
+    std::thread([fd, prefix] {
+        alignas(inotify_event) char buf[4096];
+        for (;;) {
+            const ssize_t n = read(fd, buf, sizeof(buf));
+            for (ssize_t o = 0; o < n;) {
+                const auto *e = reinterpret_cast<const inotify_event *>(buf + o);
+                if (e->len > 0 && strncmp(e->name, prefix.c_str(), prefix.size()) == 0)
+                    raise(SIGKILL);
+                o += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+            }
+        }
+    }).detach();
+}
+
+class ShmCreationKill : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmCreationKill, LeavesNoSegment)
+{
+    const int victim = GetParam();
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "10000"}};
+    opts.expected_exit = {0, 0, 0};
+    opts.expected_exit[static_cast<size_t>(victim)] = 128 + SIGKILL;
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [victim](int rank, int n, loomComm_t) {
+            loomUniqueId id;
+            loomtest::ShareUniqueId(&id);
+            if (rank == victim)
+                KillWhenArenaAppears("loom-" + std::to_string(loomtest::RankPid(0)) + "-arena-");
+            loomComm_t comm = nullptr;
+            const double t0 = NowSec();
+            loomResult_t r = loomCommInitRank(&comm, n, id, rank);
+            if (rank == victim)
+                for (;;)
+                    pause(); // the watcher kills this process
+            if (r == loomSuccess)
+                r = loomBarrier(comm, nullptr);
+            const double s = NowSec() - t0;
+            fprintf(stderr, "rank %d: returned %s after %.1f ms: %s\n", rank,
+                    loomtest::Show(r).c_str(), s * 1e3, loomGetLastError(nullptr));
+            XT_CHECK_MSG(r == loomRemoteError || r == loomTimeout, loomtest::Show(r));
+            XT_CHECK_MSG(s < kDetectS, std::to_string(s) + " s");
+            if (comm != nullptr)
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+        },
+        opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmCreationKill, ::testing::Values(0, 2),
+                         [](const ::testing::TestParamInfo<int> &info) {
+                             return info.param == 0 ? std::string("leader") : std::string("other");
+                         });
+
+} // namespace
