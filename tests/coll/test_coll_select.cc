@@ -225,9 +225,9 @@ TEST(Select, DefaultsOnTcp)
         TraceOptions({{"LOOM_NET", "tcp"}})));
 }
 
-// LOOM_COST_SHM steers the model: with latency free and bandwidth dear, AllReduce takes the
-// fewest bytes (never recursive doubling at 1 MiB); with bandwidth free and latency dear, the
-// fewest steps (recursive doubling, even at 4 MiB).
+// LOOM_COST_SHM steers the model (without the shm arena, whose family would win): with latency free
+// and bandwidth dear, AllReduce takes the fewest bytes (never recursive doubling at 1 MiB); with
+// bandwidth free and latency dear, the fewest steps (recursive doubling, even at 4 MiB).
 void CheckSteered(int rank, int n, loomComm_t comm, const char *want, const char *not_want)
 {
     Sweep(rank, n, comm);
@@ -254,10 +254,11 @@ TEST(Select, CostConstantsSteerTheChoice)
 {
     XT_ASSERT_RUN(loomtest::RunRanks(
         4, [](int rank, int n, loomComm_t comm) { CheckSteered(rank, n, comm, nullptr, "rd"); },
-        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_COST_SHM", "0,10,0"}})));
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_COST_SHM", "0,10,0"}})));
     XT_ASSERT_RUN(loomtest::RunRanks(
         4, [](int rank, int n, loomComm_t comm) { CheckSteered(rank, n, comm, "rd", nullptr); },
-        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_COST_SHM", "100000,0,0"}})));
+        TraceOptions(
+            {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_COST_SHM", "100000,0,0"}})));
 }
 
 TEST(Select, UnknownAlgorithmIsReported)
