@@ -35,6 +35,12 @@
  * asks for the next header, which saves a syscall per small message. A frame
  * longer than the matched receive fails that receive with InvalidUsage and
  * breaks the stream (its payload cannot be skipped without a buffer).
+ * Read-ahead (opt-in, the tcp transport's): a readv that ends with the next
+ * header also asks for up to ra_cap more bytes into a buffer of the stream;
+ * they are consumed (copied) before the channel is read again. A small
+ * message then costs one readv instead of two, and a run of small ones one
+ * readv for several; a large payload gets at most ra_cap bytes copied once
+ * more. Only this bounded buffer ever holds frame bytes inside the engine.
  *
  * Lanes (striping). A stream may run over L byte channels. Lane 0 carries
  * every header. A payload of N <= P bytes (P = piece_bytes), or any payload
@@ -133,8 +139,24 @@ loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *con
     return loomSuccess;
 }
 
+loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes)
+{
+    uint8_t *ra = malloc(bytes);
+    if (ra == NULL) {
+        LOOM_WARN("%s: out of memory for a %zu-byte read-ahead from rank %d", s->tp_name, bytes,
+                  s->peer);
+        return loomSystemError;
+    }
+    free(s->ra);
+    s->ra = ra;
+    s->ra_cap = bytes;
+    s->ra_off = s->ra_len = 0;
+    return loomSuccess;
+}
+
 void loom_tp_stream_fini(loom_tp_stream_t *s)
 {
+    free(s->ra);
     loom_tp_stream_req_t *r = s->all;
     while (r != NULL) {
         loom_tp_stream_req_t *next = r->all_next;
@@ -486,23 +508,41 @@ static loomResult_t take_header(loom_tp_stream_t *s)
     return s->broken;
 }
 
+/* Copies the read-ahead's unconsumed bytes into iov, in order; returns how many. */
+static size_t ra_copy(loom_tp_stream_t *s, const struct iovec *iov, int n_iov)
+{
+    size_t n = 0;
+    for (int i = 0; i < n_iov && s->ra_off < s->ra_len; i++) {
+        const size_t have = s->ra_len - s->ra_off;
+        const size_t take = iov[i].iov_len < have ? iov[i].iov_len : have;
+        memcpy(iov[i].iov_base, s->ra + s->ra_off, take);
+        s->ra_off += take;
+        n += take;
+    }
+    return n;
+}
+
 /* Reads what lane l can take now: the shares of its matched receives, and on
  * lane 0 the next header (in the same readv as the payload before it, which
- * saves a syscall per small message). */
+ * saves a syscall per small message), then what follows it into the
+ * read-ahead, if the stream has one. Bytes already in the read-ahead are
+ * consumed first. A readv that returns less than it asked for drained the
+ * channel: no second one follows in this call (it would only find nothing). */
 static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
 {
     loom_tp_stream_lane_t *ln = &s->lanes[l];
+    int drained = 0;
     for (;;) {
         if (s->broken != loomSuccess)
             return s->broken;
         struct iovec iov[RECV_IOV];
-        int n_iov = 0;
+        int n_iov = 0, with_hdr = 0;
         size_t total = 0;
         int all_queued = 1; /* the iovecs reach the end of the last queued share */
         uint64_t pos = ln->rpos;
         for (loom_tp_stream_req_t *r = ln->rq_head; r != NULL; r = r->lane_next[l], pos = 0) {
-            if (n_iov == RECV_IOV - 1 ||
-                lane_iov(s, r, l, pos, iov, RECV_IOV - 1, &n_iov, &total) < lane_total(s, r, l)) {
+            if (n_iov == RECV_IOV - 2 ||
+                lane_iov(s, r, l, pos, iov, RECV_IOV - 2, &n_iov, &total) < lane_total(s, r, l)) {
                 all_queued = 0;
                 break;
             }
@@ -510,21 +550,41 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         if (l == 0 && all_queued && !s->parked &&
             (n_iov > 0 || s->posted_head != NULL || s->rhdr_have > 0)) {
             iov[n_iov].iov_base = s->rhdr + s->rhdr_have;
-            iov[n_iov++].iov_len = LOOM_TP_STREAM_HDR_BYTES - s->rhdr_have;
+            iov[n_iov].iov_len = LOOM_TP_STREAM_HDR_BYTES - s->rhdr_have;
+            total += iov[n_iov++].iov_len;
+            with_hdr = 1;
         }
         if (n_iov == 0)
             return loomSuccess;
         size_t n = 0;
-        int gone = -1;
-        loomResult_t res = s->io->readv(ln->chan, iov, n_iov, &n, &gone);
-        if (res == loomRemoteError && gone >= 0)
-            warn_gone(s, l, 0, gone);
-        if (res != loomSuccess) {
-            stream_break(s, res);
-            return res;
+        if (l == 0 && s->ra_off < s->ra_len) {
+            n = ra_copy(s, iov, n_iov);
+        } else {
+            if (drained)
+                return loomSuccess;
+            size_t asked = total;
+            if (with_hdr && s->ra != NULL) {
+                iov[n_iov].iov_base = s->ra;
+                iov[n_iov++].iov_len = s->ra_cap;
+                asked += s->ra_cap;
+            }
+            int gone = -1;
+            loomResult_t res = s->io->readv(ln->chan, iov, n_iov, &n, &gone);
+            if (res == loomRemoteError && gone >= 0)
+                warn_gone(s, l, 0, gone);
+            if (res != loomSuccess) {
+                stream_break(s, res);
+                return res;
+            }
+            if (n == 0)
+                return loomSuccess;
+            drained = n < asked;
+            if (n > total) { /* the rest went to the read-ahead */
+                s->ra_off = 0;
+                s->ra_len = n - total;
+                n = total;
+            }
         }
-        if (n == 0)
-            return loomSuccess;
         size_t moved = n;
         while (moved > 0 && ln->rq_head != NULL) {
             loom_tp_stream_req_t *r = ln->rq_head;
@@ -593,6 +653,11 @@ int loom_tp_stream_lane_wants_read(const loom_tp_stream_t *s, int lane)
     if (s->lanes[lane].rq_head != NULL)
         return 1;
     return lane == 0 && !s->parked && (s->posted_head != NULL || s->rhdr_have > 0);
+}
+
+int loom_tp_stream_buffered(const loom_tp_stream_t *s)
+{
+    return s->ra_off < s->ra_len && loom_tp_stream_lane_wants_read(s, 0);
 }
 
 int loom_tp_stream_wants_write(const loom_tp_stream_t *s)

@@ -100,6 +100,11 @@ struct loom_tp_stream {
     uint32_t park_tag;
     uint64_t park_bytes;
 
+    uint8_t *ra;   /* read-ahead of lane 0 (NULL: none): bytes read past a header */
+    size_t ra_cap; /* its size in bytes */
+    size_t ra_off; /* bytes of it consumed */
+    size_t ra_len; /* bytes of it filled */
+
     loom_tp_stream_req_t *free_list;
     loom_tp_stream_req_t *all;
     int n_pending;             /* requests queued, posted or in progress */
@@ -116,6 +121,10 @@ void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, voi
  * [1, LOOM_TP_STREAM_MAX_LANES] or piece_bytes is 0 with nlanes > 1. */
 loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *const *chans,
                                       size_t piece_bytes);
+/* Lets lane 0 read up to `bytes` past a frame header into a buffer of the
+ * stream, so that a small message arrives with one readv. SystemError when
+ * out of memory. */
+loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes);
 /* Frees every request, pending or not; the stream's requests are invalid after. */
 void loom_tp_stream_fini(loom_tp_stream_t *s);
 
@@ -141,5 +150,7 @@ int loom_tp_stream_wants_write(const loom_tp_stream_t *s);
 int loom_tp_stream_wants_read(const loom_tp_stream_t *s);
 int loom_tp_stream_lane_wants_write(const loom_tp_stream_t *s, int lane);
 int loom_tp_stream_lane_wants_read(const loom_tp_stream_t *s, int lane);
+/* 1 if bytes the stream wants are already in its read-ahead: a wait must not block. */
+int loom_tp_stream_buffered(const loom_tp_stream_t *s);
 
 #endif

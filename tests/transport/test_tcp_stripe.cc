@@ -8,7 +8,8 @@
 // wire, by hand: an extra socket with a wrong secret or a duplicate hello is refused while
 // the connection still completes, and a striped message laid out by hand arrives intact (the
 // layout is protocol). Through the public API: a rank killed in the middle of a striped send
-// fails its peer with loomRemoteError naming it, within the bound of docs/reliability.md.
+// fails its peer with loomRemoteError naming it, within the bound of docs/reliability.md. Also
+// the receive side's read-ahead: a frame it holds must wake a wait.
 // Ranks come from tests/harness; the parent makes the socket pairs the ranks gather listen
 // handles over before it forks. Run by meson's 'transport' suite.
 
@@ -491,6 +492,40 @@ TEST(TcpStripe, StripedFrameParksUntilItsReceiveIsPosted)
             CloseAll(r);
         },
         Opts()));
+}
+
+// Two small frames arrive in one read: the second waits in the receive connection's
+// read-ahead, with no receive for its tag. Once one is posted, wait() must not sleep on a
+// socket that has nothing more to say (it would sleep the full minute, past the watchdog).
+TEST(TcpStripe, WaitReturnsWhenTheReadAheadHoldsTheFrame)
+{
+    const Mesh mesh(2);
+    const std::vector<uint8_t> secret = Secret();
+    XT_ASSERT_RUN(RunRanks(
+        2,
+        [&](int rank, int n, loomComm_t) {
+            Rank r;
+            Init(r, rank, n, mesh, secret.data());
+            ConnectAll(r);
+            uint64_t a = 0xa11ce, b = 0xb0b;
+            if (rank == 0) {
+                std::vector<Op> ops = {Send(r, 1, &a, sizeof(a), 1), Send(r, 1, &b, sizeof(b), 2)};
+                XT_CHECK_LOOM(WaitAll(r.ctx, ops));
+                Barrier(r);
+            } else {
+                Barrier(r); // both frames are in rank 1's socket
+                uint64_t got_a = 0, got_b = 0;
+                std::vector<Op> first = {Recv(r, 0, &got_a, sizeof(got_a), 1)};
+                XT_CHECK_LOOM(WaitAll(r.ctx, first));
+                std::vector<Op> second = {Recv(r, 0, &got_b, sizeof(got_b), 2)};
+                XT_CHECK_LOOM(loom_tp_tcp.wait(r.ctx, 60 * 1000 * 1000));
+                XT_CHECK_LOOM(WaitAll(r.ctx, second));
+                XT_CHECK(got_a == a && got_b == b);
+            }
+            Barrier(r);
+            CloseAll(r);
+        },
+        Opts(20)));
 }
 
 // Rank 1 dies with a 16 MiB striped message half sent (64 KiB socket buffers cannot hold it):
