@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * stream.c - tagged message framing over an ordered byte stream, shared by
- * the tcp transport (a socket per direction) and the shm transport (a ring
- * per direction). Sends leave in queue order, receives match by tag.
+ * the tcp transport (one or more sockets per direction) and the shm transport
+ * (a ring per direction). Sends leave in queue order, receives match by tag;
+ * over several lanes, large payloads are striped in fixed-size pieces.
  * It does no I/O of its own (the transport's readv/writev callbacks do) and
  * never blocks or sleeps; waiting is the transport's wait(). Callers:
  * tcp/tcp.c and shm/shm.c, one stream per connection.
@@ -34,11 +35,35 @@
  * asks for the next header, which saves a syscall per small message. A frame
  * longer than the matched receive fails that receive with InvalidUsage and
  * breaks the stream (its payload cannot be skipped without a buffer).
+ * Read-ahead (opt-in, the tcp transport's): a readv that ends with the next
+ * header also asks for up to ra_cap more bytes into a buffer of the stream;
+ * they are consumed (copied) before the channel is read again. A small
+ * message then costs one readv instead of two, and a run of small ones one
+ * readv for several; a large payload gets at most ra_cap bytes copied once
+ * more. Only this bounded buffer ever holds frame bytes inside the engine.
  *
- * Failure: a dead peer, a bad magic or a too-long frame breaks the stream:
- * every pending request fails, later ones fail at once. One WARN names it. */
+ * Lanes (striping). A stream may run over L byte channels. Lane 0 carries
+ * every header. A payload of N <= P bytes (P = piece_bytes), or any payload
+ * when L = 1, follows its header on lane 0 as above. A longer one is cut into
+ * ceil(N / P) pieces of P bytes (the last one shorter); piece i travels on
+ * lane i mod L, so lane 0 carries piece 0 right after the header. No piece
+ * has a header of its own: both ends compute the layout from N, P and L,
+ * which the transport agreed on at connection time. Each lane carries its
+ * pieces message after message in frame order, so a lane's bytes always
+ * belong to the oldest matched receive that still has bytes on it: each lane
+ * keeps a FIFO of such receives (and the send side a FIFO of sends), and a
+ * request completes when its last lane is through with it. A lane's unread
+ * bytes of a frame that is not matched yet stay in its channel (in the
+ * kernel for tcp), which is the same back-pressure as a parked frame.
+ * Bytes on the wire: 16 + N per message whatever L is; a message costs one
+ * writev and one readv per lane it touches (small ones: lane 0 only).
+ *
+ * Failure: a dead peer on any lane, a bad magic or a too-long frame breaks
+ * the stream: every pending request fails, later ones fail at once. One WARN
+ * names it. */
 
 #define SEND_IOV 64
+#define RECV_IOV 64
 
 enum { REQ_FREE, REQ_PENDING, REQ_DONE, REQ_FAILED };
 
@@ -89,16 +114,49 @@ void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, voi
 {
     memset(s, 0, sizeof(*s));
     s->io = io;
-    s->chan = chan;
     s->tp_name = tp_name;
     s->rank = rank;
     s->peer = peer;
     s->broken = loomSuccess;
     s->quiet = quiet;
+    s->nlanes = 1;
+    s->lanes[0].chan = chan;
+}
+
+loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *const *chans,
+                                      size_t piece_bytes)
+{
+    if (nlanes < 1 || nlanes > LOOM_TP_STREAM_MAX_LANES || (nlanes > 1 && piece_bytes == 0)) {
+        LOOM_WARN("%s: rank %d: %d lanes with %zu-byte pieces to rank %d (1 to %d lanes, pieces "
+                  "of at least 1 byte)",
+                  s->tp_name, s->rank, nlanes, piece_bytes, s->peer, LOOM_TP_STREAM_MAX_LANES);
+        return loomInvalidArgument;
+    }
+    s->nlanes = nlanes;
+    s->piece_bytes = piece_bytes;
+    for (int l = 0; l < nlanes; l++)
+        s->lanes[l].chan = chans[l];
+    return loomSuccess;
+}
+
+loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes)
+{
+    uint8_t *ra = malloc(bytes);
+    if (ra == NULL) {
+        LOOM_WARN("%s: out of memory for a %zu-byte read-ahead from rank %d", s->tp_name, bytes,
+                  s->peer);
+        return loomSystemError;
+    }
+    free(s->ra);
+    s->ra = ra;
+    s->ra_cap = bytes;
+    s->ra_off = s->ra_len = 0;
+    return loomSuccess;
 }
 
 void loom_tp_stream_fini(loom_tp_stream_t *s)
 {
+    free(s->ra);
     loom_tp_stream_req_t *r = s->all;
     while (r != NULL) {
         loom_tp_stream_req_t *next = r->all_next;
@@ -107,6 +165,57 @@ void loom_tp_stream_fini(loom_tp_stream_t *s)
     }
     memset(s, 0, sizeof(*s));
 }
+
+// ---- striping layout ----------------------------------------------------------
+
+static int striped(const loom_tp_stream_t *s, uint64_t n)
+{
+    return s->nlanes > 1 && n > s->piece_bytes;
+}
+
+/* Payload bytes of an n-byte message that travel on lane l. */
+static uint64_t lane_payload(const loom_tp_stream_t *s, uint64_t n, int l)
+{
+    if (!striped(s, n))
+        return l == 0 ? n : 0;
+    const uint64_t p = s->piece_bytes, nl = (uint64_t)s->nlanes, lane = (uint64_t)l;
+    const uint64_t pieces = (n + p - 1) / p;
+    if (lane >= pieces)
+        return 0;
+    uint64_t bytes = ((pieces - 1 - lane) / nl + 1) * p;
+    if ((pieces - 1) % nl == lane)
+        bytes -= pieces * p - n; /* this lane has the short last piece */
+    return bytes;
+}
+
+/* Where byte `off` of lane l's share of an n-byte message lies in the
+ * message (*msg_off_p), and how many bytes from there are contiguous on the
+ * lane (*run_p: to the end of the piece). */
+static void lane_run(const loom_tp_stream_t *s, uint64_t n, int l, uint64_t off,
+                     uint64_t *msg_off_p, uint64_t *run_p)
+{
+    if (!striped(s, n)) {
+        *msg_off_p = off;
+        *run_p = n - off;
+        return;
+    }
+    const uint64_t p = s->piece_bytes;
+    const uint64_t piece = (uint64_t)l + (off / p) * (uint64_t)s->nlanes;
+    const uint64_t start = piece * p + off % p;
+    const uint64_t end = piece * p + p < n ? piece * p + p : n;
+    *msg_off_p = start;
+    *run_p = end - start;
+}
+
+/* Bytes of request r on lane l: its payload share, plus the header on lane 0 for sends. */
+static uint64_t lane_total(const loom_tp_stream_t *s, const loom_tp_stream_req_t *r, int l)
+{
+    if (r->is_send)
+        return (l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0) + lane_payload(s, r->len, l);
+    return lane_payload(s, r->msg_bytes, l);
+}
+
+// ---- requests -------------------------------------------------------------------
 
 static loomResult_t req_get(loom_tp_stream_t *s, loom_tp_stream_req_t **req_p)
 {
@@ -127,6 +236,7 @@ static loomResult_t req_get(loom_tp_stream_t *s, loom_tp_stream_req_t **req_p)
     r->next = NULL;
     r->done = 0;
     r->msg_bytes = 0;
+    r->lanes_left = 0;
     r->state = REQ_PENDING;
     r->res = loomSuccess;
     s->n_pending++;
@@ -151,44 +261,73 @@ static void req_finish(loom_tp_stream_req_t *r, int state, loomResult_t res)
     r->s->n_pending--;
 }
 
+/* Appends r to lane l's send (is_send) or receive queue and counts the lane. */
+static void lane_enqueue(loom_tp_stream_t *s, loom_tp_stream_req_t *r, int l)
+{
+    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    loom_tp_stream_req_t **head = r->is_send ? &ln->sq_head : &ln->rq_head;
+    loom_tp_stream_req_t **tail = r->is_send ? &ln->sq_tail : &ln->rq_tail;
+    r->lane_next[l] = NULL;
+    if (*tail != NULL)
+        (*tail)->lane_next[l] = r;
+    else
+        *head = r;
+    *tail = r;
+    r->lanes_left++;
+}
+
+/* Lane l is through with the head of its queue: pops it; the last lane completes it. */
+static void lane_pop(loom_tp_stream_t *s, int l, int sending)
+{
+    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    loom_tp_stream_req_t **head = sending ? &ln->sq_head : &ln->rq_head;
+    loom_tp_stream_req_t **tail = sending ? &ln->sq_tail : &ln->rq_tail;
+    loom_tp_stream_req_t *r = *head;
+    *head = r->lane_next[l];
+    if (*head == NULL)
+        *tail = NULL;
+    if (sending)
+        ln->spos = 0;
+    else
+        ln->rpos = 0;
+    if (--r->lanes_left == 0)
+        req_finish(r, REQ_DONE, loomSuccess);
+}
+
 /* Fails every pending request; after this the stream only reports res. */
 static void stream_break(loom_tp_stream_t *s, loomResult_t res)
 {
     if (s->broken == loomSuccess)
         s->broken = res;
-    loom_tp_stream_req_t *lists[2] = {s->sq_head, s->posted_head};
-    for (int i = 0; i < 2; i++) {
-        loom_tp_stream_req_t *r = lists[i];
-        while (r != NULL) {
-            loom_tp_stream_req_t *next = r->next;
+    for (loom_tp_stream_req_t *r = s->all; r != NULL; r = r->all_next)
+        if (r->state == REQ_PENDING)
             req_finish(r, REQ_FAILED, s->broken);
-            r = next;
-        }
+    for (int l = 0; l < s->nlanes; l++) {
+        loom_tp_stream_lane_t *ln = &s->lanes[l];
+        ln->sq_head = ln->sq_tail = ln->rq_head = ln->rq_tail = NULL;
+        ln->spos = ln->rpos = 0;
     }
-    if (s->cur != NULL)
-        req_finish(s->cur, REQ_FAILED, s->broken);
-    s->sq_head = s->sq_tail = NULL;
     s->posted_head = s->posted_tail = NULL;
-    s->cur = NULL;
 }
 
 /* Names the lost peer once. While the layer above tears down (its quiet flag
  * set) peers leaving is expected: INFO then, so that a clean destroy or a
  * failure already reported does not add alarming lines. */
-static void warn_gone(loom_tp_stream_t *s, int sending, int gone_errno)
+static void warn_gone(loom_tp_stream_t *s, int lane, int sending, int gone_errno)
 {
-    char what[160];
+    char what[200], where[48] = "";
+    const loom_tp_stream_lane_t *ln = &s->lanes[lane];
+    if (s->nlanes > 1)
+        snprintf(where, sizeof(where), "lane %d of %d, ", lane, s->nlanes);
     if (sending) {
-        const loom_tp_stream_req_t *h = s->sq_head;
-        snprintf(what, sizeof(what), "%d sends pending, %zu of %zu bytes of the oldest written",
-                 s->n_pending,
-                 h ? (h->done > LOOM_TP_STREAM_HDR_BYTES ? h->done - LOOM_TP_STREAM_HDR_BYTES : 0)
-                   : 0,
-                 h ? h->len : 0);
+        const loom_tp_stream_req_t *h = ln->sq_head;
+        snprintf(what, sizeof(what), "%s%d sends pending, %zu of %zu bytes of the oldest written",
+                 where, s->n_pending, h ? h->done : 0, h ? h->len : 0);
     } else {
+        const loom_tp_stream_req_t *h = ln->rq_head;
         snprintf(what, sizeof(what),
-                 "%d receives pending, %zu of %llu bytes of the current message read", s->n_pending,
-                 s->cur ? s->cur->done : 0, s->cur ? (unsigned long long)s->cur->msg_bytes : 0ull);
+                 "%s%d receives pending, %zu of %llu bytes of the current message read", where,
+                 s->n_pending, h ? h->done : 0, h ? (unsigned long long)h->msg_bytes : 0ull);
     }
     const char *dir = sending ? "to" : "from";
     const char *why = gone_errno ? strerror(gone_errno) : "closed by the peer";
@@ -213,16 +352,15 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
     r->len = len;
     r->tag = tag;
     loom_tp_frame_header_encode(tag, (uint64_t)len, r->hdr);
-    if (s->sq_tail != NULL)
-        s->sq_tail->next = r;
-    else
-        s->sq_head = r;
-    s->sq_tail = r;
+    for (int l = 0; l < s->nlanes; l++)
+        if (lane_total(s, r, l) > 0)
+            lane_enqueue(s, r, l);
     *req_p = r;
     return loomSuccess;
 }
 
-/* Gives a parked frame to the first posted receive of its tag, if any. */
+/* Gives a parked frame to the first posted receive of its tag, if any; the
+ * lanes that carry its payload queue it. */
 static void match_parked(loom_tp_stream_t *s)
 {
     loom_tp_stream_req_t *prev = NULL, *r = s->posted_head;
@@ -252,10 +390,13 @@ static void match_parked(loom_tp_stream_t *s)
         stream_break(s, loomRemoteError);
         return;
     }
-    if (s->park_bytes == 0)
+    if (s->park_bytes == 0) {
         req_finish(r, REQ_DONE, loomSuccess);
-    else
-        s->cur = r;
+        return;
+    }
+    for (int l = 0; l < s->nlanes; l++)
+        if (lane_payload(s, r->msg_bytes, l) > 0)
+            lane_enqueue(s, r, l);
 }
 
 loomResult_t loom_tp_stream_irecv(loom_tp_stream_t *s, void *buf, size_t len, uint32_t tag,
@@ -280,49 +421,68 @@ loomResult_t loom_tp_stream_irecv(loom_tp_stream_t *s, void *buf, size_t len, ui
     return loomSuccess;
 }
 
-static loomResult_t progress_send(loom_tp_stream_t *s)
+// ---- moving bytes ---------------------------------------------------------------
+
+/* Adds the iovecs of lane l's share of r from byte pos (of the lane's total,
+ * header first on a send's lane 0) until the share ends or iov is full.
+ * Returns the position reached. */
+static uint64_t lane_iov(const loom_tp_stream_t *s, loom_tp_stream_req_t *r, int l, uint64_t pos,
+                         struct iovec *iov, int max_iov, int *n_iov_p, size_t *total_p)
 {
-    while (s->sq_head != NULL) {
+    const uint64_t hdr = r->is_send && l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0;
+    const uint64_t n = r->is_send ? r->len : r->msg_bytes;
+    const uint64_t end = hdr + lane_payload(s, n, l);
+    if (pos < hdr && *n_iov_p < max_iov) {
+        iov[*n_iov_p].iov_base = r->hdr + pos;
+        iov[*n_iov_p].iov_len = (size_t)(hdr - pos);
+        *total_p += iov[(*n_iov_p)++].iov_len;
+        pos = hdr;
+    }
+    while (pos < end && *n_iov_p < max_iov) {
+        uint64_t msg_off, run;
+        lane_run(s, n, l, pos - hdr, &msg_off, &run);
+        iov[*n_iov_p].iov_base = r->buf + msg_off;
+        iov[*n_iov_p].iov_len = (size_t)run;
+        *total_p += iov[(*n_iov_p)++].iov_len;
+        pos += run;
+    }
+    return pos;
+}
+
+static loomResult_t send_lane(loom_tp_stream_t *s, int l)
+{
+    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    while (ln->sq_head != NULL) {
         struct iovec iov[SEND_IOV];
         int n_iov = 0;
         size_t total = 0;
-        for (loom_tp_stream_req_t *r = s->sq_head; r != NULL && n_iov + 2 <= SEND_IOV;
-             r = r->next) {
-            if (r->done < LOOM_TP_STREAM_HDR_BYTES) {
-                iov[n_iov].iov_base = r->hdr + r->done;
-                iov[n_iov].iov_len = LOOM_TP_STREAM_HDR_BYTES - r->done;
-                total += iov[n_iov++].iov_len;
-            }
-            size_t off =
-                r->done > LOOM_TP_STREAM_HDR_BYTES ? r->done - LOOM_TP_STREAM_HDR_BYTES : 0;
-            if (r->len > off) {
-                iov[n_iov].iov_base = r->buf + off;
-                iov[n_iov].iov_len = r->len - off;
-                total += iov[n_iov++].iov_len;
-            }
-        }
+        uint64_t pos = ln->spos;
+        for (loom_tp_stream_req_t *r = ln->sq_head; r != NULL && n_iov < SEND_IOV;
+             r = r->lane_next[l], pos = 0)
+            if (lane_iov(s, r, l, pos, iov, SEND_IOV, &n_iov, &total) < lane_total(s, r, l))
+                break;
         size_t n = 0;
         int gone = -1;
-        loomResult_t res = s->io->writev(s->chan, iov, n_iov, &n, &gone);
+        loomResult_t res = s->io->writev(ln->chan, iov, n_iov, &n, &gone);
         if (res == loomRemoteError && gone >= 0)
-            warn_gone(s, 1, gone);
+            warn_gone(s, l, 1, gone);
         if (res != loomSuccess) {
             stream_break(s, res);
             return res;
         }
         size_t moved = n;
-        while (moved > 0 && s->sq_head != NULL) {
-            loom_tp_stream_req_t *r = s->sq_head;
-            size_t left = LOOM_TP_STREAM_HDR_BYTES + r->len - r->done;
-            size_t take = moved < left ? moved : left;
-            r->done += take;
-            moved -= take;
-            if (take == left) {
-                s->sq_head = r->next;
-                if (s->sq_head == NULL)
-                    s->sq_tail = NULL;
-                req_finish(r, REQ_DONE, loomSuccess);
-            }
+        while (moved > 0) {
+            loom_tp_stream_req_t *r = ln->sq_head;
+            const uint64_t hdr = l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0;
+            const uint64_t left = lane_total(s, r, l) - ln->spos;
+            const uint64_t take = moved < left ? moved : left;
+            const uint64_t before = ln->spos > hdr ? ln->spos : hdr;
+            ln->spos += take;
+            if (ln->spos > before)
+                r->done += (size_t)(ln->spos - before);
+            moved -= (size_t)take;
+            if (take == left)
+                lane_pop(s, l, 1);
         }
         if (n < total)
             break;
@@ -348,61 +508,118 @@ static loomResult_t take_header(loom_tp_stream_t *s)
     return s->broken;
 }
 
-static loomResult_t progress_recv(loom_tp_stream_t *s)
+/* Copies the read-ahead's unconsumed bytes into iov, in order; returns how many. */
+static size_t ra_copy(loom_tp_stream_t *s, const struct iovec *iov, int n_iov)
 {
+    size_t n = 0;
+    for (int i = 0; i < n_iov && s->ra_off < s->ra_len; i++) {
+        const size_t have = s->ra_len - s->ra_off;
+        const size_t take = iov[i].iov_len < have ? iov[i].iov_len : have;
+        memcpy(iov[i].iov_base, s->ra + s->ra_off, take);
+        s->ra_off += take;
+        n += take;
+    }
+    return n;
+}
+
+/* Reads what lane l can take now: the shares of its matched receives, and on
+ * lane 0 the next header (in the same readv as the payload before it, which
+ * saves a syscall per small message), then what follows it into the
+ * read-ahead, if the stream has one. Bytes already in the read-ahead are
+ * consumed first. A readv that returns less than it asked for drained the
+ * channel: no second one follows in this call (it would only find nothing). */
+static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
+{
+    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    int drained = 0;
     for (;;) {
         if (s->broken != loomSuccess)
             return s->broken;
-        struct iovec iov[2];
-        int n_iov = 0;
-        size_t want_payload = 0;
-        if (s->cur != NULL) {
-            want_payload = (size_t)(s->cur->msg_bytes - s->cur->done);
-            iov[n_iov].iov_base = s->cur->buf + s->cur->done;
-            iov[n_iov++].iov_len = want_payload;
-            iov[n_iov].iov_base = s->rhdr;
-            iov[n_iov++].iov_len = LOOM_TP_STREAM_HDR_BYTES;
-        } else if (s->parked) {
-            return loomSuccess;
-        } else if (s->posted_head != NULL || s->rhdr_have > 0) {
-            iov[n_iov].iov_base = s->rhdr + s->rhdr_have;
-            iov[n_iov++].iov_len = LOOM_TP_STREAM_HDR_BYTES - s->rhdr_have;
-        } else {
-            return loomSuccess;
-        }
-        size_t n = 0;
-        int gone = -1;
-        loomResult_t res = s->io->readv(s->chan, iov, n_iov, &n, &gone);
-        if (res == loomRemoteError && gone >= 0)
-            warn_gone(s, 0, gone);
-        if (res != loomSuccess) {
-            stream_break(s, res);
-            return res;
-        }
-        if (n == 0)
-            return loomSuccess;
-        if (s->cur != NULL) {
-            size_t take = n < want_payload ? n : want_payload;
-            s->cur->done += take;
-            s->rhdr_have = n - take;
-            if (s->cur->done == s->cur->msg_bytes) {
-                req_finish(s->cur, REQ_DONE, loomSuccess);
-                s->cur = NULL;
+        struct iovec iov[RECV_IOV];
+        int n_iov = 0, with_hdr = 0;
+        size_t total = 0;
+        int all_queued = 1; /* the iovecs reach the end of the last queued share */
+        uint64_t pos = ln->rpos;
+        for (loom_tp_stream_req_t *r = ln->rq_head; r != NULL; r = r->lane_next[l], pos = 0) {
+            if (n_iov == RECV_IOV - 2 ||
+                lane_iov(s, r, l, pos, iov, RECV_IOV - 2, &n_iov, &total) < lane_total(s, r, l)) {
+                all_queued = 0;
+                break;
             }
-        } else {
-            s->rhdr_have += n;
         }
-        if (s->rhdr_have == LOOM_TP_STREAM_HDR_BYTES)
-            LOOM_CHECK(take_header(s));
+        if (l == 0 && all_queued && !s->parked &&
+            (n_iov > 0 || s->posted_head != NULL || s->rhdr_have > 0)) {
+            iov[n_iov].iov_base = s->rhdr + s->rhdr_have;
+            iov[n_iov].iov_len = LOOM_TP_STREAM_HDR_BYTES - s->rhdr_have;
+            total += iov[n_iov++].iov_len;
+            with_hdr = 1;
+        }
+        if (n_iov == 0)
+            return loomSuccess;
+        size_t n = 0;
+        if (l == 0 && s->ra_off < s->ra_len) {
+            n = ra_copy(s, iov, n_iov);
+        } else {
+            if (drained)
+                return loomSuccess;
+            size_t asked = total;
+            if (with_hdr && s->ra != NULL) {
+                iov[n_iov].iov_base = s->ra;
+                iov[n_iov++].iov_len = s->ra_cap;
+                asked += s->ra_cap;
+            }
+            int gone = -1;
+            loomResult_t res = s->io->readv(ln->chan, iov, n_iov, &n, &gone);
+            if (res == loomRemoteError && gone >= 0)
+                warn_gone(s, l, 0, gone);
+            if (res != loomSuccess) {
+                stream_break(s, res);
+                return res;
+            }
+            if (n == 0)
+                return loomSuccess;
+            drained = n < asked;
+            if (n > total) { /* the rest went to the read-ahead */
+                s->ra_off = 0;
+                s->ra_len = n - total;
+                n = total;
+            }
+        }
+        size_t moved = n;
+        while (moved > 0 && ln->rq_head != NULL) {
+            loom_tp_stream_req_t *r = ln->rq_head;
+            const uint64_t left = lane_total(s, r, l) - ln->rpos;
+            const uint64_t take = moved < left ? moved : left;
+            ln->rpos += take;
+            r->done += (size_t)take;
+            moved -= (size_t)take;
+            if (take == left)
+                lane_pop(s, l, 0);
+        }
+        if (moved > 0) { /* lane 0 only: the header iovec took the rest */
+            s->rhdr_have += moved;
+            if (s->rhdr_have == LOOM_TP_STREAM_HDR_BYTES)
+                LOOM_CHECK(take_header(s));
+        }
     }
+}
+
+loomResult_t loom_tp_stream_push(loom_tp_stream_t *s)
+{
+    if (s->broken != loomSuccess)
+        return s->broken;
+    for (int l = 0; l < s->nlanes; l++)
+        LOOM_CHECK(send_lane(s, l));
+    return loomSuccess;
 }
 
 loomResult_t loom_tp_stream_progress(loom_tp_stream_t *s)
 {
-    if (s->broken != loomSuccess)
-        return s->broken;
-    LOOM_CHECK(progress_send(s));
-    return progress_recv(s);
+    LOOM_CHECK(loom_tp_stream_push(s));
+    /* Lane 0 first: the headers it reads give the other lanes their work. */
+    for (int l = 0; l < s->nlanes; l++)
+        LOOM_CHECK(recv_lane(s, l));
+    return loomSuccess;
 }
 
 loomResult_t loom_tp_stream_test(loom_tp_stream_req_t *req, int *done_p, size_t *nbytes_p)
@@ -424,16 +641,37 @@ loomResult_t loom_tp_stream_test(loom_tp_stream_req_t *req, int *done_p, size_t 
     return loomSuccess;
 }
 
+int loom_tp_stream_lane_wants_write(const loom_tp_stream_t *s, int lane)
+{
+    return s->broken == loomSuccess && s->lanes[lane].sq_head != NULL;
+}
+
+int loom_tp_stream_lane_wants_read(const loom_tp_stream_t *s, int lane)
+{
+    if (s->broken != loomSuccess)
+        return 0;
+    if (s->lanes[lane].rq_head != NULL)
+        return 1;
+    return lane == 0 && !s->parked && (s->posted_head != NULL || s->rhdr_have > 0);
+}
+
+int loom_tp_stream_buffered(const loom_tp_stream_t *s)
+{
+    return s->ra_off < s->ra_len && loom_tp_stream_lane_wants_read(s, 0);
+}
+
 int loom_tp_stream_wants_write(const loom_tp_stream_t *s)
 {
-    return s->broken == loomSuccess && s->sq_head != NULL;
+    for (int l = 0; l < s->nlanes; l++)
+        if (loom_tp_stream_lane_wants_write(s, l))
+            return 1;
+    return 0;
 }
 
 int loom_tp_stream_wants_read(const loom_tp_stream_t *s)
 {
-    if (s->broken != loomSuccess)
-        return 0;
-    if (s->cur != NULL)
-        return 1;
-    return !s->parked && (s->posted_head != NULL || s->rhdr_have > 0);
+    for (int l = 0; l < s->nlanes; l++)
+        if (loom_tp_stream_lane_wants_read(s, l))
+            return 1;
+    return 0;
 }
