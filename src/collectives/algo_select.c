@@ -72,12 +72,12 @@ static const loom_algo_t algos[] = {
      loom_cost_reduce_scatter_direct},
     {LOOM_COLL_REDUCE_SCATTER, "rhd", loom_reduce_scatter_rhd, loom_cost_reduce_scatter_rhd},
     {LOOM_COLL_REDUCE_SCATTER, "ring", loom_reduce_scatter_ring, loom_cost_reduce_scatter_ring},
-    {LOOM_COLL_BCAST, "binomial", loom_bcast_binomial, loom_cost_bcast_binomial},
     {LOOM_COLL_BCAST, "direct", loom_bcast_direct, loom_cost_bcast_direct},
+    {LOOM_COLL_BCAST, "binomial", loom_bcast_binomial, loom_cost_bcast_binomial},
     {LOOM_COLL_BCAST, "scatter_allgather", loom_bcast_scatter_allgather,
      loom_cost_bcast_scatter_allgather},
-    {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial},
     {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, loom_cost_reduce_direct},
+    {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial},
     {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, loom_cost_alltoall_pairwise},
     {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck},
     {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_only},
@@ -160,11 +160,13 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
     return best;
 }
 
-/* Whether name is some algorithm's name (for the LOOM_ALGO check). */
-static int known_name(const char *name)
+/* Whether name is the name of an algorithm of collective coll (by its name), or
+ * of any collective when coll is NULL (for the LOOM_ALGO check). */
+static int known_name(const char *coll, const char *name)
 {
     for (int i = 0; i < NALGOS; i++)
-        if (strcasecmp(algos[i].name, name) == 0)
+        if (strcasecmp(algos[i].name, name) == 0 &&
+            (coll == NULL || strcasecmp(coll_names[algos[i].kind], coll) == 0))
             return 1;
     return 0;
 }
@@ -188,16 +190,12 @@ static const loom_algo_t *forced_algo(loom_coll_kind_t kind)
         if (colon) {
             *colon = '\0';
             name = colon + 1;
-            int coll_ok = 0;
-            for (int k = 0; k < LOOM_COLL_NUM; k++)
-                coll_ok |= strcasecmp(tok, coll_names[k]) == 0;
-            if ((!coll_ok || !known_name(name)) &&
-                !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            if (!known_name(tok, name) && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
                 LOOM_WARN("LOOM_ALGO: no algorithm \"%s\" for collective \"%s\" (loom_info -a "
                           "lists them); ignored",
                           name, tok);
             this_coll = strcasecmp(tok, coll_names[kind]) == 0;
-        } else if (!known_name(name) && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+        } else if (!known_name(NULL, name) && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
             LOOM_WARN("LOOM_ALGO: no algorithm is called \"%s\" (loom_info -a lists them); "
                       "ignored",
                       name);

@@ -2,14 +2,16 @@
 //
 // test_coll_algos.cc - every collective algorithm, forced with LOOM_ALGO, at 1, 2, 3, 4, 5 and 8
 // ranks over shared memory, for counts 0, 1, nranks-1, small odd primes and a few MiB, with
-// fp32 sum, int32 max, bf16 sum and fp64 avg, in place and out of place. Reductions use inputs
-// whose sums depend on the order of additions (random mantissas and exponents), and the
-// expected value of each element is computed here in the order docs/ALGORITHMS.md documents
-// for that algorithm (a tree per algorithm, rebuilt from the documentation, not from the code),
-// so a result is right only if the algorithm reduces in its documented order; results must be
-// bitwise equal. Also checked: identical outputs on every rank, identical reruns, untouched send
-// buffers and guard bytes, and (from the COLL trace) that the forced algorithm really ran.
-// Data-movement collectives move random bit patterns. Run by meson's 'coll' suite.
+// fp32 sum, int32 max, bf16 sum, fp64 avg and fp32 max over signed zeros, in place and out of
+// place. Reductions use inputs whose sums depend on the grouping of the additions (random
+// mantissas and exponents) and, for max, on the order of the operands of each combine (+0 and
+// -0 compare equal), and the expected value of each element is computed here in the order
+// docs/ALGORITHMS.md documents for that algorithm (a tree per algorithm, rebuilt from the
+// documentation, not from the code), so a result is right only if the algorithm reduces in its
+// documented order; results must be bitwise equal. Also checked: identical outputs on every rank,
+// identical reruns, untouched send buffers and guard bytes, and (from the COLL trace) that the
+// forced algorithm really ran. Data-movement collectives move random bit patterns. Run by meson's
+// 'coll' suite.
 
 #include <cmath>
 #include <cstdio>
@@ -136,13 +138,17 @@ void Split(size_t count, int n, int r, size_t *off, size_t *len)
 
 // ---- Order-sensitive inputs -------------------------------------------------------------------
 
-enum class Pair { kF32Sum, kI32Max, kBf16Sum, kF64Avg };
-constexpr Pair kPairs[] = {Pair::kF32Sum, Pair::kI32Max, Pair::kBf16Sum, Pair::kF64Avg};
+// kF32MaxZero: float max over mostly +0 and -0, which compare equal; the kernels then keep the
+// incoming operand, so the sign of the result tells which operand each combine took last.
+enum class Pair { kF32Sum, kI32Max, kBf16Sum, kF64Avg, kF32MaxZero };
+constexpr Pair kPairs[] = {Pair::kF32Sum, Pair::kI32Max, Pair::kBf16Sum, Pair::kF64Avg,
+                           Pair::kF32MaxZero};
 
 loomDataType_t PairType(Pair p)
 {
     switch (p) {
     case Pair::kF32Sum:
+    case Pair::kF32MaxZero:
         return loomFloat32;
     case Pair::kI32Max:
         return loomInt32;
@@ -155,7 +161,9 @@ loomDataType_t PairType(Pair p)
 
 loomRedOp_t PairOp(Pair p)
 {
-    return p == Pair::kI32Max ? loomMax : p == Pair::kF64Avg ? loomAvg : loomSum;
+    if (p == Pair::kI32Max || p == Pair::kF32MaxZero)
+        return loomMax;
+    return p == Pair::kF64Avg ? loomAvg : loomSum;
 }
 
 uint64_t Hash(uint64_t seed, int rank, size_t i)
@@ -192,12 +200,17 @@ void FillInput(void *buf, Pair pair, int rank, uint64_t seed, size_t count)
         case Pair::kF64Avg:
             static_cast<double *>(buf)[i] = RandomReal(h, 52);
             break;
+        case Pair::kF32MaxZero:
+            static_cast<float *>(buf)[i] =
+                (h >> 8) % 8 ? ((h & 1) ? -0.0f : 0.0f) : static_cast<float>(RandomReal(h, 23));
+            break;
         }
     }
 }
 
 // Evaluates prog for element i in the accumulator type A (float for fp32 and bf16, double for
-// fp64), exactly as the kernels do: inputs widened, one operation per combine.
+// fp64), exactly as the kernels do: inputs widened, one operation per combine; max keeps the
+// incoming operand unless the accumulator is greater (kernels.h).
 template <typename A>
 A Eval(const Program &prog, const std::vector<const void *> &in, Pair pair, size_t i)
 {
@@ -206,13 +219,14 @@ A Eval(const Program &prog, const std::vector<const void *> &in, Pair pair, size
     for (int op : prog) {
         if (op == kCombine) {
             sp--;
-            stack[sp - 1] = stack[sp - 1] + stack[sp];
+            const A acc = stack[sp - 1], in = stack[sp];
+            stack[sp - 1] = pair == Pair::kF32MaxZero ? (acc > in ? acc : in) : acc + in;
             continue;
         }
         A x;
         if (pair == Pair::kBf16Sum)
             x = static_cast<A>(loomtest::RefBf16ToFloat(static_cast<const uint16_t *>(in[op])[i]));
-        else if (pair == Pair::kF32Sum)
+        else if (pair == Pair::kF32Sum || pair == Pair::kF32MaxZero)
             x = static_cast<A>(static_cast<const float *>(in[op])[i]);
         else
             x = static_cast<A>(static_cast<const double *>(in[op])[i]);
@@ -227,6 +241,7 @@ void ExpectElement(void *out, size_t j, const Program &prog, const std::vector<c
 {
     switch (pair) {
     case Pair::kF32Sum:
+    case Pair::kF32MaxZero:
         static_cast<float *>(out)[j] = Eval<float>(prog, in, pair, i);
         break;
     case Pair::kBf16Sum:
@@ -289,7 +304,7 @@ std::vector<Case> MakeCases(Coll coll, int n)
     };
     // Every pair at every count, alternating in place and out of place; both at count 13.
     for (size_t i = 0; i < counts.size(); i++)
-        for (size_t j = 0; j < 4; j++) {
+        for (size_t j = 0; j < sizeof(kPairs) / sizeof(kPairs[0]); j++) {
             add(kPairs[j], counts[i], (i + j) % 2 != 0);
             if (counts[i] == 13)
                 add(kPairs[j], counts[i], (i + j) % 2 == 0);

@@ -261,19 +261,34 @@ TEST(Select, CostConstantsSteerTheChoice)
             {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_COST_SHM", "100000,0,0"}})));
 }
 
+// A LOOM_ALGO entry that names no algorithm of its collective is reported once per process,
+// and the calls run with the model's choice.
+void CheckReported(int rank, int n, loomComm_t comm, const std::string &warning)
+{
+    Sweep(rank, n, comm);
+    int warnings = 0;
+    for (const std::string &l : ReadLines(TracePath(rank)))
+        warnings += l.find(warning) != std::string::npos;
+    XT_CHECK_EQ(warnings, 1);
+}
+
 TEST(Select, UnknownAlgorithmIsReported)
 {
     XT_ASSERT_RUN(loomtest::RunRanks(
         3,
         [](int rank, int n, loomComm_t comm) {
-            Sweep(rank, n, comm);
-            int warnings = 0;
-            for (const std::string &l : ReadLines(TracePath(rank)))
-                warnings += l.find("LOOM_ALGO: no algorithm \"nosuch\" for collective "
-                                   "\"allreduce\"") != std::string::npos;
-            XT_CHECK_EQ(warnings, 1);
+            CheckReported(rank, n, comm,
+                          "LOOM_ALGO: no algorithm \"nosuch\" for collective \"allreduce\"");
         },
         TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_ALGO", "allreduce:nosuch"}})));
+    // An algorithm of another collective.
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int n, loomComm_t comm) {
+            CheckReported(rank, n, comm,
+                          "LOOM_ALGO: no algorithm \"bruck\" for collective \"allgather\"");
+        },
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_ALGO", "allgather:bruck"}})));
 }
 
 } // namespace
