@@ -51,8 +51,8 @@ struct loom_arena {
     int nranks;
     volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
     int64_t timeout_ms;
-    int64_t spin_ns;  /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
-    int64_t yield_ns; /* then yield this long before sleeping on the futex */
+    int64_t spin_ns; /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
+    int yields;      /* then sched_yield this often before sleeping on the futex */
     char name[LOOM_ARENA_NAME_MAX];
     char dir[256];
     void *base;

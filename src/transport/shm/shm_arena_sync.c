@@ -15,7 +15,7 @@
  * still read.
  *
  * Waiting: spin (LOOM_SPIN_US, less when ranks outnumber the CPUs), then
- * sched_yield for YIELD, then sleep on the rank's futex doorbell with the
+ * sched_yield a few times, then sleep on the rank's futex doorbell with the
  * doorbell protocol of shm_seg.c (no lost wakeup: a poster fences after its
  * store and rings only sleepers). Every wait is bounded like
  * loom_p2p_wait_all: the abort flag at every slow iteration, notices and the
@@ -141,7 +141,7 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
     loom_shm_bell_t *bell = &a->ctl[a->rank].bell;
     const unsigned step = (unsigned)(flag & LOOM_ARENA_STEP_MAX);
     char what[192];
-    int behind = rank;
+    int behind = rank, yields = 0;
     for (unsigned i = 1;; i++) {
         if (reached(a, rank, flag, &behind))
             return loomSuccess;
@@ -177,7 +177,8 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_TIMEOUT, behind, behind, step,
                                        loomTimeout, start, what);
         }
-        if (now - start < (uint64_t)(a->spin_ns + a->yield_ns)) {
+        if (yields < a->yields) {
+            yields++;
             sched_yield();
             continue;
         }
