@@ -72,10 +72,24 @@ void loom_arena_wake_all(loom_arena_t *a)
             loom_shm_bell_notify(&a->ctl[r].bell);
 }
 
+/* Rings only the sleepers this flag can release: with many ranks on few CPUs
+ * every needless wake-up is a context switch. A sleeper publishes what it
+ * waits for before its fence (wait_slow), so either this rank sees it or the
+ * sleeper's re-check sees the flag (the doorbell protocol of shm_seg.c). */
 void loom_arena_post(loom_arena_t *a, uint64_t flag)
 {
     atomic_store_explicit(&a->ctl[a->rank].flag, flag, memory_order_release);
-    loom_arena_wake_all(a);
+    atomic_thread_fence(memory_order_seq_cst);
+    for (int r = 0; r < a->nranks; r++) {
+        loom_arena_ctl_t *c = &a->ctl[r];
+        if (r == a->rank || !atomic_load_explicit(&c->bell.sleeping, memory_order_relaxed))
+            continue;
+        const int32_t wr = atomic_load_explicit(&c->wait_rank, memory_order_relaxed);
+        if (wr >= 0 &&
+            (wr != a->rank || flag < atomic_load_explicit(&c->wait_flag, memory_order_relaxed)))
+            continue;
+        loom_shm_bell_notify(&c->bell);
+    }
 }
 
 // ---- waiting ------------------------------------------------------------------------
@@ -182,9 +196,14 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
             sched_yield();
             continue;
         }
+        /* Only `behind` can release this sleep: say so, then re-check; if another
+         * rank is now the one behind, loop to say that instead of sleeping. */
+        const int was = behind;
+        atomic_store_explicit(&a->ctl[a->rank].wait_rank, (int32_t)was, memory_order_relaxed);
+        atomic_store_explicit(&a->ctl[a->rank].wait_flag, flag, memory_order_relaxed);
         uint32_t snap = loom_shm_bell_sleep_begin(bell);
         loomResult_t res = loomSuccess;
-        if (!reached(a, rank, flag, &behind) && gone_peer(a, rank, flag) < 0)
+        if (!reached(a, rank, flag, &behind) && behind == was && gone_peer(a, rank, flag) < 0)
             res = loom_shm_bell_sleep(bell, snap, SLEEP_US);
         loom_shm_bell_sleep_end(bell);
         if (res != loomSuccess)
