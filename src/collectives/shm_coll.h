@@ -116,8 +116,10 @@ loomResult_t loom_shm_finish_single_copy(shm_call_t *c);
 /* Elements per reduction block: 128 KiB of data or accumulators, so that a
  * block's accumulators and the block being added stay in L2. */
 size_t loom_shm_block_elems(loomDataType_t dt);
-/* dst[0..len) (and dst2's, if not NULL) = the reduction over ranks 0..n-1 of
- * srcs[r][0..len), in rank order, through acc (len accumulators). */
+/* dst[0..len) (and a copy in dst2, if not NULL) = the reduction over ranks
+ * 0..n-1 of srcs[r][0..len), in rank order: in dst itself when the datatype is
+ * its own accumulator and no source overlaps dst (srcs[0] may equal it), else
+ * through acc (len accumulators). dst2 must not overlap anything. */
 void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
                      void *dst2);
 /* Scratch for the accumulators and one block from a peer. */

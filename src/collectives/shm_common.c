@@ -142,14 +142,38 @@ loomResult_t loom_shm_scratch(shm_call_t *c, uint8_t **acc_p, uint8_t **tmp_p)
     return loomSuccess;
 }
 
+static int overlaps(const void *a, const void *b, size_t bytes)
+{
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bytes && y < x + bytes;
+}
+
+/* Accumulating straight into dst saves a pass over the data, which is what
+ * large calls are bound by; it needs the accumulator to be the datatype and dst
+ * not to overlap a source it would clobber before reading (rank 0's source may
+ * be dst itself: init then copies onto itself). */
+static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, const void *dst)
+{
+    if (!loom_acc_is_native(c->a->dt))
+        return 0;
+    const size_t bytes = len * c->es;
+    if (srcs[0] != dst && overlaps(srcs[0], dst, bytes))
+        return 0;
+    for (int r = 1; r < c->n; r++)
+        if (overlaps(srcs[r], dst, bytes))
+            return 0;
+    return 1;
+}
+
 void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
                      void *dst2)
 {
     const loomDataType_t dt = c->a->dt;
-    loom_reduce_init(dt, acc, srcs[0], len);
+    void *target = acc_in_dst(c, srcs, len, dst) ? dst : acc;
+    loom_reduce_init(dt, target, srcs[0], len);
     for (int r = 1; r < c->n; r++)
-        loom_reduce_acc(dt, c->a->op, acc, srcs[r], len);
-    loom_reduce_finish(dt, c->a->op, dst, acc, len, c->n);
+        loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
+    loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
     if (dst2 != NULL)
-        loom_reduce_finish(dt, c->a->op, dst2, acc, len, c->n);
+        memcpy(dst2, dst, len * c->es);
 }

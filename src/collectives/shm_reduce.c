@@ -270,19 +270,25 @@ static loomResult_t cma_reduce_part(plan_t *p, size_t lo, size_t len,
     uint8_t *recv = c->a->recvbuff;
     for (size_t i = 0; i < len; i += be) {
         size_t n = len - i < be ? len - i : be;
+        uint8_t *dst = to_half ? half + i * es : recv + dst_index(p, c->me, lo + i) * es;
+        const uint8_t *own = send + (off + i) * es;
+        /* As loom_shm_reduce: accumulate in dst unless it would clobber the own
+         * part (in place) before a rank after rank 0 adds it. */
+        const int in_dst = loom_acc_is_native(dt) &&
+                           (own == dst ? c->me == 0 : own + n * es <= dst || dst + n * es <= own);
+        void *target = in_dst ? (void *)dst : acc;
         for (int r = 0; r < c->n; r++) {
-            const void *src = send + (off + i) * es;
+            const void *src = own;
             if (r != c->me) {
                 LOOM_CHECK(loom_arena_read(c->ar, r, tmp, peers[r].send + (off + i) * es, n * es));
                 src = tmp;
             }
             if (r == 0)
-                loom_reduce_init(dt, acc, src, n);
+                loom_reduce_init(dt, target, src, n);
             else
-                loom_reduce_acc(dt, c->a->op, acc, src, n);
+                loom_reduce_acc(dt, c->a->op, target, src, n);
         }
-        uint8_t *dst = to_half ? half + i * es : recv + dst_index(p, c->me, lo + i) * es;
-        loom_reduce_finish(dt, c->a->op, dst, acc, n, c->n);
+        loom_reduce_finish(dt, c->a->op, dst, target, n, c->n);
     }
     return loomSuccess;
 }

@@ -135,6 +135,8 @@ void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int lin
               ...)
 {
     pthread_once(&log_once, log_init);
+    if (level != LOOM_LOG_WARN && !loom_log_enabled(level, subsys))
+        return; /* a disabled INFO costs no formatting (one per call on the hot path) */
     char msg[LAST_ERROR_BYTES];
     va_list ap;
     va_start(ap, fmt);

@@ -1161,7 +1161,9 @@ loom_arena_t *loom_p2p_arena(loom_p2p_t *p)
 
 void loom_p2p_set_context(loom_p2p_t *p, const char *what, uint64_t seq)
 {
-    snprintf(p->what, sizeof(p->what), "%s", what);
+    size_t n = strnlen(what, sizeof(p->what) - 1); /* once per call: no printf */
+    memcpy(p->what, what, n);
+    p->what[n] = '\0';
     p->seq = seq;
 }
 

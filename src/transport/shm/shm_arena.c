@@ -53,7 +53,11 @@
 #define SLOT_MAX_BYTES  (64u << 20)
 #define OPEN_CHECK_NS   100000000ull /* liveness and notices while waiting for rank 0 */
 #define OVERSUB_SPIN_NS 2000         /* spin when ranks outnumber the CPUs */
-#define YIELD_NS        50000        /* sched_yield this long before sleeping */
+/* sched_yield before sleeping: a yield lets a peer on this CPU run without a
+ * wake-up system call, but under load from other processes a yielding rank
+ * waits behind all of them while a woken sleeper is scheduled at once; so a
+ * few, then the futex. */
+#define YIELDS 2
 
 typedef struct {
     _Atomic uint64_t magic; /* stored last by rank 0: the segment is ready */
@@ -388,7 +392,7 @@ loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *a
     a->spin_ns = (int64_t)loom_param_SPIN_US() * 1000;
     if (cpus > 0 && args->nranks > cpus && a->spin_ns > OVERSUB_SPIN_NS)
         a->spin_ns = OVERSUB_SPIN_NS; /* the rank waited on needs this CPU */
-    a->yield_ns = YIELD_NS;
+    a->yields = YIELDS;
     snprintf(a->dir, sizeof(a->dir), "%s", loom_param_SHM_DIR());
     LOOM_CHECK_GOTO(derive_name(a, args), res, err);
     if (a->rank == 0)

@@ -40,7 +40,11 @@ typedef struct {
     uint64_t pid;            /* getpid() of the rank, for single-copy reads */
     uint64_t probe_addr;     /* address of a word in its memory, for the probe */
     uint64_t probe_value;    /* what that word holds */
-    uint8_t pad[24];
+    /* While the rank sleeps: the rank it waits for (-1: any) and the flag it
+     * needs from it, so that posts that cannot satisfy it do not wake it. */
+    _Atomic uint64_t wait_flag;
+    _Atomic int32_t wait_rank;
+    uint8_t pad[12];
     loom_shm_bell_t bell;           /* the futex word the rank sleeps on */
     loom_arena_desc_line_t desc[2]; /* the call descriptor, by call parity */
 } loom_arena_ctl_t;
@@ -51,8 +55,8 @@ struct loom_arena {
     int nranks;
     volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
     int64_t timeout_ms;
-    int64_t spin_ns;  /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
-    int64_t yield_ns; /* then yield this long before sleeping on the futex */
+    int64_t spin_ns; /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
+    int yields;      /* then sched_yield this often before sleeping on the futex */
     char name[LOOM_ARENA_NAME_MAX];
     char dir[256];
     void *base;

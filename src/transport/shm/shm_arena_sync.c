@@ -15,7 +15,7 @@
  * still read.
  *
  * Waiting: spin (LOOM_SPIN_US, less when ranks outnumber the CPUs), then
- * sched_yield for YIELD, then sleep on the rank's futex doorbell with the
+ * sched_yield a few times, then sleep on the rank's futex doorbell with the
  * doorbell protocol of shm_seg.c (no lost wakeup: a poster fences after its
  * store and rings only sleepers). Every wait is bounded like
  * loom_p2p_wait_all: the abort flag at every slow iteration, notices and the
@@ -72,10 +72,25 @@ void loom_arena_wake_all(loom_arena_t *a)
             loom_shm_bell_notify(&a->ctl[r].bell);
 }
 
+/* Rings only the sleepers this flag can release: with many ranks on few CPUs
+ * every needless wake-up is a context switch. A sleeper publishes what it
+ * waits for before its fence (wait_slow), so either this rank sees it or the
+ * sleeper's re-check sees the flag (the doorbell protocol of shm_seg.c). */
 void loom_arena_post(loom_arena_t *a, uint64_t flag)
 {
-    atomic_store_explicit(&a->ctl[a->rank].flag, flag, memory_order_release);
-    loom_arena_wake_all(a);
+    /* A sequentially consistent exchange is the store and the fence in one
+     * instruction on x86 (the peers' sleep_begin fences pair with it). */
+    (void)atomic_exchange_explicit(&a->ctl[a->rank].flag, flag, memory_order_seq_cst);
+    for (int r = 0; r < a->nranks; r++) {
+        loom_arena_ctl_t *c = &a->ctl[r];
+        if (r == a->rank || !atomic_load_explicit(&c->bell.sleeping, memory_order_seq_cst))
+            continue;
+        const int32_t wr = atomic_load_explicit(&c->wait_rank, memory_order_relaxed);
+        if (wr >= 0 &&
+            (wr != a->rank || flag < atomic_load_explicit(&c->wait_flag, memory_order_relaxed)))
+            continue;
+        loom_shm_bell_notify(&c->bell);
+    }
 }
 
 // ---- waiting ------------------------------------------------------------------------
@@ -141,7 +156,7 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
     loom_shm_bell_t *bell = &a->ctl[a->rank].bell;
     const unsigned step = (unsigned)(flag & LOOM_ARENA_STEP_MAX);
     char what[192];
-    int behind = rank;
+    int behind = rank, yields = 0;
     for (unsigned i = 1;; i++) {
         if (reached(a, rank, flag, &behind))
             return loomSuccess;
@@ -177,13 +192,19 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_TIMEOUT, behind, behind, step,
                                        loomTimeout, start, what);
         }
-        if (now - start < (uint64_t)(a->spin_ns + a->yield_ns)) {
+        if (yields < a->yields) {
+            yields++;
             sched_yield();
             continue;
         }
+        /* Only `behind` can release this sleep: say so, then re-check; if another
+         * rank is now the one behind, loop to say that instead of sleeping. */
+        const int was = behind;
+        atomic_store_explicit(&a->ctl[a->rank].wait_rank, (int32_t)was, memory_order_relaxed);
+        atomic_store_explicit(&a->ctl[a->rank].wait_flag, flag, memory_order_relaxed);
         uint32_t snap = loom_shm_bell_sleep_begin(bell);
         loomResult_t res = loomSuccess;
-        if (!reached(a, rank, flag, &behind) && gone_peer(a, rank, flag) < 0)
+        if (!reached(a, rank, flag, &behind) && behind == was && gone_peer(a, rank, flag) < 0)
             res = loom_shm_bell_sleep(bell, snap, SLEEP_US);
         loom_shm_bell_sleep_end(bell);
         if (res != loomSuccess)
