@@ -49,7 +49,8 @@ const char *FamilyName(Family f)
 
 loomtest::EnvList FamilyEnv(Family f)
 {
-    loomtest::EnvList env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL_BYTES", "16384"}};
+    loomtest::EnvList env = {
+        {"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "16384"}};
     switch (f) {
     case Family::kFlat:
         env.push_back({"LOOM_ALGO", "allreduce:shm_flat"});
@@ -329,7 +330,7 @@ class ShmBackToBack : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 TEST_P(ShmBackToBack, MixedCallsNeedNoBarrier)
 {
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
     if (!std::get<1>(GetParam()))
         opts.env.push_back({"LOOM_SHM_COLL_CMA", "0"});
     opts.deadline_s = 90;
@@ -382,7 +383,7 @@ TEST_P(ShmMismatch, EveryRankFailsNoneCorrupts)
 {
     const Mismatch m = GetParam();
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "10000"}};
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_TIMEOUT_MS", "10000"}};
     XT_ASSERT_RUN(loomtest::RunRanks(
         3, [m](int rank, int, loomComm_t comm) { MismatchBody(m, rank, comm); }, opts));
 }
@@ -405,7 +406,7 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmMismatch,
 TEST(ShmOversubscribed, EightRanksManySmallCalls)
 {
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}};
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}};
     opts.deadline_s = 60;
     XT_ASSERT_RUN(loomtest::RunRanks(
         8,
@@ -433,7 +434,10 @@ TEST(ShmOversubscribed, EightRanksManySmallCalls)
 TEST(ShmDisabled, ForcedShmAlgorithmFallsBack)
 {
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_ALGO", "shm_cma"}};
+    opts.env = {{"LOOM_NET", "shm"},
+                {"LOOM_SHM_COLL", "1"},
+                {"LOOM_SHM_COLL", "0"},
+                {"LOOM_ALGO", "shm_cma"}};
     XT_ASSERT_RUN(loomtest::RunRanks(
         3,
         [](int rank, int n, loomComm_t comm) {
@@ -450,7 +454,7 @@ TEST(ShmDisabled, ForcedShmAlgorithmFallsBack)
 TEST(ShmDisabled, OnOneRankOnlyMeansNoArenaAnywhere)
 {
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "20000"}};
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_TIMEOUT_MS", "20000"}};
     opts.rank_env = [](int rank) {
         return rank == 1 ? loomtest::EnvList{{"LOOM_SHM_COLL", "0"}} : loomtest::EnvList{};
     };

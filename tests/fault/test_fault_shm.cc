@@ -49,6 +49,7 @@ const char *FamilyName(Family f)
 loomtest::EnvList ShmEnv(Family f, int timeout_ms)
 {
     loomtest::EnvList env = {{"LOOM_NET", "shm"},
+                             {"LOOM_SHM_COLL", "1"},
                              {"LOOM_TIMEOUT_MS", std::to_string(timeout_ms)},
                              {"LOOM_SHM_COLL_BYTES", "65536"}};
     env.push_back({"LOOM_ALGO", f == Family::kFlat   ? "allreduce:shm_flat"
@@ -329,7 +330,7 @@ TEST_P(ShmCreationKill, LeavesNoSegment)
     std::vector<int> pids;
     loomtest::RunOptions opts;
     opts.create_comm = false;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_TIMEOUT_MS", "10000"}};
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_TIMEOUT_MS", "10000"}};
     opts.expected_exit = {0, 0, 0};
     opts.expected_exit[static_cast<size_t>(victim)] = 128 + SIGKILL;
     opts.pids_out = &pids;

@@ -175,7 +175,12 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
             seen = sum;
             last_progress = now;
         }
+        /* A peer that broke or left after posting what this wait needs (it went on to a
+         * later call and failed there) must not fail this call: its state is read with
+         * acquire, so its earlier flags are visible now and `reached` sees them. */
         int gone = gone_peer(a, rank, flag);
+        if (gone >= 0 && reached(a, rank, flag, &behind))
+            return loomSuccess;
         if (gone >= 0) {
             describe_wait(a, gone, flag, what, sizeof(what));
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, gone, behind, step,
@@ -183,6 +188,8 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
         }
         if (*a->abort_flag || now - last_check > CHECK_PERIOD_NS) {
             last_check = now;
+            if (reached(a, rank, flag, &behind)) /* before a notice can fail the call */
+                return loomSuccess;
             describe_wait(a, behind, flag, what, sizeof(what));
             LOOM_CHECK(loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_CHECK, behind, behind, step,
                                            loomSuccess, start, what));
