@@ -162,7 +162,8 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
         out = c.inplace ? send.bytes() : recv.bytes();
         if (c.inplace && rank != c.root && bytes > 0)
             memset(send.data(), 0xcd, bytes);
-        memcpy(want.data(), in.data(), bytes);
+        if (bytes > 0)
+            memcpy(want.data(), in.data(), bytes);
         r = loomBroadcast(send.data(), out, c.count, c.dt, c.root, comm, nullptr);
         break;
     case Coll::kAllToAll:

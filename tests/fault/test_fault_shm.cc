@@ -205,9 +205,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- SIGSTOP ---------------------------------------------------------------------------------
 
-class ShmStop : public ::testing::TestWithParam<Family> {};
+class ShmStoppedPeer : public ::testing::TestWithParam<Family> {};
 
-TEST_P(ShmStop, TimeoutNotEarlierThanTheTimeout)
+TEST_P(ShmStoppedPeer, TimesOutAfterTheTimeoutNotBefore)
 {
     const Family f = GetParam();
     loomtest::RunOptions opts;
@@ -239,7 +239,7 @@ TEST_P(ShmStop, TimeoutNotEarlierThanTheTimeout)
         opts));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shm, ShmStop,
+INSTANTIATE_TEST_SUITE_P(Shm, ShmStoppedPeer,
                          ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
                          [](const ::testing::TestParamInfo<Family> &info) {
                              return std::string(FamilyName(info.param));

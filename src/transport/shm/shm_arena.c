@@ -246,7 +246,7 @@ static loomResult_t arena_map(loom_arena_t *a)
         if (now - start > (uint64_t)a->timeout_ms * 1000000ull)
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_TIMEOUT, 0, 0, 0, loomTimeout, start,
                                        what);
-        if (now - last_check > OPEN_CHECK_NS || *a->abort_flag) {
+        if (now - last_check > OPEN_CHECK_NS || __atomic_load_n(a->abort_flag, __ATOMIC_ACQUIRE)) {
             last_check = now;
             LOOM_CHECK(
                 loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_CHECK, 0, 0, 0, loomSuccess, start, what));

@@ -186,7 +186,8 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, gone, behind, step,
                                        loomRemoteError, start, what);
         }
-        if (*a->abort_flag || now - last_check > CHECK_PERIOD_NS) {
+        if (__atomic_load_n(a->abort_flag, __ATOMIC_ACQUIRE) ||
+            now - last_check > CHECK_PERIOD_NS) {
             last_check = now;
             if (reached(a, rank, flag, &behind)) /* before a notice can fail the call */
                 return loomSuccess;
