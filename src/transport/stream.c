@@ -526,8 +526,11 @@ static size_t ra_copy(loom_tp_stream_t *s, const struct iovec *iov, int n_iov)
  * lane 0 the next header (in the same readv as the payload before it, which
  * saves a syscall per small message), then what follows it into the
  * read-ahead, if the stream has one. Bytes already in the read-ahead are
- * consumed first. A readv that returns less than it asked for drained the
- * channel: no second one follows in this call (it would only find nothing). */
+ * consumed first. A readv that returns less than it asked for, with no
+ * payload left to read on the lane, drained the channel: no second one
+ * follows in this call (it would only find nothing). With a payload still
+ * arriving the loop reads on until the channel is empty: returning would
+ * send the caller to sleep once per readv. */
 static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
 {
     loom_tp_stream_lane_t *ln = &s->lanes[l];
@@ -557,6 +560,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         if (n_iov == 0)
             return loomSuccess;
         size_t n = 0;
+        int short_read = -1; /* -1: the bytes came from the read-ahead */
         if (l == 0 && s->ra_off < s->ra_len) {
             n = ra_copy(s, iov, n_iov);
         } else {
@@ -578,7 +582,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
             }
             if (n == 0)
                 return loomSuccess;
-            drained = n < asked;
+            short_read = n < asked;
             if (n > total) { /* the rest went to the read-ahead */
                 s->ra_off = 0;
                 s->ra_len = n - total;
@@ -601,6 +605,9 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
             if (s->rhdr_have == LOOM_TP_STREAM_HDR_BYTES)
                 LOOM_CHECK(take_header(s));
         }
+        /* While a payload streams in, its sender is likely writing more: read on. */
+        if (short_read >= 0)
+            drained = short_read && ln->rq_head == NULL;
     }
 }
 

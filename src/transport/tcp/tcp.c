@@ -25,15 +25,17 @@
 #include "tcp_conn.h"
 #include "timer.h"
 
-/* Per-byte and per-message costs:
+/* Per-byte and per-message costs (measurements in docs/ARCHITECTURE.md):
  * - payloads go from the caller's buffer to the socket and from the socket
- *   into the caller's buffer (writev/readv on iovecs): the kernel's copy is
- *   the only one;
- * - small messages batch: one writev carries every queued frame, one readv
- *   takes a payload together with the next header;
- * - isend writes what the socket takes at once, so a message leaves when it
+ *   into the caller's buffer (sendmsg/readv on iovecs): the kernel's copy is
+ *   the only one (MSG_ZEROCOPY costs more CPU on loopback, so it is not used);
+ * - small messages batch: one sendmsg carries every queued frame, and a
+ *   receive connection's read-ahead takes a small message with its header in
+ *   one readv;
+ * - isend writes what the sockets take at once, so a message leaves when it
  *   is posted rather than at the next test;
- * - TCP_NODELAY on every socket; SO_SNDBUF/SO_RCVBUF from LOOM_TCP_SOCKBUF. */
+ * - TCP_NODELAY on every socket; SO_SNDBUF/SO_RCVBUF from LOOM_TCP_SOCKBUF;
+ * - no spinning here: p2p.c spins LOOM_SPIN_US before it calls wait(). */
 
 /* Bytes a receive connection reads past a frame header (stream.c's read-ahead):
  * enough for a small message and the header after it in one readv. */
