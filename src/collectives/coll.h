@@ -8,7 +8,7 @@
  * Algorithms talk to peers only through p2p.h and reduce only through kernels.h.
  *
  * Adding an algorithm is one row in the table of algo_select.c:
- *   {LOOM_COLL_ALLREDUCE, "shm_arena", loom_allreduce_shm_arena, my_cost_fn},
+ *   {LOOM_COLL_ALLREDUCE, "ring", loom_allreduce_ring, loom_cost_allreduce_ring},
  * The name is the LOOM_ALGO spelling, the function has the loom_algo_fn_t
  * signature, and the cost function returns LOOM_COST_NA wherever the algorithm
  * cannot run (e.g. `link->cls != LOOM_LINK_SHM` for a shared-arena algorithm), so
