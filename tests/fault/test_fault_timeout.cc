@@ -102,6 +102,9 @@ TEST_P(StoppedPeer, TimesOutAfterTheTimeoutNotBefore)
     std::vector<int> pids;
     loomtest::RunOptions opts;
     opts.env = loomtest::FaultEnv(std::get<1>(GetParam()), kTimeoutMs);
+    // Every rank must wait on the stopped rank itself: the two-shot pattern, not one the cost
+    // model may pick instead (a ring rank can wait on a neighbour that waits on the victim).
+    opts.env.push_back({"LOOM_ALGO", "allreduce:direct"});
     opts.expected_exit = {0, 0, 128 + SIGKILL};
     opts.kill_when_others_exit = {kStopped};
     opts.pids_out = &pids;
@@ -159,6 +162,7 @@ TEST(TimeoutDump, EachRankWritesWhatItWaitedFor)
     opts.expected_exit = {0, 0, 128 + SIGKILL};
     opts.kill_when_others_exit = {kStopped};
     opts.env.push_back({"LOOM_DEBUG", "INFO"});
+    opts.env.push_back({"LOOM_ALGO", "allreduce:direct"}); // each rank waits on rank 2 itself
     opts.rank_env = [](int) { // RunDir() is the run's only inside the ranks
         return loomtest::EnvList{{"LOOM_DUMP_ON_TIMEOUT", loomtest::RunDir() + "/dump.%r.%p.json"}};
     };
