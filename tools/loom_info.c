@@ -96,8 +96,11 @@ static void print_decisions(loom_link_class_t cls, int nranks)
         char sz[32];
         size_text(bytes, sz, sizeof(sz));
         printf("  %10s", sz);
-        loom_cost_call_t call = {
-            .nranks = nranks, .nbytes = bytes, .acc_ratio = 1.0, .chunk_bytes = chunk};
+        loom_cost_call_t call = {.nranks = nranks,
+                                 .nbytes = bytes,
+                                 .acc_ratio = 1.0,
+                                 .chunk_bytes = chunk,
+                                 .ring_depth = loom_ring_depth(cls, nranks)};
         for (size_t k = 0; k < NKINDS; k++) {
             double us = 0;
             const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);

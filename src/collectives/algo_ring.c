@@ -20,14 +20,19 @@
  * value is rounded to its datatype once, by the block's owner, which then
  * sends the same bits to everyone in the all-gather.
  *
- * Pipelining: every block is processed in rounds of RING_DEPTH segments of at
- * most LOOM_CHUNK_BYTES. Within a round all segments of a step are in flight
+ * Pipelining: every block is processed in rounds of ctx->ring_depth (up to
+ * RING_DEPTH_MAX) segments of at most LOOM_CHUNK_BYTES; the depth is 1 on a
+ * shared-memory communicator with more ranks than the machine has CPUs,
+ * where segments in flight only make the ranks wait for each other's turn on
+ * a core (loom_ring_depth). Within a round all segments of a step are in flight
  * together; as soon as segment j of step t has arrived (and this rank's own
  * segment j of step t has left) it is reduced and forwarded as segment j of
- * step t+1, while the later segments are still on the wire. Each wait covers
- * only requests whose peers have already posted their side, so no wait
- * depends on this rank making progress later (no cycle around the ring).
- * Scratch: 2 x RING_DEPTH segments in the accumulator type (reduce-scatter).
+ * step t+1, and the receive of segment j of step t+1 is posted, while the
+ * later segments are still on the wire (a segment that arrived before its
+ * receive was posted would block the stream behind it). Each wait covers
+ * only the segment's receive and send, whose peers post their side without
+ * waiting for this rank to progress further (no cycle around the ring).
+ * Scratch: 2 x depth segments in the accumulator type (reduce-scatter).
  * Bytes on the wire per rank: (n-1)/n S per phase, the reduce-scatter phase in
  * the accumulator type; 2(n-1) steps per round for AllReduce.
  */
@@ -38,7 +43,7 @@
 #include "check.h"
 #include "dtype.h"
 
-#define RING_DEPTH 4
+#define RING_DEPTH_MAX 4
 
 typedef struct {
     const size_t *in_off;  /* block b's first element in the input, [n] */
@@ -55,10 +60,11 @@ typedef struct {
     const loom_coll_args_t *a;
     const ring_plan_t *plan;
     size_t es, accsz, ce;
-    uint8_t *buf[2][RING_DEPTH]; /* partials of even / odd reduce-scatter steps */
+    int depth;                       /* segments per block and round */
+    uint8_t *buf[2][RING_DEPTH_MAX]; /* partials of even / odd reduce-scatter steps */
     /* Segment j's receive [0] and send [1] of the current step; an entry not
      * posted is marked done, which the wait skips. */
-    loom_p2p_req_t q[RING_DEPTH][2];
+    loom_p2p_req_t q[RING_DEPTH_MAX][2];
 } ring_t;
 
 static void req_clear(loom_p2p_req_t *r)
@@ -75,7 +81,7 @@ static int mod(int x, int n)
 /* Segment j of round k of block b: first element within the block and length. */
 static size_t seg(const ring_t *g, int b, size_t k, int j, size_t *start_p)
 {
-    size_t start = (k * RING_DEPTH + (size_t)j) * g->ce;
+    size_t start = (k * (size_t)g->depth + (size_t)j) * g->ce;
     size_t len = g->plan->len[b];
     *start_p = start;
     if (start >= len)
@@ -174,17 +180,21 @@ static void reduce_arrived(ring_t *g, size_t k, int t, int j)
 static loomResult_t ring_round(ring_t *g, size_t k)
 {
     const int steps = g->plan->rs_steps + g->plan->ag_steps;
-    for (int j = 0; j < RING_DEPTH; j++)
+    for (int j = 0; j < g->depth; j++) {
         LOOM_CHECK(post_send(g, k, 0, j));
+        LOOM_CHECK(post_recv(g, k, 0, j));
+    }
     for (int t = 0; t < steps; t++) {
-        for (int j = 0; j < RING_DEPTH; j++)
-            LOOM_CHECK(post_recv(g, k, t, j));
-        for (int j = 0; j < RING_DEPTH; j++) {
+        for (int j = 0; j < g->depth; j++) {
             LOOM_CHECK(loom_p2p_wait_all(g->ctx->p2p, g->q[j], 2));
             if (t < g->plan->rs_steps)
                 reduce_arrived(g, k, t, j);
-            if (t + 1 < steps)
+            if (t + 1 < steps) {
+                /* The next step's receive is posted as soon as its buffer is free, so
+                 * the neighbour's segment never waits in the stream for a receive. */
                 LOOM_CHECK(post_send(g, k, t + 1, j));
+                LOOM_CHECK(post_recv(g, k, t + 1, j));
+            }
         }
     }
     return loomSuccess;
@@ -201,20 +211,23 @@ static loomResult_t ring_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     g.es = loom_dtype_size(a->dt);
     g.accsz = loom_acc_size(a->dt);
     g.ce = loom_chunk_elems(ctx, g.es);
+    g.depth = ctx->ring_depth < 1                ? 1
+              : ctx->ring_depth > RING_DEPTH_MAX ? RING_DEPTH_MAX
+                                                 : ctx->ring_depth;
     size_t maxlen = 0;
     for (int b = 0; b < ctx->nranks; b++)
         maxlen = plan->len[b] > maxlen ? plan->len[b] : maxlen;
     if (plan->rs_steps > 0) {
-        size_t sizes[2 * RING_DEPTH];
-        uint8_t *parts[2 * RING_DEPTH];
+        size_t sizes[2 * RING_DEPTH_MAX];
+        uint8_t *parts[2 * RING_DEPTH_MAX];
         size_t seg_elems = maxlen < g.ce ? maxlen : g.ce;
-        for (int i = 0; i < 2 * RING_DEPTH; i++)
+        for (int i = 0; i < 2 * g.depth; i++)
             sizes[i] = seg_elems * g.accsz;
-        LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2 * RING_DEPTH, parts));
-        for (int i = 0; i < 2 * RING_DEPTH; i++)
-            g.buf[i / RING_DEPTH][i % RING_DEPTH] = parts[i];
+        LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2 * g.depth, parts));
+        for (int i = 0; i < 2 * g.depth; i++)
+            g.buf[i / g.depth][i % g.depth] = parts[i];
     }
-    size_t per_round = RING_DEPTH * g.ce;
+    size_t per_round = (size_t)g.depth * g.ce;
     size_t rounds = (maxlen + per_round - 1) / per_round;
     for (size_t k = 0; k < rounds; k++)
         LOOM_CHECK(ring_round(&g, k));

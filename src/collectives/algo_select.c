@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * algo_select.c - the table of collective algorithms and the choice per call.
- * Selection is data: LOOM_ALGO ("ring", or "allreduce:ring,bcast:binomial")
+ * Selection is data: LOOM_ALGO ("ring", or "allreduce:ring,broadcast:binomial")
  * forces an algorithm; otherwise every entry of the collective predicts the
  * call's time with its cost function under the communicator's link constants
  * (cost_model.h) and the cheapest wins, ties going to the earlier row.
@@ -129,14 +129,15 @@ size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks)
     }
 }
 
-loom_cost_call_t loom_coll_cost_call(const loom_coll_args_t *a, int nranks, size_t chunk_bytes)
+loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
     loom_cost_call_t c = {
-        .nranks = nranks,
-        .nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0.0 : (double)loom_coll_bytes(a, nranks),
+        .nranks = ctx->nranks,
+        .nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0.0 : (double)loom_coll_bytes(a, ctx->nranks),
         .acc_ratio = es ? (double)accsz / (double)es : 1.0,
-        .chunk_bytes = chunk_bytes};
+        .chunk_bytes = ctx->chunk_bytes,
+        .ring_depth = ctx->ring_depth};
     return c;
 }
 
@@ -210,7 +211,7 @@ static const loom_algo_t *forced_algo(loom_coll_kind_t kind)
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
-    loom_cost_call_t call = loom_coll_cost_call(a, ctx->nranks, ctx->chunk_bytes);
+    loom_cost_call_t call = loom_coll_cost_call(ctx, a);
     double predicted = 0.0;
     const loom_algo_t *algo = forced_algo(a->kind);
     if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name))

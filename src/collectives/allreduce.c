@@ -10,8 +10,9 @@
  *   2. all-gather: each owner sends its reduced part to every other rank,
  *      which receives it straight into recvbuff.
  * Bytes on the wire per rank: 2 (n-1)/n S out and in (the bandwidth optimum),
- * with 2(n-1) messages per round (latency grows with n; ring and trees that
- * trade the other way are selected by algo_select.c when they exist).
+ * with 2(n-1) messages per round but only two dependent steps; the cost
+ * model weighs that against the ring and butterflies (algo_ring.c,
+ * algo_rhd.c).
  * In place is safe: a rank's input of slice o for round k has been sent
  * before the reduced result of that part can arrive in the same place.
  *

@@ -148,11 +148,12 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     ctx->link = loom_link_cost_default(detect_class(p2p, rank, nranks));
     if (loom_param_CALIBRATE() != 0 && nranks > 1)
         LOOM_CHECK(calibrate(ctx));
+    ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     LOOM_INFO(LOOM_LOG_COLL,
               "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "
-              "us%s",
+              "us, ring depth %d%s",
               rank, loom_link_class_name(ctx->link.cls), ctx->link.alpha_ns / 1e3,
-              ctx->link.beta_ns, ctx->link.gamma_ns, ctx->link.o_ns / 1e3,
+              ctx->link.beta_ns, ctx->link.gamma_ns, ctx->link.o_ns / 1e3, ctx->ring_depth,
               loom_param_CALIBRATE() != 0 ? " (calibrated)" : "");
     return loomSuccess;
 }

@@ -65,6 +65,7 @@ typedef struct {
     size_t chunk_bytes;    /* pipeline chunk per peer (LOOM_CHUNK_BYTES) */
     loom_link_cost_t link; /* the communicator's link class and its constants, equal on all
                               ranks (loom_coll_ctx_init) */
+    int ring_depth;        /* ring segments in flight per step, equal on all ranks */
 } loom_coll_ctx_t;
 
 typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
@@ -120,7 +121,7 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
                                   double *cost_p);
 /* The cost model's view of a call: equal on every rank for every collective but
  * AllToAllv (whose single algorithm ignores it). */
-loom_cost_call_t loom_coll_cost_call(const loom_coll_args_t *a, int nranks, size_t chunk_bytes);
+loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* Fills ctx for a new communicator: rank, size, chunk, the link class (slowest
  * link) and its constants; with LOOM_CALIBRATE=1 measures them and makes every

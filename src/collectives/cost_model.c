@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "param.h"
@@ -102,6 +103,12 @@ loom_link_cost_t loom_link_cost_default(loom_link_class_t cls)
     return l;
 }
 
+int loom_ring_depth(loom_link_class_t cls, int nranks)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cls == LOOM_LINK_SHM && cpus > 0 && nranks > cpus ? 1 : 4;
+}
+
 int loom_ceil_log2(int n)
 {
     int k = 0;
@@ -141,8 +148,12 @@ static bfly_shape_t shape(int n)
     return s;
 }
 
-#define RING_DEPTH    4 /* segments per ring round (algo_ring.c) */
 #define RD_ROUND_SEGS 4 /* chunks per recursive-doubling round (algo_rhd.c) */
+
+static double ring_depth(const loom_cost_call_t *c)
+{
+    return c->ring_depth > 0 ? (double)c->ring_depth : 1.0;
+}
 
 // ---- AllReduce ------------------------------------------------------------------
 
@@ -180,7 +191,7 @@ double loom_cost_allreduce_ring(const loom_cost_call_t *c, const loom_link_cost_
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes, ar = c->acc_ratio, q = (n - 1) / n;
-    double steps = 2 * (n - 1) * rounds(S, n * RING_DEPTH * (double)c->chunk_bytes);
+    double steps = 2 * (n - 1) * rounds(S, n * ring_depth(c) * (double)c->chunk_bytes);
     double msgs = 4 * (n - 1) * rounds(S, n * (double)c->chunk_bytes);
     return loom_cost_eval(l, steps, msgs, q * S * ar + q * S, S * ar);
 }
@@ -223,7 +234,7 @@ double loom_cost_allgather_ring(const loom_cost_call_t *c, const loom_link_cost_
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes;
-    double steps = (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double steps = (n - 1) * rounds(S / n, ring_depth(c) * (double)c->chunk_bytes);
     double msgs = 2 * (n - 1) * rounds(S / n, (double)c->chunk_bytes);
     return loom_cost_eval(l, steps, msgs, (n - 1) / n * S, S / n);
 }
@@ -254,7 +265,7 @@ double loom_cost_reduce_scatter_ring(const loom_cost_call_t *c, const loom_link_
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
-    double steps = (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double steps = (n - 1) * rounds(S / n, ring_depth(c) * (double)c->chunk_bytes);
     double msgs = 2 * (n - 1) * rounds(S / n, (double)c->chunk_bytes);
     return loom_cost_eval(l, steps, msgs, q * S * c->acc_ratio, S * c->acc_ratio);
 }
@@ -287,7 +298,7 @@ double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_l
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes;
-    double steps = 1 + (n - 1) * rounds(S / n, RING_DEPTH * (double)c->chunk_bytes);
+    double steps = 1 + (n - 1) * rounds(S / n, ring_depth(c) * (double)c->chunk_bytes);
     double msgs = (n - 1) * (1 + 2 * rounds(S / n, (double)c->chunk_bytes));
     return loom_cost_eval(l, steps, msgs, 2 * (n - 1) / n * S, 0.0);
 }

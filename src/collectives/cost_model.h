@@ -46,6 +46,7 @@ typedef struct {
     double acc_ratio;   /* accumulator bytes per datatype byte: 1, or 2/4 for 16/8-bit floats,
                            whose partial sums travel as float32 */
     size_t chunk_bytes; /* LOOM_CHUNK_BYTES: pipeline segment per peer and step */
+    int ring_depth;     /* segments the ring keeps in flight per step (loom_ring_depth) */
 } loom_cost_call_t;
 
 /* Predicted time of one algorithm for one call, in nanoseconds; LOOM_COST_NA
@@ -74,6 +75,12 @@ loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls);
  * keeping l_p->cls (and l_p->o_ns when o is not given). 0 on success, -1
  * (nothing written) otherwise. */
 int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p);
+
+/* Segments the ring algorithms keep in flight per step: 4, or 1 on a shm
+ * communicator (one machine) with more ranks than online CPUs, where deeper
+ * pipelines only queue behind ranks waiting for a core. Equal on every rank:
+ * a shm communicator's ranks share the machine and its CPU count. */
+int loom_ring_depth(loom_link_class_t cls, int nranks);
 
 /* ceil(log2 n) and floor(log2 n) for n >= 1. */
 int loom_ceil_log2(int n);

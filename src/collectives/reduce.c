@@ -6,7 +6,8 @@
  * the root, which reduces the n chunks in rank order into recvbuff
  * (loom_coll_reduce_to_owners with the root as the only owner). Bytes on the
  * wire: S per non-root rank, (n-1) S into the root; the root's link is the
- * bottleneck, which is what trees (issue of the cost model) improve on.
+ * bottleneck, which the binomial tree (algo_tree.c) relieves at the price of
+ * ceil(log2 n) dependent steps.
  */
 #include <stdlib.h>
 

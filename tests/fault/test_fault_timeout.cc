@@ -167,6 +167,7 @@ TEST(TimeoutDump, EachRankWritesWhatItWaitedFor)
     opts.expected_exit = {0, 0, 128 + SIGKILL};
     opts.kill_when_others_exit = {kStopped};
     opts.env.push_back({"LOOM_DEBUG", "INFO"});
+    opts.env.push_back({"LOOM_ALGO", "allreduce:direct"}); // each rank waits on rank 2 itself
     opts.rank_env = [](int) { // RunDir() is the run's only inside the ranks
         return loomtest::EnvList{{"LOOM_DUMP_ON_TIMEOUT", loomtest::RunDir() + "/dump.%r.%p.json"}};
     };

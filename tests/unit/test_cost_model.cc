@@ -32,7 +32,7 @@ loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o
 
 loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
 {
-    return {n, bytes, acc_ratio, size_t{1} << 19};
+    return {n, bytes, acc_ratio, size_t{1} << 19, 4};
 }
 
 // The network rows of the table: the shm rows lead it and, on the shm link class, win
