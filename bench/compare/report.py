@@ -132,8 +132,12 @@ def plot(rows, impls, labels, ranks, colls, limits, net, path):
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
                             label=labels[k])
-            if ref:
+            top = max((line.get_ydata().max() for line in ax.get_lines()), default=0)
+            if ref and ref[1] <= 2 * top:
                 ax.axhline(ref[1], color="grey", linestyle="--", linewidth=0.8, label=ref[0])
+            elif ref:  # drawn, it would squash the data: say it instead
+                ax.text(0.02, 0.97, f"{ref[0]}: {ref[1]:.2f} GB/s", transform=ax.transAxes,
+                        fontsize=6, va="top", color="grey")
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                 lambda x, _: short_size(int(round(x)))))
@@ -144,7 +148,11 @@ def plot(rows, impls, labels, ranks, colls, limits, net, path):
                 ax.set_ylabel("busbw (GB/s)", fontsize=8)
             if i == len(ranks) - 1:
                 ax.set_xlabel("size (bytes)", fontsize=8)
-    handles, names = axes[0][0].get_legend_handles_labels()
+    seen = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    handles, names = list(seen.values()), list(seen)
     if handles:
         fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
