@@ -550,7 +550,7 @@ static void p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs,
     p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
     notices_send(p, cause->kind, cause, skip);
-    loom_shm_arena_break(p->arena); /* after the notices: arena waiters read them at once */
+    loom_shm_arena_break(p->arena, p->seq); /* after the notices: arena waiters read them at once */
     (void)close_all(p);
 }
 
@@ -1152,6 +1152,12 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
         return loomSuccess;
     res = c.kind == N_ERROR ? res : c.kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
     return fail(p, &w, nw, &c, res, start_ns, detail);
+}
+
+int loom_p2p_failure_seen(loom_p2p_t *p)
+{
+    return p->broken || aborted(p) || notices_poll_all(p) >= 0 ||
+           find_dead_peer(p, NULL, p->nranks) >= 0;
 }
 
 loom_arena_t *loom_p2p_arena(loom_p2p_t *p)

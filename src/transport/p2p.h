@@ -93,6 +93,11 @@ int loom_p2p_nranks(const loom_p2p_t *p2p);
  * A failure breaks the layer as wait_all does; detail (may be NULL) says what
  * was awaited and goes into the message. start_ns: when the wait began. */
 enum { LOOM_P2P_EV_CHECK, LOOM_P2P_EV_LEFT, LOOM_P2P_EV_TIMEOUT, LOOM_P2P_EV_ERROR };
+/* 1 if what CHECK fails on is there (abort, a peer's failure notice or ended
+ * stream, a dead same-machine peer, an earlier failure), without failing
+ * anything. A waiter calls it before its last look at what it waits for: a
+ * peer that posted that and then failed in a later call must not fail it. */
+int loom_p2p_failure_seen(loom_p2p_t *p2p);
 loomResult_t loom_p2p_wait_event(loom_p2p_t *p2p, int ev, int peer, int waited, unsigned step,
                                  loomResult_t res, uint64_t start_ns, const char *detail);
 

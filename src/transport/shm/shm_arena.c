@@ -411,10 +411,11 @@ err:
     return res;
 }
 
-void loom_shm_arena_break(loom_arena_t *a)
+void loom_shm_arena_break(loom_arena_t *a, uint64_t seq)
 {
     if (a == NULL)
         return;
+    atomic_store_explicit(&a->ctl[a->rank].broke_seq, seq, memory_order_relaxed);
     atomic_store_explicit(&a->ctl[a->rank].state, LOOM_ARENA_BROKEN, memory_order_seq_cst);
     loom_arena_wake_all(a);
 }

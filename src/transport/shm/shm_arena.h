@@ -44,7 +44,11 @@ typedef struct {
      * needs from it, so that posts that cannot satisfy it do not wake it. */
     _Atomic uint64_t wait_flag;
     _Atomic int32_t wait_rank;
-    uint8_t pad[12];
+    uint8_t pad[4];
+    /* Set before state becomes BROKEN: the seq of the call the rank failed in
+     * (or would run next). A rank in a later call finished every earlier one,
+     * so its break concerns only calls from this seq on. */
+    _Atomic uint64_t broke_seq;
     loom_shm_bell_t bell;           /* the futex word the rank sleeps on */
     loom_arena_desc_line_t desc[2]; /* the call descriptor, by call parity */
 } loom_arena_ctl_t;
@@ -83,9 +87,9 @@ struct loom_arena {
  * by loom_p2p_create once every connection is up. */
 loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
                                    volatile const int *abort_flag, loom_arena_t **arena_p);
-/* Marks this rank broken in the arena and wakes every sleeper, so that peers
+/* Marks this rank broken in call `seq` and wakes every sleeper, so that peers
  * waiting on its flag look at its notice at once. NULL is allowed. */
-void loom_shm_arena_break(loom_arena_t *a);
+void loom_shm_arena_break(loom_arena_t *a, uint64_t seq);
 /* Marks this rank gone, unmaps and frees. Removes the name if not every rank
  * mapped it (a peer died during creation). NULL is allowed. */
 loomResult_t loom_shm_arena_destroy(loom_arena_t *a);

@@ -113,6 +113,14 @@ static int reached(const loom_arena_t *a, int rank, uint64_t flag, int *behind_p
     return 1;
 }
 
+/* 1 if rank r broke in call seq or earlier. One that broke in a later call
+ * had finished this one, whatever this rank still has to do in it. */
+static int broke_by(const loom_arena_t *a, int r, uint64_t seq)
+{
+    return atomic_load_explicit(&a->ctl[r].state, memory_order_acquire) == LOOM_ARENA_BROKEN &&
+           atomic_load_explicit(&a->ctl[r].broke_seq, memory_order_relaxed) <= seq;
+}
+
 /* A peer that broke or left (it will not post again), or -1. A peer that left
  * normally matters only if it is behind what we wait for. */
 static int gone_peer(const loom_arena_t *a, int rank, uint64_t flag)
@@ -120,9 +128,9 @@ static int gone_peer(const loom_arena_t *a, int rank, uint64_t flag)
     for (int r = 0; r < a->nranks; r++) {
         if (r == a->rank)
             continue;
-        uint32_t s = atomic_load_explicit(&a->ctl[r].state, memory_order_acquire);
-        if (s == LOOM_ARENA_BROKEN ||
-            (s == LOOM_ARENA_LEFT && (rank < 0 || rank == r) && flag_of(a, r) < flag))
+        if (broke_by(a, r, flag >> 24) ||
+            (atomic_load_explicit(&a->ctl[r].state, memory_order_acquire) == LOOM_ARENA_LEFT &&
+             (rank < 0 || rank == r) && flag_of(a, r) < flag))
             return r;
     }
     return -1;
@@ -189,11 +197,16 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag)
         if (__atomic_load_n(a->abort_flag, __ATOMIC_ACQUIRE) ||
             now - last_check > CHECK_PERIOD_NS) {
             last_check = now;
-            if (reached(a, rank, flag, &behind)) /* before a notice can fail the call */
-                return loomSuccess;
-            describe_wait(a, behind, flag, what, sizeof(what));
-            LOOM_CHECK(loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_CHECK, behind, behind, step,
-                                           loomSuccess, start, what));
+            /* A peer may post what this wait needs, go on, fail in its next call and
+             * tell us, all between two looks: look at the flags once more after
+             * learning of a failure, before it can fail this call. */
+            if (loom_p2p_failure_seen(a->p2p)) {
+                if (reached(a, rank, flag, &behind))
+                    return loomSuccess;
+                describe_wait(a, behind, flag, what, sizeof(what));
+                LOOM_CHECK(loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_CHECK, behind, behind, step,
+                                               loomSuccess, start, what));
+            }
         }
         if (now - last_progress > timeout_ns) {
             describe_wait(a, behind, flag, what, sizeof(what));
@@ -279,8 +292,7 @@ loomResult_t loom_arena_fail(loom_arena_t *a, loomResult_t res, const char *deta
 loomResult_t loom_arena_check_peers(loom_arena_t *a)
 {
     for (int r = 0; r < a->nranks; r++) {
-        if (r != a->rank &&
-            atomic_load_explicit(&a->ctl[r].state, memory_order_seq_cst) == LOOM_ARENA_BROKEN)
+        if (r != a->rank && broke_by(a, r, a->seq))
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, r, r, 0, loomRemoteError,
                                        loom_now_ns(), "shm arena: a peer broke during the call");
     }
