@@ -143,24 +143,6 @@ NATIVE_INT(i32, int32_t, 8)
 NATIVE_INT(u32, uint32_t, 8)
 NATIVE_INT(i64, int64_t, 4)
 NATIVE_INT(u64, uint64_t, 4)
-#define i8_lda     i8_load
-#define u8_lda     u8_load
-#define i32_lda    i32_load
-#define u32_lda    u32_load
-#define i64_lda    i64_load
-#define u64_lda    u64_load
-#define i8_load_q  i8_load
-#define u8_load_q  u8_load
-#define i32_load_q i32_load
-#define u32_load_q u32_load
-#define i64_load_q i64_load
-#define u64_load_q u64_load
-#define i8_sta     i8_store
-#define u8_sta     u8_store
-#define i32_sta    i32_store
-#define u32_sta    u32_store
-#define i64_sta    i64_store
-#define u64_sta    u64_store
 
 KINL __m256i u8_add(__m256i a, __m256i b)
 {

@@ -39,6 +39,26 @@
 #error "kernels_simd.h is included by the per-instruction-set kernel files only"
 #endif
 
+/* Integers are their own accumulators: every access form is the plain one. */
+#define i8_lda     i8_load
+#define u8_lda     u8_load
+#define i32_lda    i32_load
+#define u32_lda    u32_load
+#define i64_lda    i64_load
+#define u64_lda    u64_load
+#define i8_load_q  i8_load
+#define u8_load_q  u8_load
+#define i32_load_q i32_load
+#define u32_load_q u32_load
+#define i64_load_q i64_load
+#define u64_load_q u64_load
+#define i8_sta     i8_store
+#define u8_sta     u8_store
+#define i32_sta    i32_store
+#define u32_sta    u32_store
+#define i64_sta    i64_store
+#define u64_sta    u64_store
+
 /* The finishing step, chosen by a literal 0 (keep) or 1 (avg: divide by
  * nranks in the accumulator type, as the scalar finish does). */
 #define SIMD_DIVISOR_0(asfx, nranks) (void)(nranks)
