@@ -10,6 +10,12 @@
 // chain 3 -> 2 -> 1 -> 0 only rank 2 waits on the victim: ranks 1 and 0 wait on live peers and
 // must learn of the death, and who died, through the failure notices. Timeouts are 20 s, so
 // only the detection of the death can pass. Run by meson's 'fault' suite.
+//
+// KillMidCall pins the two-shot pattern (LOOM_ALGO=direct), where every survivor waits on the
+// victim. KillMidChained forces each chained algorithm instead (ring, recursive doubling and
+// halving, trees, Bruck): there a survivor waits on neighbours, and one that already holds all
+// the victim contributes to its result may finish. Each survivor must then either fail as above
+// or return success with exactly the right result and fail its next call.
 
 #include <signal.h>
 
@@ -63,7 +69,14 @@ struct Outcome {
     loomResult_t res;
     double seconds;
     bool send_intact; // the bytes the call may only read are unchanged
+    bool result_ok;   // on success: the output is exactly the expected one
 };
+
+// The bytes of part `to` of rank `from`'s all-to-all send buffer.
+void AllToAllPart(void *buf, int from, int to)
+{
+    loomtest::FillPattern(buf, kMsg, from, 5, static_cast<size_t>(to) * kMsg);
+}
 
 // Runs one call; the victim's tripwire is armed just before it. Chunked collectives (all-reduce,
 // reduce-scatter) trip in round 2 of 4 on the part for rank 0, the others on half of a 1 MiB part.
@@ -89,7 +102,13 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
         else
             r = loomReduceScatter(send.data(), recv.data(), per_owner, loomFloat32, loomSum, comm,
                                   nullptr);
-        return {r, loomtest::NowSec() - t0, memcmp(before.data(), send.data(), before.size()) == 0};
+        const double secs = loomtest::NowSec() - t0;
+        const size_t first = op == Op::AllReduce ? 0 : static_cast<size_t>(rank) * per_owner;
+        const size_t n = op == Op::AllReduce ? count : per_owner;
+        Bytes want(n * 4);
+        loomtest::FillReduceExpected(want.data(), loomFloat32, loomSum, kRanks, 7, first, n);
+        return {r, secs, memcmp(before.data(), send.data(), before.size()) == 0,
+                loomtest::CompareElements(recv.data(), want.data(), n, loomFloat32).empty()};
     }
     case Op::AllGather: { // in place: this rank's part of recv is its send buffer
         TripBuffer recv(kRanks * kMsg);
@@ -100,7 +119,12 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
             recv.Arm(static_cast<size_t>(rank) * kMsg + kTrip, SIGKILL);
         t0 = loomtest::NowSec();
         r = loomAllGather(mine, recv.data(), kMsg / 4, loomFloat32, comm, nullptr);
-        return {r, loomtest::NowSec() - t0, memcmp(before.data(), mine, kMsg) == 0};
+        const double secs = loomtest::NowSec() - t0;
+        Bytes want(kRanks * kMsg);
+        for (int j = 0; j < kRanks; j++)
+            loomtest::FillPattern(want.data() + static_cast<size_t>(j) * kMsg, kMsg, j, 3);
+        return {r, secs, memcmp(before.data(), mine, kMsg) == 0,
+                memcmp(want.data(), recv.data(), want.size()) == 0};
     }
     case Op::AllToAll:
     case Op::AllToAllv: {
@@ -108,6 +132,24 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
         auto part = [op](int from, int to) {
             return op == Op::AllToAll ? kMsg : kMsg + static_cast<size_t>((from + to) % 4) * kChunk;
         };
+        if (op == Op::AllToAll) { // built from AllToAllPart, so that a result can be checked
+            TripBuffer send(kRanks * kMsg);
+            for (int j = 0; j < kRanks; j++)
+                AllToAllPart(send.data() + static_cast<size_t>(j) * kMsg, rank, j);
+            const Bytes before(send.data(), send.data() + send.size());
+            Bytes recv(kRanks * kMsg), want(kRanks * kMsg);
+            if (victim)
+                for (int j = 0; j < kRanks; j++)
+                    if (j != rank)
+                        send.Arm(static_cast<size_t>(j) * kMsg + kTrip, SIGKILL);
+            t0 = loomtest::NowSec();
+            r = loomAllToAll(send.data(), recv.data(), kMsg / 4, loomFloat32, comm, nullptr);
+            const double secs = loomtest::NowSec() - t0;
+            for (int j = 0; j < kRanks; j++)
+                AllToAllPart(want.data() + static_cast<size_t>(j) * kMsg, j, rank);
+            return {r, secs, memcmp(before.data(), send.data(), send.size()) == 0,
+                    memcmp(want.data(), recv.data(), want.size()) == 0};
+        }
         std::vector<size_t> sc(kRanks), sd(kRanks), rc(kRanks), rd(kRanks);
         size_t sbytes = 0, rbytes = 0;
         for (int j = 0; j < kRanks; j++) {
@@ -127,12 +169,9 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
                 if (j != rank)
                     send.Arm(sd[j] * 4 + kTrip, SIGKILL);
         t0 = loomtest::NowSec();
-        if (op == Op::AllToAll)
-            r = loomAllToAll(send.data(), recv.data(), kMsg / 4, loomFloat32, comm, nullptr);
-        else
-            r = loomAllToAllv(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
-                              loomFloat32, comm, nullptr);
-        return {r, loomtest::NowSec() - t0, memcmp(before.data(), send.data(), sbytes) == 0};
+        r = loomAllToAllv(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                          loomFloat32, comm, nullptr);
+        return {r, loomtest::NowSec() - t0, memcmp(before.data(), send.data(), sbytes) == 0, false};
     }
     case Op::Broadcast: { // the victim is the root, in place
         TripBuffer buf(kMsg);
@@ -142,7 +181,10 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
         }
         t0 = loomtest::NowSec();
         r = loomBroadcast(buf.data(), buf.data(), kMsg / 4, loomFloat32, kVictim, comm, nullptr);
-        return {r, loomtest::NowSec() - t0, true};
+        const double secs = loomtest::NowSec() - t0;
+        Bytes want(kMsg);
+        loomtest::FillPattern(want.data(), kMsg, kVictim, 9);
+        return {r, secs, true, memcmp(want.data(), buf.data(), kMsg) == 0};
     }
     case Op::SendRecv: { // the chain 3 -> 2 -> 1 -> 0; each forwards what it received
         TripBuffer buf(kMsg);
@@ -151,19 +193,20 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
             buf.Arm(kTrip, SIGKILL);
             t0 = loomtest::NowSec();
             r = loomSend(buf.data(), kMsg, loomUint8, rank - 1, comm, nullptr);
-            return {r, loomtest::NowSec() - t0, true};
+            return {r, loomtest::NowSec() - t0, true, false};
         }
         t0 = loomtest::NowSec();
         r = loomRecv(buf.data(), kMsg, loomUint8, rank + 1, comm, nullptr);
         if (r == loomSuccess && rank > 0)
             r = loomSend(buf.data(), kMsg, loomUint8, rank - 1, comm, nullptr);
-        return {r, loomtest::NowSec() - t0, true};
+        return {r, loomtest::NowSec() - t0, true, false};
     }
     }
-    return {r, 0, true};
+    return {r, 0, true, false};
 }
 
-void KillBody(Op op, int rank, loomComm_t comm)
+// may_finish: a survivor may also return success, with the exact result (chained algorithms).
+void KillBody(Op op, int rank, loomComm_t comm, bool may_finish)
 {
     XT_CHECK_LOOM(loomBarrier(comm, nullptr)); // every connection carried a call before the fault
     const Outcome o = CallOnce(op, rank, comm);
@@ -173,6 +216,14 @@ void KillBody(Op op, int rank, loomComm_t comm)
                            " instead of dying at its tripwire");
     fprintf(stderr, "rank %d: %s returned %s after %.1f ms: %s\n", rank, OpName(op),
             loomtest::Show(o.res).c_str(), o.seconds * 1e3, loomGetLastError(nullptr));
+    if (may_finish && o.res == loomSuccess) {
+        XT_CHECK_MSG(o.result_ok, "the call succeeded with a wrong result");
+        XT_CHECK_MSG(o.send_intact, "the send buffer was written");
+        const loomResult_t next = loomBarrier(comm, nullptr);
+        XT_CHECK_MSG(next == loomRemoteError || next == loomInvalidUsage,
+                     "the call after the death returned " + loomtest::Show(next));
+        return;
+    }
     XT_CHECK_LOOM_RES(o.res, loomRemoteError);
     XT_CHECK_MSG(o.seconds < kDetectS, "detection took " + std::to_string(o.seconds) + " s");
     XT_CHECK_NAMES_RANK(kVictim, OpName(op));
@@ -197,7 +248,7 @@ TEST_P(KillMidCall, SurvivorsFailFastNamingTheDeadRank)
     opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
     opts.pids_out = &pids;
     XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks, [op](int rank, int, loomComm_t comm) { KillBody(op, rank, comm); }, opts));
+        kRanks, [op](int rank, int, loomComm_t comm) { KillBody(op, rank, comm, false); }, opts));
     const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
     EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
 }
@@ -216,5 +267,46 @@ INSTANTIATE_TEST_SUITE_P(
                                          Op::AllToAll, Op::AllToAllv, Op::Broadcast, Op::SendRecv),
                        ::testing::Values("shm", "tcp")),
     CaseName);
+
+// (collective, a chained algorithm of it, net)
+using Chained = std::tuple<Op, std::string, std::string>;
+
+class KillMidChained : public ::testing::TestWithParam<Chained> {};
+
+TEST_P(KillMidChained, SurvivorsFailFastOrFinishExactly)
+{
+    const Op op = std::get<0>(GetParam());
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.env = loomtest::FaultEnv(std::get<2>(GetParam()), 20000);
+    opts.env.push_back({"LOOM_ALGO", std::string(OpName(op)) + ":" + std::get<1>(GetParam())});
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks, [op](int rank, int, loomComm_t comm) { KillBody(op, rank, comm, true); }, opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
+std::vector<Chained> ChainedCases()
+{
+    const std::pair<Op, const char *> algos[] = {
+        {Op::AllReduce, "ring"},    {Op::AllReduce, "rhd"},
+        {Op::AllReduce, "rd"},      {Op::ReduceScatter, "ring"},
+        {Op::ReduceScatter, "rhd"}, {Op::AllGather, "ring"},
+        {Op::AllGather, "rd"},      {Op::Broadcast, "binomial"},
+        {Op::AllToAll, "bruck"},    {Op::Broadcast, "scatter_allgather"}};
+    std::vector<Chained> v;
+    for (const auto &a : algos)
+        for (const char *net : {"shm", "tcp"})
+            v.emplace_back(a.first, a.second, net);
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KillMidChained, ::testing::ValuesIn(ChainedCases()),
+                         [](const ::testing::TestParamInfo<Chained> &info) {
+                             return std::string(OpName(std::get<0>(info.param))) + "_" +
+                                    std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                         });
 
 } // namespace
