@@ -1009,15 +1009,26 @@ loomResult_t loom_p2p_test_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *
 }
 
 /* A same-machine peer with a pending request (any of the n ranks if reqs is NULL)
- * whose process is gone: its rank, or -1. */
-static int find_dead_peer(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
+ * whose process is gone: its rank, or -1. Without requests, a peer that said
+ * goodbye (destroyed its communicator cleanly) and then exited is not dead:
+ * whoever still needs it learns that it left from its stream or its arena
+ * state. Its goodbye is looked for once more after its pid is gone, since
+ * everything it wrote before exiting is there by then. */
+static int find_dead_peer(loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
 {
     for (int i = 0; i < n; i++) {
         const int r = reqs ? reqs[i].peer : i;
         if ((reqs && reqs[i].done) || r == p->rank || !same_machine(p, r))
             continue;
-        if (pid_gone(p->peers[r].pid))
-            return r;
+        if (!pid_gone(p->peers[r].pid))
+            continue;
+        if (reqs == NULL) {
+            notice_poll(p, r);
+            const peer_conn_t *c = &p->conns[r];
+            if (c->notice_state == NS_GOT && c->got.kind == N_BYE)
+                continue;
+        }
+        return r;
     }
     return -1;
 }

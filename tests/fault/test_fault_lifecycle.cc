@@ -401,4 +401,46 @@ TEST_P(EarlyDestroy, PeersStillWaitingFailFastNamingIt)
 
 INSTANTIATE_TEST_SUITE_P(All, EarlyDestroy, ::testing::Values("shm", "tcp"));
 
+// The opposite: a rank that finished everything and exited is no failure for a peer still
+// waiting on a slow third rank. Here the broadcast's root waits (single copy: until every reader
+// is done with its buffer) on rank 0, which arrives 400 ms late, long after rank 1 read the data,
+// destroyed its communicator and exited; the root's liveness checks run meanwhile.
+class FinishedPeerExits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FinishedPeerExits, IsNoFailureForTheOthers)
+{
+    constexpr size_t kBytes = 4u << 20;
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 20000);
+    opts.env.push_back({"LOOM_ALGO", GetParam()});
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            std::vector<unsigned char> buf(kBytes), want(kBytes);
+            loomtest::FillPattern(want.data(), kBytes, 2, 21);
+            if (rank == 2)
+                buf = want;
+            if (rank == 0)
+                usleep(400 * 1000);
+            XT_CHECK_LOOM(
+                loomBroadcast(buf.data(), buf.data(), kBytes, loomUint8, 2, comm, nullptr));
+            XT_CHECK(buf == want);
+            if (rank == 1) { // gone before rank 0 even started the broadcast
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            XT_CHECK_LOOM(loomCommDestroy(comm));
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, FinishedPeerExits,
+                         ::testing::Values("broadcast:shm_cma", "broadcast:direct"),
+                         [](const ::testing::TestParamInfo<std::string> &info) {
+                             return info.param.substr(info.param.find(':') + 1);
+                         });
+
 } // namespace
