@@ -30,6 +30,7 @@ struct loomComm {
     int local_rank; /* rank among ranks with the same host id */
     int local_size;
     int64_t timeout_ms;
+    int64_t spin_ns; /* a stream's worker and synchronizer yield this long before sleeping */
     char name[64];
     loom_peer_info_t *peers; /* [nranks] */
     loom_p2p_t *p2p;

@@ -259,6 +259,20 @@ static void count_local(struct loomComm *c)
     }
 }
 
+/* How long a stream's worker and synchronizer yield before they sleep:
+ * LOOM_SPIN_US, but at most OVERSUB_SPIN_NS when this host's ranks, each with
+ * an issuing thread and a stream worker, outnumber the CPUs, where the thread
+ * waited for needs the CPU (the shm arena's waits decide the same way). */
+#define OVERSUB_SPIN_NS 2000
+static int64_t stream_spin_ns(int local_size)
+{
+    int64_t spin = loom_param_SPIN_US() * 1000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && 2L * local_size > cpus && spin > OVERSUB_SPIN_NS)
+        spin = OVERSUB_SPIN_NS;
+    return spin < 0 ? 0 : spin;
+}
+
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
                               const loomConfig_t *config)
 {
@@ -297,6 +311,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         c->peers[r].hostname[LOOM_HOST_ID_MAX - 1] = '\0';
     }
     count_local(c);
+    c->spin_ns = stream_spin_ns(c->local_size);
     loom_tp_init_args_t args = {.rank = rank,
                                 .nranks = nranks,
                                 .peers = c->peers,
