@@ -100,14 +100,18 @@ static loomResult_t task_run_ops(loom_task_t *t)
     int np2p = 0;
     for (int i = 0; i < t->nops; i++)
         np2p += t->ops[i].kind != LOOM_OP_COLL;
-    loom_p2p_req_t *reqs = NULL;
-    if (np2p > 0 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
+    loom_p2p_req_t reqs_small[4]; /* a Send, a Recv or a small exchange: no allocation */
+    loom_p2p_req_t *reqs = reqs_small;
+    if (np2p > 4 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
         LOOM_WARN("out of memory for %d send/receive requests", np2p);
         return loomSystemError;
     }
+    if (reqs == reqs_small)
+        memset(reqs_small, 0, sizeof(reqs_small));
     int nreq = 0;
-    loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
-    for (int i = 0; i < t->nops; i++) {
+    if (np2p > 0) /* collectives set their own context */
+        loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
+    for (int i = 0; i < t->nops && np2p > 0; i++) {
         loom_op_t *op = &t->ops[i];
         if (op->kind == LOOM_OP_SEND)
             LOOM_CHECK_GOTO(loom_p2p_isend(comm->p2p, op->peer, op->sendbuff, op->nbytes,
@@ -136,7 +140,8 @@ static loomResult_t task_run_ops(loom_task_t *t)
         }
     }
 out:
-    free(reqs);
+    if (reqs != reqs_small)
+        free(reqs);
     return res;
 }
 
