@@ -30,6 +30,7 @@ struct loomComm {
     int local_rank; /* rank among ranks with the same host id */
     int local_size;
     int64_t timeout_ms;
+    int64_t spin_ns; /* a stream's worker and synchronizer yield this long before sleeping */
     char name[64];
     loom_peer_info_t *peers; /* [nranks] */
     loom_p2p_t *p2p;
@@ -37,11 +38,17 @@ struct loomComm {
     volatile int abort_flag; /* set by loomCommAbort; every wait checks it */
     char net[64];            /* transports allowed (config or LOOM_NET) */
 
-    pthread_mutex_t lock; /* protects everything below */
-    pthread_cond_t cond;
+    /* The counters are atomics, so that a call whose turn it is takes no lock;
+     * a thread that must wait for one to change sleeps on cond under lock, counted
+     * in waiters, and whoever changes it broadcasts only when waiters is non-zero
+     * (loom_comm_wake). */
+    pthread_mutex_t lock;     /* protects the sleeps on cond and the async error */
+    pthread_cond_t cond;      /* now_serving moved, refs dropped or the communicator aborted */
     uint64_t next_ticket;     /* next ticket to hand out */
     uint64_t now_serving;     /* ticket allowed to execute */
-    int refs;                 /* 1 for the user + 1 per queued task */
+    int refs;                 /* 1 for the user + 1 per call in progress and per queued task */
+    int waiters;              /* threads asleep (or about to sleep) on cond */
+    int closing;              /* teardown waits for refs: releases take the lock from then on */
     loomResult_t async_error; /* first failure of a stream task */
     char async_msg[256];
 };
@@ -59,12 +66,13 @@ typedef struct {
 
 typedef struct loom_task {
     struct loomComm *comm;
-    loom_op_t *ops;
+    loom_op_t *ops; /* &first, or a heap array once the task has more than one */
     int nops;
     int cap;
     uint64_t ticket;
     loomStream_t stream;    /* NULL: run by the issuing thread */
     struct loom_task *next; /* stream queue / group list */
+    loom_op_t first;        /* storage of a one-operation task (no second allocation) */
 } loom_task_t;
 
 /* Every entry point that touches a communicator holds a reference on it for
@@ -88,6 +96,10 @@ loomResult_t loom_task_execute(loom_task_t *task);
 void loom_task_free(loom_task_t *task);
 /* Drops a reference to the communicator; frees it at zero. */
 void loom_comm_release(struct loomComm *comm);
+/* Wakes every thread asleep on comm->cond; costs no lock when none is. Call it
+ * after changing what they wait for (seq_cst store), so that a waiter either
+ * sees the change or is counted in comm->waiters before this looks. */
+void loom_comm_wake(struct loomComm *comm);
 /* Queues a task on a stream (stream.c). */
 loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
 /* InvalidArgument unless stream is NULL or a live stream. */

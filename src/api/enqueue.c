@@ -25,6 +25,9 @@ static __thread group_state_t group;
 
 // ---- tasks ------------------------------------------------------------------
 
+/* A task queued on a stream or recorded in a group: on the heap, holding a
+ * reference on comm until loom_task_free. The caller holds one itself, so the
+ * communicator cannot be torn down meanwhile. */
 static loom_task_t *task_new(struct loomComm *comm, loomStream_t stream)
 {
     loom_task_t *t = calloc(1, sizeof(*t));
@@ -32,21 +35,25 @@ static loom_task_t *task_new(struct loomComm *comm, loomStream_t stream)
         return NULL;
     t->comm = comm;
     t->stream = stream;
-    pthread_mutex_lock(&comm->lock);
-    comm->refs++;
-    pthread_mutex_unlock(&comm->lock);
+    __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
     return t;
 }
 
 static loomResult_t task_add(loom_task_t *t, const loom_op_t *op)
 {
-    if (t->nops == t->cap) {
-        int cap = t->cap ? 2 * t->cap : 4;
-        loom_op_t *ops = realloc(t->ops, (size_t)cap * sizeof(*ops));
+    if (t->cap == 0) {
+        t->ops = &t->first;
+        t->cap = 1;
+    } else if (t->nops == t->cap) {
+        int cap = 2 * t->cap < 4 ? 4 : 2 * t->cap;
+        loom_op_t *ops = t->ops == &t->first ? malloc((size_t)cap * sizeof(*ops))
+                                             : realloc(t->ops, (size_t)cap * sizeof(*ops));
         if (ops == NULL) {
             LOOM_WARN("out of memory recording operation %d of a group", t->nops + 1);
             return loomSystemError;
         }
+        if (t->ops == &t->first)
+            ops[0] = t->first;
         t->ops = ops;
         t->cap = cap;
     }
@@ -60,22 +67,28 @@ static void op_free(loom_op_t *op)
         free((void *)op->coll.sendcounts); /* one allocation holds all four arrays */
 }
 
+/* Frees what the task's operations own, not the task. */
+static void task_clear_ops(loom_task_t *t)
+{
+    for (int i = 0; i < t->nops; i++)
+        op_free(&t->ops[i]);
+    if (t->ops != &t->first)
+        free(t->ops);
+}
+
 void loom_task_free(loom_task_t *t)
 {
     if (t == NULL)
         return;
-    for (int i = 0; i < t->nops; i++)
-        op_free(&t->ops[i]);
-    free(t->ops);
+    task_clear_ops(t);
     loom_comm_release(t->comm);
     free(t);
 }
 
+/* Tickets need only be unique and in issue order: an atomic counter. */
 static void task_take_ticket(loom_task_t *t)
 {
-    pthread_mutex_lock(&t->comm->lock);
-    t->ticket = t->comm->next_ticket++;
-    pthread_mutex_unlock(&t->comm->lock);
+    t->ticket = __atomic_fetch_add(&t->comm->next_ticket, 1, __ATOMIC_SEQ_CST);
 }
 
 // ---- execution --------------------------------------------------------------
@@ -87,14 +100,18 @@ static loomResult_t task_run_ops(loom_task_t *t)
     int np2p = 0;
     for (int i = 0; i < t->nops; i++)
         np2p += t->ops[i].kind != LOOM_OP_COLL;
-    loom_p2p_req_t *reqs = NULL;
-    if (np2p > 0 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
+    loom_p2p_req_t reqs_small[4]; /* a Send, a Recv or a small exchange: no allocation */
+    loom_p2p_req_t *reqs = reqs_small;
+    if (np2p > 4 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
         LOOM_WARN("out of memory for %d send/receive requests", np2p);
         return loomSystemError;
     }
+    if (reqs == reqs_small)
+        memset(reqs_small, 0, sizeof(reqs_small));
     int nreq = 0;
-    loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
-    for (int i = 0; i < t->nops; i++) {
+    if (np2p > 0) /* collectives set their own context */
+        loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
+    for (int i = 0; i < t->nops && np2p > 0; i++) {
         loom_op_t *op = &t->ops[i];
         if (op->kind == LOOM_OP_SEND)
             LOOM_CHECK_GOTO(loom_p2p_isend(comm->p2p, op->peer, op->sendbuff, op->nbytes,
@@ -123,19 +140,34 @@ static loomResult_t task_run_ops(loom_task_t *t)
         }
     }
 out:
-    free(reqs);
+    if (reqs != reqs_small)
+        free(reqs);
     return res;
+}
+
+/* Waits for the task's turn; returns 1 if the communicator was aborted first.
+ * The task whose turn it is takes no lock (the common case: one thread issuing). */
+static int ticket_wait(struct loomComm *comm, uint64_t ticket)
+{
+    if (__atomic_load_n(&comm->now_serving, __ATOMIC_ACQUIRE) == ticket &&
+        !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&comm->lock);
+    __atomic_add_fetch(&comm->waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&comm->now_serving, __ATOMIC_SEQ_CST) != ticket &&
+           !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    __atomic_sub_fetch(&comm->waiters, 1, __ATOMIC_SEQ_CST);
+    int aborted = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&comm->lock);
+    return aborted;
 }
 
 loomResult_t loom_task_execute(loom_task_t *t)
 {
     struct loomComm *comm = t->comm;
     loomResult_t res;
-    pthread_mutex_lock(&comm->lock);
-    while (comm->now_serving != t->ticket && !comm->abort_flag)
-        pthread_cond_wait(&comm->cond, &comm->lock);
-    int aborted = comm->abort_flag;
-    pthread_mutex_unlock(&comm->lock);
+    int aborted = ticket_wait(comm, t->ticket);
     if (aborted) {
         /* One WARN came from the abort itself; queued work must not flood the log. */
         loom_set_last_error("rank %d: operation on communicator %s not run: the communicator "
@@ -145,12 +177,9 @@ loomResult_t loom_task_execute(loom_task_t *t)
     } else {
         loom_debug_set_rank(comm->rank);
         res = task_run_ops(t);
+        __atomic_store_n(&comm->now_serving, t->ticket + 1, __ATOMIC_SEQ_CST);
     }
-    pthread_mutex_lock(&comm->lock);
-    if (!aborted)
-        comm->now_serving++;
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
+    loom_comm_wake(comm);
     return res;
 }
 
@@ -176,21 +205,21 @@ loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t str
             op_free(&copy);
         return res;
     }
+    if (stream == NULL) {
+        /* Runs before returning, under the caller's reference: a task on the stack. */
+        loom_task_t t = {.comm = comm, .nops = 1, .cap = 1, .first = copy};
+        t.ops = &t.first;
+        task_take_ticket(&t);
+        loomResult_t res = loom_task_execute(&t);
+        task_clear_ops(&t);
+        return res;
+    }
     loom_task_t *t = task_new(comm, stream);
     if (t == NULL)
         goto err_nomem;
-    loomResult_t res = task_add(t, &copy);
-    if (res != loomSuccess) {
-        op_free(&copy);
-        loom_task_free(t);
-        return res;
-    }
+    (void)task_add(t, &copy); /* the first operation needs no allocation */
     task_take_ticket(t);
-    if (stream != NULL)
-        return loom_stream_push(stream, t);
-    res = loom_task_execute(t);
-    loom_task_free(t);
-    return res;
+    return loom_stream_push(stream, t);
 err_nomem:
     op_free(&copy);
     LOOM_WARN("out of memory recording an operation");

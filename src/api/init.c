@@ -82,11 +82,8 @@ loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn)
     pthread_mutex_lock(&live_lock);
     for (int i = 0; i < nlive && !found; i++)
         found = live[i] == comm;
-    if (found) {
-        pthread_mutex_lock(&comm->lock);
-        comm->refs++;
-        pthread_mutex_unlock(&comm->lock);
-    }
+    if (found) /* no teardown can be waiting on refs: it starts after leaving `live` */
+        __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&live_lock);
     if (!found) {
         LOOM_WARN("%s: communicator %p is not valid (destroyed, aborted or never created)", fn,
@@ -209,14 +206,35 @@ static void comm_free(struct loomComm *c)
     free(c);
 }
 
+/* Until a teardown starts nobody waits for a reference to drop, and the
+ * decrement is the last access to c: no lock. Once `closing` is set the
+ * decrement happens under the lock, which the teardown re-checks refs under,
+ * so it cannot free the communicator before this has let go of it; a release
+ * that read `closing` just before it was set is caught by the teardown's
+ * periodic re-check (lifecycle.c). */
 void loom_comm_release(struct loomComm *c)
 {
+    if (!__atomic_load_n(&c->closing, __ATOMIC_SEQ_CST)) {
+        if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST) == 0)
+            comm_free(c);
+        return;
+    }
     pthread_mutex_lock(&c->lock);
-    int left = --c->refs;
-    pthread_cond_broadcast(&c->cond);
+    int left = __atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->waiters, __ATOMIC_SEQ_CST) > 0)
+        pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
     if (left == 0)
         comm_free(c);
+}
+
+void loom_comm_wake(struct loomComm *c)
+{
+    if (__atomic_load_n(&c->waiters, __ATOMIC_SEQ_CST) == 0)
+        return;
+    pthread_mutex_lock(&c->lock);
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
 }
 
 void loom_comm_set_async_error(struct loomComm *c, loomResult_t res, const char *msg)
@@ -239,6 +257,20 @@ static void count_local(struct loomComm *c)
             c->local_rank++;
         c->local_size++;
     }
+}
+
+/* How long a stream's worker and synchronizer yield before they sleep:
+ * LOOM_SPIN_US, but at most OVERSUB_SPIN_NS when this host's ranks, each with
+ * an issuing thread and a stream worker, outnumber the CPUs, where the thread
+ * waited for needs the CPU (the shm arena's waits decide the same way). */
+#define OVERSUB_SPIN_NS 2000
+static int64_t stream_spin_ns(int local_size)
+{
+    int64_t spin = loom_param_SPIN_US() * 1000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && 2L * local_size > cpus && spin > OVERSUB_SPIN_NS)
+        spin = OVERSUB_SPIN_NS;
+    return spin < 0 ? 0 : spin;
 }
 
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
@@ -279,6 +311,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         c->peers[r].hostname[LOOM_HOST_ID_MAX - 1] = '\0';
     }
     count_local(c);
+    c->spin_ns = stream_spin_ns(c->local_size);
     loom_tp_init_args_t args = {.rank = rank,
                                 .nranks = nranks,
                                 .peers = c->peers,

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "comm.h"
@@ -65,8 +66,21 @@ static void set_abort_flag(struct loomComm *c)
 static loomResult_t comm_teardown(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
-    while (c->refs > 1)
-        pthread_cond_wait(&c->cond, &c->lock);
+    __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) > 1) {
+        /* A release that read `closing` before it was set wakes nobody: look again
+         * every millisecond (loom_comm_release). */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->cond, &c->lock, &until);
+    }
+    __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
     c->magic = LOOM_COMM_DEAD;
     pthread_mutex_unlock(&c->lock);
     loomResult_t res = loom_p2p_destroy(c->p2p);

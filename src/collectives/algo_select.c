@@ -208,22 +208,58 @@ static const loom_algo_t *forced_algo(loom_coll_kind_t kind)
     return found;
 }
 
-loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
-                           const char **algo_name_p)
+/* The model's (or LOOM_ALGO's) choice for a call, NULL if none can run. */
+static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                 const loom_cost_call_t *call, double *predicted_p)
 {
-    loom_cost_call_t call = loom_coll_cost_call(ctx, a);
-    double predicted = 0.0;
     const loom_algo_t *algo = forced_algo(a->kind);
     if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name))
         algo = NULL; /* a forced shm algorithm without an arena: the model's choice instead */
     if (algo != NULL) {
-        predicted = algo->cost(&call, &ctx->link);
-    } else {
-        algo = loom_algo_pick(algos, NALGOS, a->kind, &call, &ctx->link, &predicted);
-        if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name)) /* shm class, no arena */
-            algo = loom_algo_pick(algos + shm_rows(), NALGOS - shm_rows(), a->kind, &call,
-                                  &ctx->link, &predicted);
+        *predicted_p = algo->cost(call, &ctx->link);
+        return algo;
     }
+    algo = loom_algo_pick(algos, NALGOS, a->kind, call, &ctx->link, predicted_p);
+    if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name)) /* shm class, no arena */
+        algo = loom_algo_pick(algos + shm_rows(), NALGOS - shm_rows(), a->kind, call, &ctx->link,
+                              predicted_p);
+    return algo;
+}
+
+/* choose(), remembered per collective: a run of calls of one size and
+ * datatype (the latency-bound case) evaluates the model once. The choice
+ * depends on nothing else that can change after creation: the link constants,
+ * chunk and ring depth are fixed; the arena (gone once the communicator broke)
+ * and the parameters (through their generation) are compared. */
+static const loom_algo_t *choose_memo(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                      double *predicted_p)
+{
+    loom_algo_memo_t *m = &ctx->memo[a->kind];
+    const size_t nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0 : loom_coll_bytes(a, ctx->nranks);
+    const unsigned gen = loom_param_generation();
+    const void *arena = loom_p2p_arena(ctx->p2p);
+    if (m->algo != NULL && m->param_gen == gen && m->nbytes == nbytes && m->dt == a->dt &&
+        m->arena == arena) {
+        *predicted_p = m->predicted_ns;
+        return m->algo;
+    }
+    loom_cost_call_t call = loom_coll_cost_call(ctx, a);
+    const loom_algo_t *algo = choose(ctx, a, &call, predicted_p);
+    if (algo != NULL)
+        *m = (loom_algo_memo_t){.algo = algo,
+                                .arena = arena,
+                                .predicted_ns = *predicted_p,
+                                .nbytes = nbytes,
+                                .dt = a->dt,
+                                .param_gen = gen};
+    return algo;
+}
+
+loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                           const char **algo_name_p)
+{
+    double predicted = 0.0;
+    const loom_algo_t *algo = choose_memo(ctx, a, &predicted);
     if (algo == NULL) {
         LOOM_WARN("no algorithm registered for collective %d", (int)a->kind);
         return loomInternalError;
@@ -231,17 +267,16 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     if (algo_name_p)
         *algo_name_p = algo->name;
     loom_p2p_set_context(ctx->p2p, coll_names[a->kind], ctx->seq);
-    int trace = loom_param_COLL_TRACE() != 0;
-    uint64_t t0 = trace ? loom_now_ns() : 0;
+    if (loom_param_COLL_TRACE() == 0)
+        return algo->fn(ctx, a);
+    uint64_t t0 = loom_now_ns();
     loomResult_t res = algo->fn(ctx, a);
-    if (trace) {
-        LOOM_INFO(LOOM_LOG_COLL,
-                  "%s seq %llu: %zu bytes %s %s algo %s transport %s "
-                  "%.1f us (model %.1f us) -> %s",
-                  coll_names[a->kind], (unsigned long long)ctx->seq,
-                  loom_coll_bytes(a, ctx->nranks), loom_dtype_name(a->dt), loom_redop_name(a->op),
-                  algo->name, loom_link_class_name(ctx->link.cls),
-                  (double)(loom_now_ns() - t0) / 1e3, predicted / 1e3, loomGetErrorString(res));
-    }
+    LOOM_INFO(LOOM_LOG_COLL,
+              "%s seq %llu: %zu bytes %s %s algo %s transport %s "
+              "%.1f us (model %.1f us) -> %s",
+              coll_names[a->kind], (unsigned long long)ctx->seq, loom_coll_bytes(a, ctx->nranks),
+              loom_dtype_name(a->dt), loom_redop_name(a->op), algo->name,
+              loom_link_class_name(ctx->link.cls), (double)(loom_now_ns() - t0) / 1e3,
+              predicted / 1e3, loomGetErrorString(res));
     return res;
 }

@@ -142,6 +142,7 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     ctx->rank = rank;
     ctx->nranks = nranks;
     ctx->seq = 0; /* calibration runs as collective 0; user collectives start at 1 */
+    memset(ctx->memo, 0, sizeof(ctx->memo));
     ctx->chunk_bytes = (size_t)loom_param_CHUNK_BYTES();
     if (ctx->chunk_bytes < 4096)
         ctx->chunk_bytes = 4096;

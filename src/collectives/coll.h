@@ -54,6 +54,21 @@ typedef struct {
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv, [nranks] */
 } loom_coll_args_t;
 
+struct loom_algo;
+
+/* The last algorithm chosen for one collective (algo_select.c), reused while
+ * the inputs of the choice are unchanged: the datatype, the bytes of the call,
+ * the arena and the parameters (param_gen); the link constants are fixed at
+ * creation. */
+typedef struct {
+    const struct loom_algo *algo; /* NULL: empty */
+    const void *arena;            /* loom_p2p_arena() when chosen (NULL once broken) */
+    double predicted_ns;          /* the model's time for it */
+    size_t nbytes;                /* loom_cost_call_t.nbytes of the call */
+    loomDataType_t dt;
+    unsigned param_gen; /* loom_param_generation() when chosen */
+} loom_algo_memo_t;
+
 /* Per-communicator state shared by all algorithms. */
 typedef struct {
     loom_p2p_t *p2p;
@@ -66,6 +81,7 @@ typedef struct {
     loom_link_cost_t link; /* the communicator's link class and its constants, equal on all
                               ranks (loom_coll_ctx_init) */
     int ring_depth;        /* ring segments in flight per step, equal on all ranks */
+    loom_algo_memo_t memo[LOOM_COLL_NUM]; /* last choice per collective */
 } loom_coll_ctx_t;
 
 typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
@@ -76,7 +92,7 @@ typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_arg
  *  fn:   runs one call on every rank (all ranks run the same entry);
  *  cost: predicted time of a call on a link class, pure, LOOM_COST_NA where fn
  *        cannot run; the cheapest entry wins and ties go to the earlier row. */
-typedef struct {
+typedef struct loom_algo {
     loom_coll_kind_t kind;
     const char *name;
     loom_algo_fn_t fn;

@@ -103,19 +103,24 @@ static const char *param_read_str(const char *name, const char *def)
 #define PARAM_READ_size(_name, _def) param_read_num(#_name, "size", (_def))
 #define PARAM_READ_str(_name, _def)  param_read_str(#_name, (_def))
 
+/* Hot paths read parameters on every call: a current value is read without
+ * the lock (cached_gen is published after cached, with release); the lock
+ * only orders the re-reads after loom_param_reset_cache. */
 #define X(_name, _type, _def, _doc, _sub)                                                          \
     LOOM_PARAM_TYPE_##_type loom_param_##_name(void)                                               \
     {                                                                                              \
         static LOOM_PARAM_TYPE_##_type cached;                                                     \
         static unsigned cached_gen;                                                                \
+        if (__atomic_load_n(&cached_gen, __ATOMIC_ACQUIRE) == loom_param_generation())             \
+            return __atomic_load_n(&cached, __ATOMIC_RELAXED);                                     \
         pthread_mutex_lock(&param_lock);                                                           \
         if (cached_gen != param_generation) {                                                      \
             unsigned gen = param_generation;                                                       \
             pthread_mutex_unlock(&param_lock);                                                     \
             LOOM_PARAM_TYPE_##_type v = PARAM_READ_##_type(_name, _def);                           \
             pthread_mutex_lock(&param_lock);                                                       \
-            cached = v;                                                                            \
-            cached_gen = gen;                                                                      \
+            __atomic_store_n(&cached, v, __ATOMIC_RELAXED);                                        \
+            __atomic_store_n(&cached_gen, gen, __ATOMIC_RELEASE);                                  \
         }                                                                                          \
         LOOM_PARAM_TYPE_##_type v = cached;                                                        \
         pthread_mutex_unlock(&param_lock);                                                         \
@@ -142,6 +147,11 @@ const loom_param_info_t *loom_param_table(int *n_p)
 void loom_param_reset_cache(void)
 {
     pthread_mutex_lock(&param_lock);
-    param_generation++;
+    __atomic_add_fetch(&param_generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&param_lock);
+}
+
+unsigned loom_param_generation(void)
+{
+    return __atomic_load_n(&param_generation, __ATOMIC_ACQUIRE);
 }

@@ -32,5 +32,8 @@ const loom_param_info_t *loom_param_table(int *n_p);
 int loom_parse_size(const char *s, int64_t *out_p);
 /* Forgets cached values so the next access reads the environment again (tests). */
 void loom_param_reset_cache(void);
+/* Changes with every loom_param_reset_cache: caches of values derived from
+ * parameters keep it and recompute when it differs. Lock-free. */
+unsigned loom_param_generation(void);
 
 #endif

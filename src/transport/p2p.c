@@ -112,7 +112,7 @@ struct loom_p2p {
     void **self_rbufs;
     int nself_recvs;
     int self_cap;
-    char what[64];
+    const char *what; /* the current operation (a string with static storage) */
     uint64_t seq;
     int broken;          /* a wait failed: every later call fails */
     int closed;          /* connections closed (after a break, or in destroy) */
@@ -312,6 +312,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
         goto err_nomem;
     p->rank = args->rank;
     p->nranks = args->nranks;
+    p->what = "communicator creation";
     p->args = *args;
     p->abort_flag = args->abort_flag;
     p->args.abort_flag = &p->tp_abort;
@@ -1178,9 +1179,7 @@ loom_arena_t *loom_p2p_arena(loom_p2p_t *p)
 
 void loom_p2p_set_context(loom_p2p_t *p, const char *what, uint64_t seq)
 {
-    size_t n = strnlen(what, sizeof(p->what) - 1); /* once per call: no printf */
-    memcpy(p->what, what, n);
-    p->what[n] = '\0';
+    p->what = what; /* once per call: no copy */
     p->seq = seq;
 }
 

@@ -72,7 +72,8 @@ loomResult_t loom_p2p_test_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n, int
  * abandons the requests; every later call fails with InvalidUsage. */
 loomResult_t loom_p2p_wait_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n);
 
-/* Describes the current operation for error messages, e.g. "allreduce seq 12". */
+/* Describes the current operation for error messages, e.g. "allreduce seq 12".
+ * what is kept, not copied: a string with static storage (a literal). */
 void loom_p2p_set_context(loom_p2p_t *p2p, const char *what, uint64_t seq);
 /* Name of the transport used to reach peer ("self" for the rank itself). */
 const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);

@@ -5,8 +5,9 @@
 // rank's own (different) constants, because ranks that disagree deadlock. Checked through the
 // COLL log (LOOM_DEBUG_FILE per rank): the agreed constants are identical on every rank and are
 // the maximum of what the ranks measured, the link class is the slowest link's, every call's
-// algorithm is the same on every rank, LOOM_COST_SHM steers the choice, and a LOOM_ALGO name
-// that does not exist is reported once. Run by meson's 'coll' suite.
+// algorithm is the same on every rank, LOOM_COST_SHM steers the choice, calls alternating
+// between sizes keep each size's choice, and a LOOM_ALGO name that does not exist is reported
+// once. Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstdlib>
@@ -259,6 +260,45 @@ TEST(Select, CostConstantsSteerTheChoice)
         4, [](int rank, int n, loomComm_t comm) { CheckSteered(rank, n, comm, "rd", nullptr); },
         TraceOptions(
             {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_COST_SHM", "100000,0,0"}})));
+}
+
+// The choice is remembered per collective (algo_select.c): calls that alternate between sizes
+// whose best algorithms differ must each get their size's algorithm, as the first call of that
+// size did, not the previous call's.
+void CheckAlternating(int rank, int n, loomComm_t comm)
+{
+    const size_t big = size_t{1} << 20;
+    for (size_t count : {size_t{1}, big, size_t{1}, big, size_t{4}, big, size_t{4}, size_t{1}}) {
+        std::vector<float> v(count, static_cast<float>(rank + 1)), out(count);
+        XT_CHECK_LOOM(
+            loomAllReduce(v.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
+        XT_CHECK_EQ(out[count - 1], static_cast<float>(n * (n + 1) / 2));
+    }
+    std::map<std::string, std::string> by_bytes; // "N bytes" -> algo of its first call
+    std::map<std::string, int> algos;
+    int calls = 0;
+    for (const std::string &l : ReadLines(TracePath(rank))) {
+        size_t s = l.find(" allreduce seq "), a = l.find(" algo ");
+        if (s == std::string::npos || a == std::string::npos)
+            continue;
+        size_t b = l.find(": ", s) + 2;
+        std::string bytes = l.substr(b, l.find(' ', b) - b);
+        std::istringstream rest(l.substr(a + 6));
+        std::string algo;
+        rest >> algo;
+        calls++;
+        algos[algo]++;
+        auto it = by_bytes.emplace(bytes, algo).first;
+        XT_CHECK_MSG(it->second == algo, bytes + " bytes: " + algo + " after " + it->second);
+    }
+    XT_CHECK_EQ(calls, 8);
+    XT_CHECK_MSG(algos.size() >= 2, "the sizes do not cross a threshold of the model");
+}
+
+TEST(Select, AlternatingSizesKeepTheirChoice)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(4, CheckAlternating,
+                                     TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}})));
 }
 
 // A LOOM_ALGO entry that names no algorithm of its collective is reported once per process,
