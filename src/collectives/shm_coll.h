@@ -11,7 +11,8 @@
  *         double-buffered so that round k+1's copy-in overlaps round k's reads;
  *   cma   single copy: ranks read their part of each peer's buffer with
  *         process_vm_readv and only stage results in the slots.
- * The "shm" entry of each collective picks among them by size (shm_select.c).
+ * The "shm" entry of each collective picks flat for small all-reduces, else
+ * cico (cma only with LOOM_SHM_COLL_CMA=2: measured slower, see the doc).
  * Files: shm_common.c (call start, checks, the reduce loop, selection),
  * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
  * Broadcast, AllToAll, Barrier). docs/shm-collectives.md has the protocols.
@@ -59,15 +60,12 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name);
 
 // ---- shared by shm_*.c ------------------------------------------------------------------
 
-/* Smallest call (vector, or block per rank) for which the "shm" entries read
- * peers' memory rather than copy through the arena (LOOM_SHM_COLL_CMA=1):
- * below it the arena's copies stay in cache and need no system call. */
-#define SHM_CMA_MIN_BYTES (4u << 20)
 /* 1 if every rank agreed at creation that process_vm_readv works. */
 int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx);
-/* 1 if a "shm" entry should use single copy for a call of `bytes`: agreed, and
- * LOOM_SHM_COLL_CMA=2, or 1 and bytes >= SHM_CMA_MIN_BYTES. */
-int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes);
+/* 1 if the "shm" entries use single copy above the flat all-reduce: agreed
+ * and LOOM_SHM_COLL_CMA=2. Not the default: copying through the arena beat
+ * process_vm_readv at every size measured (docs/shm-collectives.md). */
+int loom_shm_single_copy_default(loom_coll_ctx_t *ctx);
 
 /* One call on the arena. */
 typedef struct {

@@ -44,11 +44,9 @@ int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
     return ar != NULL && loom_arena_single_copy(ar);
 }
 
-int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes)
+int loom_shm_single_copy_default(loom_coll_ctx_t *ctx)
 {
-    if (!loom_shm_single_copy_agreed(ctx))
-        return 0;
-    return loom_param_SHM_COLL_CMA() >= 2 || bytes >= SHM_CMA_MIN_BYTES;
+    return loom_shm_single_copy_agreed(ctx) && loom_param_SHM_COLL_CMA() >= 2;
 }
 
 loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,

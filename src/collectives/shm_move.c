@@ -98,9 +98,8 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allgather_shm_cma(ctx, a)
-                                                 : loom_allgather_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_allgather_shm_cma(ctx, a)
+                                             : loom_allgather_shm_cico(ctx, a);
 }
 
 // ---- Broadcast -----------------------------------------------------------------------
@@ -174,9 +173,8 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 
 loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_bcast_shm_cma(ctx, a)
-                                                 : loom_bcast_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_bcast_shm_cma(ctx, a)
+                                             : loom_bcast_shm_cico(ctx, a);
 }
 
 // ---- AllToAll ------------------------------------------------------------------------
@@ -244,9 +242,8 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_alltoall_shm_cma(ctx, a)
-                                                 : loom_alltoall_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_alltoall_shm_cma(ctx, a)
+                                             : loom_alltoall_shm_cico(ctx, a);
 }
 
 // ---- Barrier -------------------------------------------------------------------------

@@ -404,8 +404,8 @@ loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes <= FLAT_MAX_BYTES)
         return loom_allreduce_shm_flat(ctx, a);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allreduce_shm_cma(ctx, a)
-                                                 : loom_allreduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_allreduce_shm_cma(ctx, a)
+                                             : loom_allreduce_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -424,9 +424,8 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt) * (size_t)ctx->nranks;
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_scatter_shm_cma(ctx, a)
-                                                 : loom_reduce_scatter_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_reduce_scatter_shm_cma(ctx, a)
+                                             : loom_reduce_scatter_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -445,7 +444,6 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_shm_cma(ctx, a)
-                                                 : loom_reduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_reduce_shm_cma(ctx, a)
+                                             : loom_reduce_shm_cico(ctx, a);
 }
