@@ -146,10 +146,22 @@ static int overlaps(const void *a, const void *b, size_t bytes)
     return x < y + bytes && y < x + bytes;
 }
 
-/* Accumulating straight into dst saves a pass over the data, which is what
- * large calls are bound by; it needs the accumulator to be the datatype and dst
- * not to overlap a source it would clobber before reading (rank 0's source may
- * be dst itself: init then copies onto itself). */
+/* 1 if the fused kernel may write dst while it reads srcs: it loads every
+ * source of a step before storing, so a source may be dst itself (in place)
+ * but must not overlap it otherwise. */
+static int fusable(const shm_call_t *c, const void *const *srcs, size_t len, const void *dst)
+{
+    const size_t bytes = len * c->es;
+    for (int r = 0; r < c->n; r++)
+        if (srcs[r] != dst && overlaps(srcs[r], dst, bytes))
+            return 0;
+    return 1;
+}
+
+/* Accumulating straight into dst saves a pass over the data; it needs the
+ * accumulator to be the datatype and dst not to overlap a source it would
+ * clobber before reading (rank 0's source may be dst itself: init then
+ * copies onto itself). */
 static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, const void *dst)
 {
     if (!loom_acc_is_native(c->a->dt))
@@ -163,15 +175,23 @@ static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, 
     return 1;
 }
 
+/* Large calls are bound by passes over memory: the fused kernel reads every
+ * source once and writes dst once (3 passes for 2 ranks, against 5 for init,
+ * acc and finish in dst), with the same bits. Buffers that overlap partially
+ * (never the case for NCCL's in-place layouts) take the unfused path. */
 void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
                      void *dst2)
 {
     const loomDataType_t dt = c->a->dt;
-    void *target = acc_in_dst(c, srcs, len, dst) ? dst : acc;
-    loom_reduce_init(dt, target, srcs[0], len);
-    for (int r = 1; r < c->n; r++)
-        loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
-    loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
+    if (fusable(c, srcs, len, dst)) {
+        loom_reduce_multi(dt, c->a->op, dst, srcs, c->n, len, c->n);
+    } else {
+        void *target = acc_in_dst(c, srcs, len, dst) ? dst : acc;
+        loom_reduce_init(dt, target, srcs[0], len);
+        for (int r = 1; r < c->n; r++)
+            loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
+        loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
+    }
     if (dst2 != NULL)
         memcpy(dst2, dst, len * c->es);
 }

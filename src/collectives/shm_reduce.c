@@ -20,9 +20,10 @@
  *     1. copy this rank's part k of every other owner's span into the half,
  *        sub-block o at o E; post IN(k) = 2k+1; wait for every peer's IN(k);
  *     2. reduce sub-block `me` of the peers' halves and its own part of
- *        sendbuff into the destination, and (AllReduce; Reduce off the root)
- *        into its own sub-block of the half, which only it writes and only
- *        the others read; post RED(k) = 2k+2;
+ *        sendbuff (one fused pass, loom_reduce_multi) into the destination,
+ *        and (AllReduce; Reduce off the root) into its own sub-block of the
+ *        half, which only it writes and only the others read; post RED(k) =
+ *        2k+2;
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
  *   A peer's IN(k+1) proves it is done with this rank's half of round k.
