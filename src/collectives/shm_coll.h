@@ -75,6 +75,7 @@ typedef struct {
     int n, me;
     uint64_t seq;
     size_t es;              /* element bytes */
+    int stream;             /* copies into recvbuff bypass the cache (loom_shm_copy) */
     loom_arena_desc_t desc; /* this rank's, as published */
 } shm_call_t;
 
@@ -110,6 +111,22 @@ static inline loomResult_t loom_shm_end(shm_call_t *c)
 /* Ends a single-copy call: posts DONE, waits for every peer's DONE (nobody
  * reads this rank's buffers any more), then fails if a peer broke meanwhile. */
 loomResult_t loom_shm_finish_single_copy(shm_call_t *c);
+
+/* Smallest output (bytes one call writes into recvbuff) that the copies out
+ * of the arena write with non-temporal stores: a larger output does not stay
+ * in cache anyway, and streaming it skips reading each destination line
+ * before overwriting it (a third of the memory traffic of a copy). */
+#define SHM_STREAM_MIN_BYTES (4u << 20)
+/* Sets c->stream for a call that writes out_bytes into recvbuff; cached: 1
+ * if the destination was read just before (in place), where a normal store
+ * is cheaper. */
+static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
+{
+    c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
+}
+/* memcpy, with non-temporal stores if stream (x86-64; fenced before it
+ * returns, so a flag posted next orders after the data). */
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream);
 
 /* Elements per reduction block: 128 KiB of data or accumulators, so that a
  * block's accumulators and the block being added stay in L2. */

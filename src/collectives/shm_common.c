@@ -3,7 +3,8 @@
  * shm_common.c - what every shm collective shares: starting a call on the
  * arena (descriptor), checking that every rank called the same thing, the
  * end of a single-copy call, the reduction loop over rank-ordered sources,
- * and whether a shm algorithm can run on a communicator at all.
+ * the copy out of the arena (streaming stores for large calls), and whether
+ * a shm algorithm can run on a communicator at all.
  * It holds no algorithm (shm_reduce.c, shm_move.c). Callers: those files and
  * algo_select.c (loom_shm_algo_usable).
  *
@@ -16,6 +17,9 @@
  */
 #include <stdio.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "check.h"
 #include "dtype.h"
@@ -59,6 +63,7 @@ loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll
     c->me = ctx->rank;
     c->seq = ctx->seq;
     c->es = loom_dtype_size(a->dt);
+    c->stream = 0;
     if (c->ar == NULL) {
         LOOM_WARN("rank %d: %s seq %llu: shm algorithm without a shared arena", c->me,
                   loom_coll_name(a->kind), (unsigned long long)c->seq);
@@ -120,6 +125,40 @@ loomResult_t loom_shm_finish_single_copy(shm_call_t *c)
     loom_arena_post(c->ar, shm_flag(c, SHM_STEP_DONE));
     LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, SHM_STEP_DONE)));
     return loom_arena_check_peers(c->ar);
+}
+
+// ---- copies -------------------------------------------------------------------------
+
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
+{
+#if defined(__x86_64__)
+    if (stream && bytes >= 256) {
+        uint8_t *d = dst;
+        const uint8_t *s = src;
+        const size_t head = (size_t)(-(uintptr_t)d & 15u); /* streaming stores are aligned */
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        bytes -= head;
+        const size_t body = bytes & ~(size_t)63u;
+        for (size_t i = 0; i < body; i += 64) {
+            const __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i));
+            const __m128i x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            const __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32));
+            const __m128i x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), x0);
+            _mm_stream_si128((__m128i *)(d + i + 16), x1);
+            _mm_stream_si128((__m128i *)(d + i + 32), x2);
+            _mm_stream_si128((__m128i *)(d + i + 48), x3);
+        }
+        memcpy(d + body, s + body, bytes - body);
+        _mm_sfence(); /* streaming stores are weakly ordered */
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, bytes);
 }
 
 // ---- reduction -----------------------------------------------------------------------

@@ -52,8 +52,10 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
+    /* The other blocks of recvbuff are only written: streamed when large. */
+    shm_stream_if(&c, (size_t)(c.n - 1) * bytes, 0);
     if (send != recv + (size_t)c.me * bytes)
-        memcpy(recv + (size_t)c.me * bytes, send, bytes);
+        loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.stream);
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
         const unsigned h = loom_arena_next_half(c.ar);
@@ -65,7 +67,8 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
             LOOM_CHECK(loom_shm_check(&c, -1));
         for (int i = 1; i < c.n; i++) {
             int r = (c.me + i) % c.n;
-            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len);
+            loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len,
+                          c.stream);
         }
         loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
     }
@@ -118,8 +121,9 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
+    shm_stream_if(&c, bytes, 0);
     if (c.me == root && a->sendbuff != a->recvbuff)
-        memcpy(recv, a->sendbuff, bytes);
+        memcpy(recv, a->sendbuff, bytes); /* read back just below: kept in cache */
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
         const unsigned h = loom_arena_next_half(c.ar);
@@ -134,7 +138,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         LOOM_CHECK(loom_arena_wait(c.ar, root, shm_flag(&c, k + 1)));
         if (k == 0)
             LOOM_CHECK(loom_shm_check(&c, root));
-        memcpy(recv + lo, loom_arena_half(c.ar, root, h), len);
+        loom_shm_copy(recv + lo, loom_arena_half(c.ar, root, h), len, c.stream);
         loom_arena_post(c.ar, shm_flag(&c, k + 1));
     }
     return loom_shm_end(&c);
@@ -192,7 +196,9 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
-    memcpy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes);
+    /* In place, this round's copy in read the destinations just before. */
+    shm_stream_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
+    loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.stream);
     const size_t rounds = (bytes + sub - 1) / sub;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * sub, len = min_sz(sub, bytes - lo);
@@ -208,8 +214,8 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
             LOOM_CHECK(loom_shm_check(&c, -1));
         for (int i = 1; i < c.n; i++) {
             int r = (c.me + i) % c.n;
-            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h) + (size_t)c.me * sub,
-                   len);
+            loom_shm_copy(recv + (size_t)r * bytes + lo,
+                          loom_arena_half(c.ar, r, h) + (size_t)c.me * sub, len, c.stream);
         }
         loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
     }

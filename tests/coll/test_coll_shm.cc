@@ -6,12 +6,12 @@
 // copy is disabled (it runs as cico), on 1, 2, 3, 4, 5 and 8 ranks. Slots are shrunk to 16 KiB
 // (8 KiB halves) so that small counts already cross round, sub-block and half boundaries;
 // counts sit at 0, 1, odd, around a half and a sub-block and around the 128 KiB reduction
-// block, and on 2 and 3 ranks a few calls of tens of MiB. Every result is compared bit for bit
-// (tests/harness/verify.h), in place and out of place, send buffers and guard bytes checked.
-// Also: back-to-back calls of every kind and size with no barrier between them (the
-// double-buffered descriptors and halves), ranks that call mismatching collectives (an error,
-// never corrupted memory), and 8 ranks on 2 cores running many small calls (no livelock). Run
-// by meson's 'coll' suite.
+// block, and on 2 and 3 ranks a few calls of tens of MiB (large enough to stream their copies
+// out of the arena). Every result is compared bit for bit (tests/harness/verify.h), in place
+// and out of place, send buffers and guard bytes checked. Also: back-to-back calls of every
+// kind and size with no barrier between them (the double-buffered descriptors and halves),
+// ranks that call mismatching collectives (an error, never corrupted memory), and 8 ranks on 2
+// cores running many small calls (no livelock). Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstring>
@@ -246,6 +246,7 @@ void RunAll(int rank, int n, loomComm_t comm)
         Case c;
     } large[] = {{2, {Coll::kAllReduce, loomFloat32, loomSum, big, false, 0, 11}},
                  {2, {Coll::kAllGather, loomFloat32, loomSum, big / 2, true, 0, 12}},
+                 {2, {Coll::kAllToAll, loomFloat32, loomSum, big / 2, false, 0, 16}},
                  {3, {Coll::kAllReduce, loomBfloat16, loomSum, big, true, 0, 13}},
                  {3, {Coll::kReduceScatter, loomFloat32, loomSum, big / 2, false, 0, 14}},
                  {3, {Coll::kBroadcast, loomUint8, loomSum, big * 6, false, 2, 15}}};
