@@ -11,9 +11,10 @@
  *     and posts k+1; after every peer's k+1 each rank copies every peer's part
  *     straight to its place in recvbuff. Bytes per rank: B in, (n-1) B out.
  *   Broadcast: the root copies part k into its half and posts k+1 without
- *     waiting; the others wait for the root's k+1, copy out and post k+1 (the
- *     root's next use of that half waits for them). The root leaves as soon as
- *     its data is in the slot.
+ *     waiting (out of place it then copies the part from the half, in cache,
+ *     into its recvbuff while the others copy it out); the others wait for
+ *     the root's k+1, copy out and post k+1 (the root's next use of that half
+ *     waits for them). The root leaves as soon as its data is in the slot.
  *   AllToAll: the half holds one sub-block per destination (H / n bytes each);
  *     round k copies part k of every outgoing block in, and after every
  *     peer's k+1 each rank copies its sub-block out of every peer's half.
@@ -122,15 +123,19 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
     shm_stream_if(&c, bytes, 0);
-    if (c.me == root && a->sendbuff != a->recvbuff)
-        memcpy(recv, a->sendbuff, bytes); /* read back just below: kept in cache */
+    const uint8_t *send = a->sendbuff;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
         const unsigned h = loom_arena_next_half(c.ar);
         if (c.me == root) {
+            uint8_t *half = loom_arena_half(c.ar, root, h);
             LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
-            memcpy(loom_arena_half(c.ar, root, h), recv + lo, len);
+            memcpy(half, send + lo, len);
             loom_arena_post(c.ar, shm_flag(&c, k + 1));
+            /* Out of place, the own copy comes from the slot (in cache) while the others
+             * copy the same part out. */
+            if (send != recv)
+                loom_shm_copy(recv + lo, half, len, c.stream);
             /* The others post k+1 once they copied this part out. */
             loom_arena_half_release(c.ar, h, shm_flag(&c, k + 1));
             continue;
