@@ -11,7 +11,8 @@
  *         double-buffered so that round k+1's copy-in overlaps round k's reads;
  *   cma   single copy: ranks read their part of each peer's buffer with
  *         process_vm_readv and only stage results in the slots.
- * The "shm" entry of each collective picks among them by size (shm_select.c).
+ * The "shm" entry of each collective picks flat for small all-reduces, else
+ * cico (cma only with LOOM_SHM_COLL_CMA=2: measured slower, see the doc).
  * Files: shm_common.c (call start, checks, the reduce loop, selection),
  * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
  * Broadcast, AllToAll, Barrier). docs/shm-collectives.md has the protocols.
@@ -59,15 +60,12 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name);
 
 // ---- shared by shm_*.c ------------------------------------------------------------------
 
-/* Smallest call (vector, or block per rank) for which the "shm" entries read
- * peers' memory rather than copy through the arena (LOOM_SHM_COLL_CMA=1):
- * below it the arena's copies stay in cache and need no system call. */
-#define SHM_CMA_MIN_BYTES (4u << 20)
 /* 1 if every rank agreed at creation that process_vm_readv works. */
 int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx);
-/* 1 if a "shm" entry should use single copy for a call of `bytes`: agreed, and
- * LOOM_SHM_COLL_CMA=2, or 1 and bytes >= SHM_CMA_MIN_BYTES. */
-int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes);
+/* 1 if the "shm" entries use single copy above the flat all-reduce: agreed
+ * and LOOM_SHM_COLL_CMA=2. Not the default: copying through the arena beat
+ * process_vm_readv at every size measured (docs/shm-collectives.md). */
+int loom_shm_single_copy_default(loom_coll_ctx_t *ctx);
 
 /* One call on the arena. */
 typedef struct {
@@ -77,6 +75,7 @@ typedef struct {
     int n, me;
     uint64_t seq;
     size_t es;              /* element bytes */
+    int stream;             /* copies into recvbuff bypass the cache (loom_shm_copy) */
     loom_arena_desc_t desc; /* this rank's, as published */
 } shm_call_t;
 
@@ -112,6 +111,22 @@ static inline loomResult_t loom_shm_end(shm_call_t *c)
 /* Ends a single-copy call: posts DONE, waits for every peer's DONE (nobody
  * reads this rank's buffers any more), then fails if a peer broke meanwhile. */
 loomResult_t loom_shm_finish_single_copy(shm_call_t *c);
+
+/* Smallest output (bytes one call writes into recvbuff) that the copies out
+ * of the arena write with non-temporal stores: a larger output does not stay
+ * in cache anyway, and streaming it skips reading each destination line
+ * before overwriting it (a third of the memory traffic of a copy). */
+#define SHM_STREAM_MIN_BYTES (4u << 20)
+/* Sets c->stream for a call that writes out_bytes into recvbuff; cached: 1
+ * if the destination was read just before (in place), where a normal store
+ * is cheaper. */
+static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
+{
+    c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
+}
+/* memcpy, with non-temporal stores if stream (x86-64; fenced before it
+ * returns, so a flag posted next orders after the data). */
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream);
 
 /* Elements per reduction block: 128 KiB of data or accumulators, so that a
  * block's accumulators and the block being added stay in L2. */

@@ -3,7 +3,8 @@
  * shm_common.c - what every shm collective shares: starting a call on the
  * arena (descriptor), checking that every rank called the same thing, the
  * end of a single-copy call, the reduction loop over rank-ordered sources,
- * and whether a shm algorithm can run on a communicator at all.
+ * the copy out of the arena (streaming stores for large calls), and whether
+ * a shm algorithm can run on a communicator at all.
  * It holds no algorithm (shm_reduce.c, shm_move.c). Callers: those files and
  * algo_select.c (loom_shm_algo_usable).
  *
@@ -16,6 +17,9 @@
  */
 #include <stdio.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "check.h"
 #include "dtype.h"
@@ -44,11 +48,9 @@ int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
     return ar != NULL && loom_arena_single_copy(ar);
 }
 
-int loom_shm_single_copy_pays(loom_coll_ctx_t *ctx, size_t bytes)
+int loom_shm_single_copy_default(loom_coll_ctx_t *ctx)
 {
-    if (!loom_shm_single_copy_agreed(ctx))
-        return 0;
-    return loom_param_SHM_COLL_CMA() >= 2 || bytes >= SHM_CMA_MIN_BYTES;
+    return loom_shm_single_copy_agreed(ctx) && loom_param_SHM_COLL_CMA() >= 2;
 }
 
 loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
@@ -61,6 +63,7 @@ loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll
     c->me = ctx->rank;
     c->seq = ctx->seq;
     c->es = loom_dtype_size(a->dt);
+    c->stream = 0;
     if (c->ar == NULL) {
         LOOM_WARN("rank %d: %s seq %llu: shm algorithm without a shared arena", c->me,
                   loom_coll_name(a->kind), (unsigned long long)c->seq);
@@ -124,6 +127,40 @@ loomResult_t loom_shm_finish_single_copy(shm_call_t *c)
     return loom_arena_check_peers(c->ar);
 }
 
+// ---- copies -------------------------------------------------------------------------
+
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
+{
+#if defined(__x86_64__)
+    if (stream && bytes >= 256) {
+        uint8_t *d = dst;
+        const uint8_t *s = src;
+        const size_t head = (size_t)(-(uintptr_t)d & 15u); /* streaming stores are aligned */
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        bytes -= head;
+        const size_t body = bytes & ~(size_t)63u;
+        for (size_t i = 0; i < body; i += 64) {
+            const __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i));
+            const __m128i x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            const __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32));
+            const __m128i x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+            _mm_stream_si128((__m128i *)(d + i), x0);
+            _mm_stream_si128((__m128i *)(d + i + 16), x1);
+            _mm_stream_si128((__m128i *)(d + i + 32), x2);
+            _mm_stream_si128((__m128i *)(d + i + 48), x3);
+        }
+        memcpy(d + body, s + body, bytes - body);
+        _mm_sfence(); /* streaming stores are weakly ordered */
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, bytes);
+}
+
 // ---- reduction -----------------------------------------------------------------------
 
 size_t loom_shm_block_elems(loomDataType_t dt)
@@ -148,10 +185,22 @@ static int overlaps(const void *a, const void *b, size_t bytes)
     return x < y + bytes && y < x + bytes;
 }
 
-/* Accumulating straight into dst saves a pass over the data, which is what
- * large calls are bound by; it needs the accumulator to be the datatype and dst
- * not to overlap a source it would clobber before reading (rank 0's source may
- * be dst itself: init then copies onto itself). */
+/* 1 if the fused kernel may write dst while it reads srcs: it loads every
+ * source of a step before storing, so a source may be dst itself (in place)
+ * but must not overlap it otherwise. */
+static int fusable(const shm_call_t *c, const void *const *srcs, size_t len, const void *dst)
+{
+    const size_t bytes = len * c->es;
+    for (int r = 0; r < c->n; r++)
+        if (srcs[r] != dst && overlaps(srcs[r], dst, bytes))
+            return 0;
+    return 1;
+}
+
+/* Accumulating straight into dst saves a pass over the data; it needs the
+ * accumulator to be the datatype and dst not to overlap a source it would
+ * clobber before reading (rank 0's source may be dst itself: init then
+ * copies onto itself). */
 static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, const void *dst)
 {
     if (!loom_acc_is_native(c->a->dt))
@@ -165,15 +214,23 @@ static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, 
     return 1;
 }
 
+/* Large calls are bound by passes over memory: the fused kernel reads every
+ * source once and writes dst once (3 passes for 2 ranks, against 5 for init,
+ * acc and finish in dst), with the same bits. Buffers that overlap partially
+ * (never the case for NCCL's in-place layouts) take the unfused path. */
 void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
                      void *dst2)
 {
     const loomDataType_t dt = c->a->dt;
-    void *target = acc_in_dst(c, srcs, len, dst) ? dst : acc;
-    loom_reduce_init(dt, target, srcs[0], len);
-    for (int r = 1; r < c->n; r++)
-        loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
-    loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
+    if (fusable(c, srcs, len, dst)) {
+        loom_reduce_multi(dt, c->a->op, dst, srcs, c->n, len, c->n);
+    } else {
+        void *target = acc_in_dst(c, srcs, len, dst) ? dst : acc;
+        loom_reduce_init(dt, target, srcs[0], len);
+        for (int r = 1; r < c->n; r++)
+            loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
+        loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
+    }
     if (dst2 != NULL)
         memcpy(dst2, dst, len * c->es);
 }

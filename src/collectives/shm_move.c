@@ -11,9 +11,10 @@
  *     and posts k+1; after every peer's k+1 each rank copies every peer's part
  *     straight to its place in recvbuff. Bytes per rank: B in, (n-1) B out.
  *   Broadcast: the root copies part k into its half and posts k+1 without
- *     waiting; the others wait for the root's k+1, copy out and post k+1 (the
- *     root's next use of that half waits for them). The root leaves as soon as
- *     its data is in the slot.
+ *     waiting (out of place it then copies the part from the half, in cache,
+ *     into its recvbuff while the others copy it out); the others wait for
+ *     the root's k+1, copy out and post k+1 (the root's next use of that half
+ *     waits for them). The root leaves as soon as its data is in the slot.
  *   AllToAll: the half holds one sub-block per destination (H / n bytes each);
  *     round k copies part k of every outgoing block in, and after every
  *     peer's k+1 each rank copies its sub-block out of every peer's half.
@@ -52,8 +53,10 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
+    /* The other blocks of recvbuff are only written: streamed when large. */
+    shm_stream_if(&c, (size_t)(c.n - 1) * bytes, 0);
     if (send != recv + (size_t)c.me * bytes)
-        memcpy(recv + (size_t)c.me * bytes, send, bytes);
+        loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.stream);
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
         const unsigned h = loom_arena_next_half(c.ar);
@@ -65,7 +68,8 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
             LOOM_CHECK(loom_shm_check(&c, -1));
         for (int i = 1; i < c.n; i++) {
             int r = (c.me + i) % c.n;
-            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len);
+            loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len,
+                          c.stream);
         }
         loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
     }
@@ -98,9 +102,8 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allgather_shm_cma(ctx, a)
-                                                 : loom_allgather_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_allgather_shm_cma(ctx, a)
+                                             : loom_allgather_shm_cico(ctx, a);
 }
 
 // ---- Broadcast -----------------------------------------------------------------------
@@ -119,15 +122,20 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
-    if (c.me == root && a->sendbuff != a->recvbuff)
-        memcpy(recv, a->sendbuff, bytes);
+    shm_stream_if(&c, bytes, 0);
+    const uint8_t *send = a->sendbuff;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
         const unsigned h = loom_arena_next_half(c.ar);
         if (c.me == root) {
+            uint8_t *half = loom_arena_half(c.ar, root, h);
             LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
-            memcpy(loom_arena_half(c.ar, root, h), recv + lo, len);
+            memcpy(half, send + lo, len);
             loom_arena_post(c.ar, shm_flag(&c, k + 1));
+            /* Out of place, the own copy comes from the slot (in cache) while the others
+             * copy the same part out. */
+            if (send != recv)
+                loom_shm_copy(recv + lo, half, len, c.stream);
             /* The others post k+1 once they copied this part out. */
             loom_arena_half_release(c.ar, h, shm_flag(&c, k + 1));
             continue;
@@ -135,7 +143,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         LOOM_CHECK(loom_arena_wait(c.ar, root, shm_flag(&c, k + 1)));
         if (k == 0)
             LOOM_CHECK(loom_shm_check(&c, root));
-        memcpy(recv + lo, loom_arena_half(c.ar, root, h), len);
+        loom_shm_copy(recv + lo, loom_arena_half(c.ar, root, h), len, c.stream);
         loom_arena_post(c.ar, shm_flag(&c, k + 1));
     }
     return loom_shm_end(&c);
@@ -174,9 +182,8 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 
 loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_bcast_shm_cma(ctx, a)
-                                                 : loom_bcast_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_bcast_shm_cma(ctx, a)
+                                             : loom_bcast_shm_cico(ctx, a);
 }
 
 // ---- AllToAll ------------------------------------------------------------------------
@@ -194,7 +201,9 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
-    memcpy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes);
+    /* In place, this round's copy in read the destinations just before. */
+    shm_stream_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
+    loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.stream);
     const size_t rounds = (bytes + sub - 1) / sub;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * sub, len = min_sz(sub, bytes - lo);
@@ -210,8 +219,8 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
             LOOM_CHECK(loom_shm_check(&c, -1));
         for (int i = 1; i < c.n; i++) {
             int r = (c.me + i) % c.n;
-            memcpy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h) + (size_t)c.me * sub,
-                   len);
+            loom_shm_copy(recv + (size_t)r * bytes + lo,
+                          loom_arena_half(c.ar, r, h) + (size_t)c.me * sub, len, c.stream);
         }
         loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
     }
@@ -244,9 +253,8 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_alltoall_shm_cma(ctx, a)
-                                                 : loom_alltoall_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_alltoall_shm_cma(ctx, a)
+                                             : loom_alltoall_shm_cico(ctx, a);
 }
 
 // ---- Barrier -------------------------------------------------------------------------

@@ -20,9 +20,11 @@
  *     1. copy this rank's part k of every other owner's span into the half,
  *        sub-block o at o E; post IN(k) = 2k+1; wait for every peer's IN(k);
  *     2. reduce sub-block `me` of the peers' halves and its own part of
- *        sendbuff into the destination, and (AllReduce; Reduce off the root)
- *        into its own sub-block of the half, which only it writes and only
- *        the others read; post RED(k) = 2k+2;
+ *        sendbuff (one fused pass, loom_reduce_multi) into the destination,
+ *        and (AllReduce; Reduce off the root) into its own sub-block of the
+ *        half, which only it writes and only the others read; post RED(k) =
+ *        2k+2. A large out-of-place AllReduce reduces into the half and
+ *        streams that to recvbuff (c->stream, loom_shm_copy);
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
  *   A peer's IN(k+1) proves it is done with this rank's half of round k.
@@ -115,8 +117,9 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
         int r = (c->me + i) % c->n;
         size_t len = part_len(&p->spans[r], lo, e);
         if (len > 0)
-            memcpy(recv + dst_index(p, r, lo) * c->es,
-                   loom_arena_half(c->ar, r, h) + (size_t)r * sub_stride, len * c->es);
+            loom_shm_copy(recv + dst_index(p, r, lo) * c->es,
+                          loom_arena_half(c->ar, r, h) + (size_t)r * sub_stride, len * c->es,
+                          c->stream);
     }
     return loomSuccess;
 }
@@ -203,7 +206,12 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
         srcs[c->me] = send + (p->spans[c->me].off + lo + i) * es;
         uint8_t *own = mine + (size_t)c->me * stride + i * es;
         uint8_t *dst = to_recv ? recv + dst_index(p, c->me, lo + i) * es : own;
-        loom_shm_reduce(c, srcs, n, acc, dst, to_recv && to_half ? own : NULL);
+        if (to_recv && to_half && c->stream) { /* into the slot, then streamed out */
+            loom_shm_reduce(c, srcs, n, acc, own, NULL);
+            loom_shm_copy(dst, own, n * es, 1);
+        } else {
+            loom_shm_reduce(c, srcs, n, acc, dst, to_recv && to_half ? own : NULL);
+        }
     }
     if (p->mode != OUT_OWNER)
         loom_arena_post(ar, shm_flag(c, 2 * k + 2));
@@ -220,6 +228,15 @@ static loomResult_t fallback(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     return mode == OUT_ALL     ? loom_allreduce_direct(ctx, a)
            : mode == OUT_OWNER ? loom_reduce_scatter_direct(ctx, a)
                                : loom_reduce_direct(ctx, a);
+}
+
+/* 1 if recvbuff lies in sendbuff (NCCL's in-place layouts). */
+static int in_place(const shm_call_t *c, int mode)
+{
+    const loom_coll_args_t *a = c->a;
+    const size_t send_bytes = a->count * c->es * (mode == OUT_OWNER ? (size_t)c->n : 1);
+    const uint8_t *s = a->sendbuff, *r = a->recvbuff;
+    return r >= s && r < s + send_bytes;
 }
 
 static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
@@ -243,6 +260,8 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     }
     LOOM_CHECK_GOTO(loom_shm_begin(&p.c, ctx, a, SHM_ALGO_CICO), res, out);
     LOOM_CHECK_GOTO(loom_shm_scratch(&p.c, &acc, &tmp), res, out);
+    /* In place the destination of a copy out was read by this round's copy in. */
+    shm_stream_if(&p.c, a->count * p.c.es, in_place(&p.c, mode));
     const size_t rounds = (p.maxlen + e - 1) / e;
     for (size_t k = 0; k < rounds; k++)
         LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc), res, out);
@@ -404,8 +423,8 @@ loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes <= FLAT_MAX_BYTES)
         return loom_allreduce_shm_flat(ctx, a);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_allreduce_shm_cma(ctx, a)
-                                                 : loom_allreduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_allreduce_shm_cma(ctx, a)
+                                             : loom_allreduce_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -424,9 +443,8 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt) * (size_t)ctx->nranks;
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_scatter_shm_cma(ctx, a)
-                                                 : loom_reduce_scatter_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_reduce_scatter_shm_cma(ctx, a)
+                                             : loom_reduce_scatter_shm_cico(ctx, a);
 }
 
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -445,7 +463,6 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    return loom_shm_single_copy_pays(ctx, bytes) ? loom_reduce_shm_cma(ctx, a)
-                                                 : loom_reduce_shm_cico(ctx, a);
+    return loom_shm_single_copy_default(ctx) ? loom_reduce_shm_cma(ctx, a)
+                                             : loom_reduce_shm_cico(ctx, a);
 }

@@ -2,15 +2,16 @@
 //
 // test_coll_shm.cc - the shared-memory collectives (the shm_* algorithms of
 // docs/shm-collectives.md), one family forced at a time through LOOM_ALGO: flat, cico (copies
-// through the arena), cma (single copy), the size-based default, and the default with single
-// copy disabled, on 1, 2, 3, 4, 5 and 8 ranks. Slots are shrunk to 16 KiB (8 KiB halves) so
-// that small counts already cross round, sub-block and half boundaries; counts sit at 0, 1, odd,
-// around a half and a sub-block and around the 128 KiB reduction block, and on 2 and 3 ranks a
-// few calls of tens of MiB. Every result is compared bit for bit (tests/harness/verify.h), in
-// place and out of place, send buffers and guard bytes checked. Also: back-to-back calls of
-// every kind and size with no barrier between them (the double-buffered descriptors and
-// halves), ranks that call mismatching collectives (an error, never corrupted memory), and 8
-// ranks on 2 cores running many small calls (no livelock). Run by meson's 'coll' suite.
+// through the arena), cma (single copy), the size-based default, and cma forced where single
+// copy is disabled (it runs as cico), on 1, 2, 3, 4, 5 and 8 ranks. Slots are shrunk to 16 KiB
+// (8 KiB halves) so that small counts already cross round, sub-block and half boundaries;
+// counts sit at 0, 1, odd, around a half and a sub-block and around the 128 KiB reduction
+// block, and on 2 and 3 ranks a few calls of tens of MiB (large enough to stream their copies
+// out of the arena). Every result is compared bit for bit (tests/harness/verify.h), in place
+// and out of place, send buffers and guard bytes checked. Also: back-to-back calls of every
+// kind and size with no barrier between them (the double-buffered descriptors and halves),
+// ranks that call mismatching collectives (an error, never corrupted memory), and 8 ranks on 2
+// cores running many small calls (no livelock). Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstring>
@@ -62,6 +63,7 @@ loomtest::EnvList FamilyEnv(Family f)
         env.push_back({"LOOM_ALGO", "shm_cma"});
         break;
     case Family::kNoCma:
+        env.push_back({"LOOM_ALGO", "shm_cma"});
         env.push_back({"LOOM_SHM_COLL_CMA", "0"});
         break;
     case Family::kDefault:
@@ -244,6 +246,7 @@ void RunAll(int rank, int n, loomComm_t comm)
         Case c;
     } large[] = {{2, {Coll::kAllReduce, loomFloat32, loomSum, big, false, 0, 11}},
                  {2, {Coll::kAllGather, loomFloat32, loomSum, big / 2, true, 0, 12}},
+                 {2, {Coll::kAllToAll, loomFloat32, loomSum, big / 2, false, 0, 16}},
                  {3, {Coll::kAllReduce, loomBfloat16, loomSum, big, true, 0, 13}},
                  {3, {Coll::kReduceScatter, loomFloat32, loomSum, big / 2, false, 0, 14}},
                  {3, {Coll::kBroadcast, loomUint8, loomSum, big * 6, false, 2, 15}}};
@@ -292,9 +295,9 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmFamily, ::testing::ValuesIn(FamilyParams()),
 
 // ---- back to back ----------------------------------------------------------------------------
 
-// 300 calls of every kind and of sizes that pick flat, cico and cma, with no barrier between
-// them: a rank that returns early (a broadcast root, a flat all-reduce) starts the next call
-// while its peers still read the previous one's slots.
+// 300 calls of every kind and of sizes that pick flat and cico (or cma, LOOM_SHM_COLL_CMA=2), with
+// no barrier between them: a rank that returns early (a broadcast root, a flat all-reduce) starts
+// the next call while its peers still read the previous one's slots.
 void BackToBack(int rank, int n, loomComm_t comm)
 {
     const size_t sizes[] = {1, 9, 300, 5000, 70000, 300001};
@@ -332,8 +335,7 @@ TEST_P(ShmBackToBack, MixedCallsNeedNoBarrier)
 {
     loomtest::RunOptions opts;
     opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
-    if (!std::get<1>(GetParam()))
-        opts.env.push_back({"LOOM_SHM_COLL_CMA", "0"});
+    opts.env.push_back({"LOOM_SHM_COLL_CMA", std::get<1>(GetParam()) ? "2" : "0"});
     opts.deadline_s = 90;
     XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), BackToBack, opts));
 }
