@@ -23,11 +23,13 @@ import impls  # noqa: E402
 import report  # noqa: E402
 import sysinfo  # noqa: E402
 
-# Iteration policy, one for every implementation: nccl-tests' defaults (20
-# timed calls, 1 warm-up call per size) below ITER_BYTES / 20, then as many
-# calls as move ITER_BYTES, at least MIN_ITERS, so big sizes do not dominate.
-# Results are checked once per size, in the first repetition.
-MAX_ITERS, MIN_ITERS, ITER_BYTES = 20, 2, 128 << 20
+# Iteration policy, one for every implementation: MAX_ITERS timed calls (5
+# warm-up calls per size) below ITER_BYTES / MAX_ITERS, then as many calls as
+# move ITER_BYTES, at least MIN_ITERS, so big sizes do not dominate. nccl-tests'
+# 20 calls and 1 warm-up are too few for sub-microsecond calls: one descheduled
+# rank in 20 calls moved a median by 100x. Results are checked once per size,
+# in the first repetition.
+MAX_ITERS, MIN_ITERS, ITER_BYTES = 200, 2, 128 << 20
 FULL = {"ranks": "2,4,8", "sizes": "8:128M:4", "reps": 3, "timeout": 900}
 QUICK = {"ranks": "2", "sizes": "8,64K,4M", "reps": 1, "timeout": 300}
 
@@ -131,7 +133,7 @@ class Config:
         self.logs = os.path.join(self.out, "logs")
         self.peers_bin = os.path.join(self.out, "bin")
         self.net, self.timeout = a.net, a.timeout
-        self.warmup = 1
+        self.warmup = 5
         self.python = sys.executable
         self.tmp = None
 
