@@ -32,6 +32,7 @@
 
 #include "../fault/tripwire.h"
 #include "mp_fixture.h"
+#include "tp_pattern.h"
 
 extern "C" {
 #include "debug.h"
@@ -269,25 +270,8 @@ Op Recv(Rank &r, int from, void *buf, size_t len, uint32_t tag)
     return op;
 }
 
-uint8_t Pattern(int from, int msg, size_t i)
-{
-    return static_cast<uint8_t>(from * 71 + msg * 13 + i * 7 + (i >> 11));
-}
-
-void Fill(uint8_t *p, size_t len, int from, int msg)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = Pattern(from, msg, i);
-}
-
-// The first byte of p[len] that differs from the pattern, or len.
-size_t FirstWrong(const uint8_t *p, size_t len, int from, int msg)
-{
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != Pattern(from, msg, i))
-            return i;
-    return len;
-}
+using loomtest::TpFill;
+using loomtest::TpFirstWrong;
 
 std::vector<uint8_t> Secret()
 {
@@ -316,7 +300,7 @@ void Exchange(Rank &r, const std::vector<std::pair<size_t, size_t>> &sizes, uint
     std::vector<std::vector<std::vector<uint8_t>>> rbuf(kMaxRanks);
     for (size_t k = 0; k < m; k++) {
         sbuf[k].resize(sizes[k].first + sizes[k].second);
-        Fill(sbuf[k].data() + sizes[k].second, sizes[k].first, r.rank, static_cast<int>(k));
+        TpFill(sbuf[k].data() + sizes[k].second, sizes[k].first, r.rank, static_cast<int>(k));
     }
     std::vector<Op> ops;
     for (int j = 0; j < r.n; j++) {
@@ -345,7 +329,7 @@ void Exchange(Rank &r, const std::vector<std::pair<size_t, size_t>> &sizes, uint
             const size_t len = sizes[k].first, off = sizes[k].second;
             const uint8_t *p = rbuf[j][k].data();
             XT_CHECK_EQ(ops[o].nbytes, len);
-            const size_t wrong = FirstWrong(p + off, len, j, static_cast<int>(k));
+            const size_t wrong = TpFirstWrong(p + off, len, j, static_cast<int>(k));
             XT_CHECK_MSG(wrong == len, "message " + std::to_string(k) + " of " +
                                            std::to_string(len) + " bytes from rank " +
                                            std::to_string(j) + " differs at byte " +
@@ -460,9 +444,9 @@ TEST(TcpStripe, StripedFrameParksUntilItsReceiveIsPosted)
             const size_t la1 = 9 * kPiece + 5, lb = 6 * kPiece, la2 = 30;
             if (rank == 0) {
                 std::vector<uint8_t> a1(la1), b(lb), a2(la2);
-                Fill(a1.data(), la1, 0, 1);
-                Fill(b.data(), lb, 0, 2);
-                Fill(a2.data(), la2, 0, 3);
+                TpFill(a1.data(), la1, 0, 1);
+                TpFill(b.data(), lb, 0, 2);
+                TpFill(a2.data(), la2, 0, 3);
                 std::vector<Op> ops = {Send(r, 1, a1.data(), la1, kA), Send(r, 1, b.data(), lb, kB),
                                        Send(r, 1, a2.data(), la2, kA), Send(r, 1, nullptr, 0, kA)};
                 XT_CHECK_LOOM(WaitAll(r.ctx, ops));
@@ -481,9 +465,9 @@ TEST(TcpStripe, StripedFrameParksUntilItsReceiveIsPosted)
                                         Recv(r, 0, ra3.data(), ra3.size(), kA)};
                 XT_CHECK_LOOM(WaitAll(r.ctx, first));
                 XT_CHECK_LOOM(WaitAll(r.ctx, rest));
-                XT_CHECK(first[0].nbytes == lb && FirstWrong(rb.data(), lb, 0, 2) == lb);
-                XT_CHECK(rest[0].nbytes == la1 && FirstWrong(ra1.data(), la1, 0, 1) == la1);
-                XT_CHECK(rest[1].nbytes == la2 && FirstWrong(ra2.data(), la2, 0, 3) == la2);
+                XT_CHECK(first[0].nbytes == lb && TpFirstWrong(rb.data(), lb, 0, 2) == lb);
+                XT_CHECK(rest[0].nbytes == la1 && TpFirstWrong(ra1.data(), la1, 0, 1) == la1);
+                XT_CHECK(rest[1].nbytes == la2 && TpFirstWrong(ra2.data(), la2, 0, 3) == la2);
                 XT_CHECK(rest[2].nbytes == 0);
             }
             if (rank == 0)
@@ -717,8 +701,8 @@ TEST(TcpStripe, ExtraSocketsProveTheSecretAndTheLayoutIsProtocol)
 
             const size_t len = 2 * kPiece + kPiece / 2 + 3;
             std::vector<uint8_t> msg(len), small(100), got(len + 1, 0xee), got_small(100);
-            Fill(msg.data(), len, 1, 1);
-            Fill(small.data(), small.size(), 1, 2);
+            TpFill(msg.data(), len, 1, 1);
+            TpFill(small.data(), small.size(), 1, 2);
             void *r1 = nullptr, *r2 = nullptr;
             XT_CHECK_LOOM(loom_tp_tcp.irecv(recv, got.data(), len, 9, &r1));
             XT_CHECK_LOOM(loom_tp_tcp.irecv(recv, got_small.data(), small.size(), 9, &r2));
@@ -736,9 +720,9 @@ TEST(TcpStripe, ExtraSocketsProveTheSecretAndTheLayoutIsProtocol)
             ops[0].req = r1;
             ops[1].req = r2;
             XT_CHECK_LOOM(WaitAll(ctx, ops));
-            XT_CHECK(ops[0].nbytes == len && FirstWrong(got.data(), len, 1, 1) == len);
+            XT_CHECK(ops[0].nbytes == len && TpFirstWrong(got.data(), len, 1, 1) == len);
             XT_CHECK(got[len] == 0xee);
-            XT_CHECK(ops[1].nbytes == 100 && FirstWrong(got_small.data(), 100, 1, 2) == 100);
+            XT_CHECK(ops[1].nbytes == 100 && TpFirstWrong(got_small.data(), 100, 1, 2) == 100);
 
             close(s0);
             close(s1);
@@ -774,7 +758,7 @@ TEST(TcpStripe, ApiRankKilledMidStripeIsNamed)
             constexpr size_t kBytes = 16u << 20;
             if (rank == 1) {
                 loomtest::TripBuffer buf(kBytes);
-                Fill(buf.data(), kBytes, 1, 0);
+                TpFill(buf.data(), kBytes, 1, 0);
                 buf.Arm(5u << 20, SIGKILL);
                 (void)loomSend(buf.data(), kBytes, loomUint8, 0, comm, nullptr);
                 XT_CHECK_MSG(false, "the tripwire did not fire");

@@ -31,6 +31,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tp_pattern.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #define CHILD_LEAK_CHECK() __lsan_do_leak_check() // _exit skips the at-exit check
@@ -265,23 +267,11 @@ Op Recv(Rank &r, int from, void *buf, size_t len, uint32_t tag)
     return op;
 }
 
-uint8_t Pattern(int from, int msg, size_t i)
-{
-    return static_cast<uint8_t>(from * 71 + msg * 13 + i * 7 + (i >> 9));
-}
-
-void Fill(uint8_t *p, size_t len, int from, int msg)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = Pattern(from, msg, i);
-}
+using loomtest::TpFill;
 
 bool Matches(const uint8_t *p, size_t len, int from, int msg)
 {
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != Pattern(from, msg, i))
-            return false;
-    return true;
+    return loomtest::TpFirstWrong(p, len, from, msg) == len;
 }
 
 // ---- the parent ---------------------------------------------------------------
@@ -446,7 +436,7 @@ TEST_P(TransportTest, SizesBothWays)
         for (size_t m = 0; m < msgs.size(); m++) {
             sbuf[m].resize(msgs[m].first + msgs[m].second + 1);
             rbuf[m].assign(msgs[m].first + msgs[m].second + 1, 0xee);
-            Fill(sbuf[m].data() + msgs[m].second, msgs[m].first, r.rank, static_cast<int>(m));
+            TpFill(sbuf[m].data() + msgs[m].second, msgs[m].first, r.rank, static_cast<int>(m));
         }
         for (size_t m = 0; m < msgs.size(); m++) {
             ops.push_back(Send(r, peer, sbuf[m].data() + msgs[m].second, msgs[m].first, 7));
@@ -464,7 +454,7 @@ TEST_P(TransportTest, SizesBothWays)
         }
         // A receive larger than the message reports the message's size.
         std::vector<uint8_t> small(50), big(100, 0);
-        Fill(small.data(), small.size(), r.rank, 99);
+        TpFill(small.data(), small.size(), r.rank, 99);
         std::vector<Op> more = {Send(r, peer, small.data(), small.size(), 9),
                                 Recv(r, peer, big.data(), big.size(), 9)};
         XT_OK(WaitAll(r, more));
@@ -483,7 +473,7 @@ TEST_P(TransportTest, ManySmallInOrderThreeRanks)
         constexpr size_t kMax = 61;
         std::vector<uint8_t> sbuf(kMsgs * kMax), rbuf[kMaxRanks];
         for (int k = 0; k < kMsgs; k++)
-            Fill(&sbuf[k * kMax], k % kMax, r.rank, k);
+            TpFill(&sbuf[k * kMax], k % kMax, r.rank, k);
         std::vector<Op> ops;
         for (int j = 0; j < r.n; j++) {
             if (j == r.rank)
@@ -517,9 +507,9 @@ TEST_P(TransportTest, TagMatchingWithParkedFrames)
         const uint32_t kA = 0x80000011u, kB = 5;
         std::vector<uint8_t> a1(1000), b(2000), a2(30), a3(0);
         if (r.rank == 0) {
-            Fill(a1.data(), a1.size(), 0, 1);
-            Fill(b.data(), b.size(), 0, 2);
-            Fill(a2.data(), a2.size(), 0, 3);
+            TpFill(a1.data(), a1.size(), 0, 1);
+            TpFill(b.data(), b.size(), 0, 2);
+            TpFill(a2.data(), a2.size(), 0, 3);
             // On the wire: A1, B, A2, A3(empty).
             std::vector<Op> ops = {
                 Send(r, 1, a1.data(), a1.size(), kA), Send(r, 1, b.data(), b.size(), kB),
@@ -706,7 +696,7 @@ TEST_P(TransportTest, ShmDirOutsideDevShmAndSmallRings)
         Barrier(r);
         XT_CHECK(CountFiles(d.c_str(), "loom-") == 0);
         std::vector<uint8_t> s(100000), g(100000);
-        Fill(s.data(), s.size(), r.rank, 1);
+        TpFill(s.data(), s.size(), r.rank, 1);
         std::vector<Op> ops = {Send(r, 1 - r.rank, s.data(), s.size(), 2),
                                Recv(r, 1 - r.rank, g.data(), g.size(), 2)};
         XT_OK(WaitAll(r, ops));
@@ -716,7 +706,7 @@ TEST_P(TransportTest, ShmDirOutsideDevShmAndSmallRings)
         std::vector<uint8_t> small(kMsgs * kMax), got(kMsgs * kMax);
         ops.clear();
         for (int k = 0; k < kMsgs; k++) {
-            Fill(&small[k * kMax], k % kMax, r.rank, k);
+            TpFill(&small[k * kMax], k % kMax, r.rank, k);
             ops.push_back(Send(r, 1 - r.rank, &small[k * kMax], k % kMax, 3));
             ops.push_back(Recv(r, 1 - r.rank, &got[k * kMax], kMax, 3));
         }
@@ -749,7 +739,7 @@ TEST_P(TransportTest, DISABLED_MessageOver4GiB)
         ConnectAll(r);
         std::vector<Op> ops;
         if (r.rank == 0) {
-            Fill(reinterpret_cast<uint8_t *>(base), kPage, 0, 1);
+            TpFill(reinterpret_cast<uint8_t *>(base), kPage, 0, 1);
             ops.push_back(Send(r, 1, base, kPage * kPages, 8));
         } else {
             ops.push_back(Recv(r, 0, base, kPage * kPages, 8));
@@ -891,7 +881,7 @@ TEST_P(SocketFamily, ConnectAcceptAndDeadlines)
         }
         XT_OK(loom_socket_tune(cfd, 1 << 20));
         char out[3000], in[3000];
-        Fill(reinterpret_cast<uint8_t *>(out), sizeof(out), 0, 0);
+        TpFill(reinterpret_cast<uint8_t *>(out), sizeof(out), 0, 0);
         XT_OK(loom_socket_send_all(cfd, out, sizeof(out), loom_deadline_ms(kWaitMs)));
         XT_OK(loom_socket_recv_all(afd, in, sizeof(in), loom_deadline_ms(kWaitMs)));
         XT_CHECK(memcmp(in, out, sizeof(in)) == 0);
