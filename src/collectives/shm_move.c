@@ -37,6 +37,39 @@ static size_t min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* The cico rounds of AllGather and AllToAll: round k moves bytes [k part,
+ * (k+1) part) of every block. AllGather copies its own block in once, and
+ * every peer reads it from the start of the half; AllToAll copies one
+ * sub-block per destination j to j part, and each peer reads its own. */
+static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t *recv, size_t bytes,
+                                    size_t part, int per_peer)
+{
+    const size_t rounds = (bytes + part - 1) / part;
+    const size_t at = per_peer ? (size_t)c->me * part : 0;
+    for (size_t k = 0; k < rounds; k++) {
+        const size_t lo = k * part, len = min_sz(part, bytes - lo);
+        const unsigned h = loom_arena_next_half(c->ar);
+        LOOM_CHECK(loom_arena_half_acquire(c->ar, h));
+        uint8_t *mine = loom_arena_half(c->ar, c->me, h);
+        if (!per_peer)
+            memcpy(mine, send + lo, len);
+        for (int j = 0; per_peer && j < c->n; j++)
+            if (j != c->me)
+                memcpy(mine + (size_t)j * part, send + (size_t)j * bytes + lo, len);
+        loom_arena_post(c->ar, shm_flag(c, k + 1));
+        LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, k + 1)));
+        if (k == 0)
+            LOOM_CHECK(loom_shm_check(c, -1));
+        for (int i = 1; i < c->n; i++) {
+            int r = (c->me + i) % c->n;
+            loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c->ar, r, h) + at, len,
+                          c->stream);
+        }
+        loom_arena_half_release(c->ar, h, shm_flag(c, k + 2));
+    }
+    return loom_shm_end(c);
+}
+
 // ---- AllGather -----------------------------------------------------------------------
 
 loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -57,23 +90,7 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     shm_stream_if(&c, (size_t)(c.n - 1) * bytes, 0);
     if (send != recv + (size_t)c.me * bytes)
         loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.stream);
-    for (size_t k = 0; k < rounds; k++) {
-        const size_t lo = k * hb, len = min_sz(hb, bytes - lo);
-        const unsigned h = loom_arena_next_half(c.ar);
-        LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
-        memcpy(loom_arena_half(c.ar, c.me, h), send + lo, len);
-        loom_arena_post(c.ar, shm_flag(&c, k + 1));
-        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, k + 1)));
-        if (k == 0)
-            LOOM_CHECK(loom_shm_check(&c, -1));
-        for (int i = 1; i < c.n; i++) {
-            int r = (c.me + i) % c.n;
-            loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c.ar, r, h), len,
-                          c.stream);
-        }
-        loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
-    }
-    return loom_shm_end(&c);
+    return exchange_rounds(&c, send, recv, bytes, hb, 0);
 }
 
 loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -204,27 +221,7 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
     /* In place, this round's copy in read the destinations just before. */
     shm_stream_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
     loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.stream);
-    const size_t rounds = (bytes + sub - 1) / sub;
-    for (size_t k = 0; k < rounds; k++) {
-        const size_t lo = k * sub, len = min_sz(sub, bytes - lo);
-        const unsigned h = loom_arena_next_half(c.ar);
-        LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
-        uint8_t *mine = loom_arena_half(c.ar, c.me, h);
-        for (int j = 0; j < c.n; j++)
-            if (j != c.me)
-                memcpy(mine + (size_t)j * sub, send + (size_t)j * bytes + lo, len);
-        loom_arena_post(c.ar, shm_flag(&c, k + 1));
-        LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, k + 1)));
-        if (k == 0)
-            LOOM_CHECK(loom_shm_check(&c, -1));
-        for (int i = 1; i < c.n; i++) {
-            int r = (c.me + i) % c.n;
-            loom_shm_copy(recv + (size_t)r * bytes + lo,
-                          loom_arena_half(c.ar, r, h) + (size_t)c.me * sub, len, c.stream);
-        }
-        loom_arena_half_release(c.ar, h, shm_flag(&c, k + 2));
-    }
-    return loom_shm_end(&c);
+    return exchange_rounds(&c, send, recv, bytes, sub, 1);
 }
 
 loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
