@@ -6,8 +6,9 @@
  * listen handles, loops messages to self, and runs every wait with the
  * communicator's bounds: abort flag, timeout without progress, and a
  * liveness check of same-machine peers. It also owns the failure protocol
- * (notices, see below): how a broken communicator tells its peers why, so
- * that a failure anywhere ends every rank's wait quickly and names its cause.
+ * (notices, described in p2p_impl.h): how a broken communicator tells its
+ * peers why, so that a failure anywhere ends every rank's wait quickly and
+ * names its cause; p2p_report.c words the messages and the timeout dump.
  * It does not retry or recover: a failed wait breaks the layer for good.
  * Callers: api/ (create, destroy, send/recv) and the collective algorithms.
  */
@@ -23,104 +24,9 @@
 
 #include "bootstrap.h"
 #include "check.h"
-#include "dump_text.h"
-#include "p2p.h"
+#include "p2p_impl.h"
 #include "param.h"
-#include "shm/shm_arena.h"
 #include "timer.h"
-
-/* Failure protocol.
- * Every connection ends with exactly one notice: a frame with the reserved
- * tag LOOM_TAG_NOTICE and NOTICE_BYTES of payload (little-endian):
- *   u32 magic, u32 kind, i32 from, i32 cause rank, u32 code, u32 0, u64 seq
- * kind BYE: the sender destroyed its communicator normally. Any other kind:
- * the sender's communicator broke, and `cause` is the rank found at fault
- * first (DEAD: its process is gone; LOST: it closed its connections without
- * a notice; TIMEOUT: it made no progress for the timeout; ABORT: it called
- * loomCommAbort; ERROR: it failed locally with result `code`; CLOSED: it
- * destroyed its communicator while the sender still needed it).
- * A receive for the notice is posted on every receive connection as soon as
- * the layer is up, so a notice never waits unmatched, and a BYE ends the
- * stream before its end is read: a normal close never looks like a failure.
- *
- * When a wait fails (dead peer, closed connection, timeout, abort, notice),
- * the layer breaks at once: it queues a notice carrying the first cause on
- * every send connection, drives them for at most NOTICE_FLUSH_NS, and closes
- * every connection, so that a peer waiting on this rank (and, hop by hop, a
- * peer waiting on that one) fails within its next look at the connection,
- * naming the rank that failed first. A rank that learns of a timeout from a
- * notice still returns loomTimeout no earlier than its own timeout. */
-
-#define MAX_TP             4
-#define LIVENESS_PERIOD_NS 100000000ull /* check peers' pids every 100 ms without progress */
-#define NOTICE_MAGIC       0x4e4d4f4cu  /* "LOMN" */
-#define NOTICE_BYTES       32
-#define NOTICE_FLUSH_NS    100000000ull /* at most 100 ms to hand notices to the transports */
-#define EXIT_GRACE_NS      300000000ull /* a same-machine peer that closed may take this to exit */
-#define DUMP_MAX_PENDING   64           /* requests listed in a timeout dump */
-
-enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_KINDS };
-static const char *const kind_names[N_KINDS] = {"none",    "bye",   "dead",  "lost",
-                                                "timeout", "abort", "error", "closed"};
-
-/* Why the layer broke: the first cause, as found here or as a notice told it
- * (a received notice is kept in this form too, with via = its sender). */
-typedef struct {
-    int kind;      /* N_* (never N_BYE) */
-    int rank;      /* the rank at fault */
-    int via;       /* the peer whose notice told us; -1 when found here */
-    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
-    uint64_t seq;  /* via >= 0: the reporter's sequence number */
-} cause_t;
-
-enum { NS_WAITING, NS_GOT, NS_ENDED }; /* notice state of a receive connection */
-
-typedef struct {
-    int tp;           /* index into p2p->tps, -1 for self */
-    void *send;       /* transport send connection */
-    void *recv;       /* transport receive connection */
-    void *notice_req; /* the posted notice receive; NULL once finished or closed */
-    int notice_state; /* NS_*: NS_ENDED when the stream ended without a notice */
-    cause_t got;      /* valid in NS_GOT: the notice, via = this peer */
-    uint8_t notice_buf[NOTICE_BYTES];
-} peer_conn_t;
-
-/* Handles every rank publishes: one slot per registry transport. */
-typedef struct {
-    uint8_t present[MAX_TP];
-    uint8_t handle[MAX_TP][LOOM_TP_HANDLE_MAX];
-} handles_t;
-
-struct loom_p2p {
-    int rank;
-    int nranks;
-    loom_tp_init_args_t args;       /* the transports get args.abort_flag = &tp_abort */
-    volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
-    volatile int tp_abort; /* set once aborted or broken: transports give up, shm closes hard */
-    volatile int tp_quiet; /* set once tearing down: peers leaving is expected (INFO) */
-    loom_peer_info_t *peers;
-    int ntp;
-    const loom_tp_t *tps[MAX_TP];
-    void *ctx[MAX_TP];
-    void *listen[MAX_TP];
-    peer_conn_t *conns;
-    /* Messages to self: posted sends and receives, matched in order per tag. */
-    loom_p2p_req_t **self_sends;
-    const void **self_bufs;
-    int nself_sends;
-    loom_p2p_req_t **self_recvs;
-    void **self_rbufs;
-    int nself_recvs;
-    int self_cap;
-    const char *what; /* the current operation (a string with static storage) */
-    uint64_t seq;
-    int broken;          /* a wait failed: every later call fails */
-    int closed;          /* connections closed (after a break, or in destroy) */
-    cause_t cause;       /* valid once broken */
-    void **flush;        /* [nranks] notice sends being flushed */
-    loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
-    uint8_t notice_out[NOTICE_BYTES];
-};
 
 static int aborted(const loom_p2p_t *p)
 {
@@ -515,7 +421,7 @@ static void notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int skip
     }
     if (pending > 0)
         LOOM_INFO(LOOM_LOG_TRANSPORT, "rank %d: %d notice(s) (%s) could not be sent within %llu ms",
-                  p->rank, pending, kind_names[kind], NOTICE_FLUSH_NS / 1000000ull);
+                  p->rank, pending, loom_p2p_kind_name(kind), NOTICE_FLUSH_NS / 1000000ull);
 }
 
 /* Closes every connection: peers see the end of the stream at once. Requests
@@ -666,182 +572,6 @@ static loomResult_t self_post(loom_p2p_t *p, loom_p2p_req_t *req, const void *sb
     return loomSuccess;
 }
 
-// ---- failures -----------------------------------------------------------------
-
-/* "rank 2 (host h, pid 7)" */
-static const char *who(const loom_p2p_t *p, int rank, char *buf, size_t len)
-{
-    snprintf(buf, len, "rank %d (host %s, pid %d)", rank, p->peers[rank].hostname,
-             (int)p->peers[rank].pid);
-    return buf;
-}
-
-/* The still pending requests, e.g.
- * " receive from rank 2 (host h, pid 7; 4096 bytes, tag 0x80000281);". */
-static void pending_list(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, char *buf,
-                         size_t len)
-{
-    size_t o = 0;
-    char a[160];
-    buf[0] = '\0';
-    for (int i = 0; i < n && o + 240 < len; i++) {
-        if (reqs[i].done)
-            continue;
-        snprintf(a, sizeof(a), "rank %d (host %s, pid %d", reqs[i].peer,
-                 p->peers[reqs[i].peer].hostname, (int)p->peers[reqs[i].peer].pid);
-        o += (size_t)snprintf(buf + o, len - o, " %s %s; %zu bytes, tag 0x%x);",
-                              reqs[i].is_send ? "send to" : "receive from", a, reqs[i].nbytes,
-                              reqs[i].tag);
-    }
-    if (o == 0)
-        snprintf(buf, len, " nothing");
-}
-
-/* The message of a failure, one shape for every cause:
- *   rank R: OP seq S failed: <cause>[ (reported by <peer> in its seq N)][: <detail>]; pending: ...
- * where the cause names the rank at fault first with its host and pid. */
-static void describe(const loom_p2p_t *p, const cause_t *c, const char *direct, const char *pend,
-                     char *msg, size_t len)
-{
-    char a[160], b[224], cause[640], via[256] = "";
-    who(p, c->rank, a, sizeof(a));
-    const int here = c->via < 0;
-    switch (c->kind) {
-    case N_DEAD:
-        snprintf(cause, sizeof(cause), "%s died", a);
-        break;
-    case N_LOST:
-        snprintf(cause, sizeof(cause),
-                 "%s closed its connection%s without a notice (it crashed or exited, or its host "
-                 "is unreachable)",
-                 a, here ? "" : "s");
-        break;
-    case N_CLOSED:
-        snprintf(cause, sizeof(cause), "%s destroyed its communicator while it was still needed",
-                 a);
-        break;
-    case N_TIMEOUT:
-        if (here)
-            snprintf(cause, sizeof(cause), "no progress for %lld ms, first waiting for %s",
-                     (long long)p->args.timeout_ms, a);
-        else
-            snprintf(cause, sizeof(cause),
-                     "its wait made no progress for its timeout, stalled on %s", a);
-        break;
-    case N_ABORT:
-        snprintf(cause, sizeof(cause), "%s aborted the communicator%s", a,
-                 here ? " (loomCommAbort)" : "");
-        break;
-    default:
-        snprintf(cause, sizeof(cause), "%s failed with '%s'", a,
-                 loomGetErrorString((loomResult_t)c->code));
-        break;
-    }
-    if (!here)
-        snprintf(via, sizeof(via), " (reported by %s in its seq %llu)",
-                 who(p, c->via, b, sizeof(b)), (unsigned long long)c->seq);
-    snprintf(msg, len, "rank %d: %s seq %llu %s: %s%s%s%s; pending:%s", p->rank, p->what,
-             (unsigned long long)p->seq, c->kind == N_TIMEOUT ? "timed out" : "failed", cause, via,
-             direct[0] ? ": " : "", direct, pend);
-}
-
-// ---- timeout dump ---------------------------------------------------------------
-
-static void dump_header(const loom_p2p_t *p, const cause_t *c, uint64_t waited_ns, int npending,
-                        loom_jbuf_t *j)
-{
-    const loom_peer_info_t *me = &p->peers[p->rank];
-    loom_jput(j, "{\"event\":\"timeout\",\"rank\":%d,\"nranks\":%d,\"host\":", p->rank, p->nranks);
-    loom_jstr(j, me->hostname);
-    loom_jput(j, ",\"pid\":%d,\"op\":", (int)me->pid);
-    loom_jstr(j, p->what);
-    loom_jput(j, ",\"seq\":%llu,\"timeout_ms\":%lld,\"waited_ms\":%llu,\"cause\":{\"kind\":",
-              (unsigned long long)p->seq, (long long)p->args.timeout_ms,
-              (unsigned long long)(waited_ns / 1000000ull));
-    loom_jstr(j, kind_names[c->kind]);
-    loom_jput(j, ",\"rank\":%d,\"host\":", c->rank);
-    loom_jstr(j, p->peers[c->rank].hostname);
-    loom_jput(j, ",\"pid\":%d,\"reported_by\":%d},\"pending_count\":%d", (int)p->peers[c->rank].pid,
-              c->via, npending);
-}
-
-static void dump_request(const loom_p2p_t *p, const loom_p2p_req_t *r, loom_jbuf_t *j)
-{
-    const int coll = (r->tag & 0x80000000u) != 0;
-    loom_jput(j, "{\"peer\":%d,\"host\":", r->peer);
-    loom_jstr(j, p->peers[r->peer].hostname);
-    loom_jput(j, ",\"pid\":%d,\"transport\":\"%s\",\"dir\":\"%s\",\"bytes\":%zu,\"tag\":\"0x%08x\"",
-              (int)p->peers[r->peer].pid, r->tp ? r->tp->name : "self",
-              r->is_send ? "send" : "recv", r->nbytes, r->tag);
-    if (coll)
-        loom_jput(j, ",\"tag_kind\":\"collective\",\"tag_seq\":%u,\"step\":%u}",
-                  (r->tag >> 7) & 0xFFFFFFu, r->tag & 0x7Fu);
-    else
-        loom_jput(j, ",\"tag_kind\":\"%s\"}", r->tag == LOOM_TAG_P2P ? "send/recv" : "other");
-}
-
-/* What this rank waited for when it timed out: at INFO, one JSON object per line
- * (the header, then each pending request), and with LOOM_DUMP_ON_TIMEOUT one JSON
- * object in that file. */
-static void dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, const cause_t *c,
-                         uint64_t waited_ns)
-{
-    const char *pattern = loom_param_DUMP_ON_TIMEOUT();
-    const int info = loom_log_enabled(LOOM_LOG_INFO, LOOM_LOG_ALL);
-    if (!info && (pattern == NULL || *pattern == '\0'))
-        return;
-    int npending = 0;
-    for (int i = 0; i < n; i++)
-        npending += !reqs[i].done;
-    char line[960];
-    loom_jbuf_t j = {line, sizeof(line), 0};
-    if (info) {
-        dump_header(p, c, waited_ns, npending, &j);
-        loom_jput(&j, "}");
-        LOOM_INFO(LOOM_LOG_ALL, "timeout dump: %s", line);
-        for (int i = 0; i < n; i++) {
-            if (reqs[i].done)
-                continue;
-            j.len = 0;
-            dump_request(p, &reqs[i], &j);
-            LOOM_INFO(LOOM_LOG_ALL, "timeout dump pending: %s", line);
-        }
-    }
-    if (pattern == NULL || *pattern == '\0')
-        return;
-    size_t cap = 1024 + (size_t)DUMP_MAX_PENDING * 320;
-    char *doc = malloc(cap);
-    if (doc == NULL) {
-        LOOM_WARN("rank %d: out of memory (%zu bytes) for the timeout dump", p->rank, cap);
-        return;
-    }
-    loom_jbuf_t d = {doc, cap, 0};
-    dump_header(p, c, waited_ns, npending, &d);
-    loom_jput(&d, ",\"pending\":[");
-    int listed = 0;
-    for (int i = 0; i < n && listed < DUMP_MAX_PENDING; i++) {
-        if (reqs[i].done)
-            continue;
-        loom_jput(&d, "%s", listed++ ? "," : "");
-        dump_request(p, &reqs[i], &d);
-    }
-    loom_jput(&d, "]}\n");
-    char path[512];
-    loom_expand_path(pattern, p->peers[p->rank].hostname, p->rank, path, sizeof(path));
-    FILE *f = fopen(path, "w");
-    int bad = f == NULL || fputs(doc, f) == EOF, e = errno;
-    if (f != NULL && fclose(f) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad)
-        LOOM_WARN("rank %d: cannot write the timeout dump (LOOM_DUMP_ON_TIMEOUT) to %s: %s",
-                  p->rank, path, strerror(e));
-    else
-        LOOM_INFO(LOOM_LOG_ALL, "rank %d: timeout dump written to %s", p->rank, path);
-    free(doc);
-}
-
 /* Sleeps until deadline_ns or an abort, in slices. */
 static void hold_until(const loom_p2p_t *p, uint64_t deadline_ns)
 {
@@ -863,10 +593,10 @@ static loomResult_t fail(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, const cause
     if (res == loomTimeout && start_ns != 0)
         hold_until(p, start_ns + (uint64_t)p->args.timeout_ms * 1000000ull);
     char pend[640], msg[1024];
-    pending_list(p, reqs, n, pend, sizeof(pend));
-    describe(p, cause, direct ? direct : "", pend, msg, sizeof(msg));
+    loom_p2p_pending_list(p, reqs, n, pend, sizeof(pend));
+    loom_p2p_describe(p, cause, direct ? direct : "", pend, msg, sizeof(msg));
     if (res == loomTimeout)
-        dump_timeout(p, reqs, n, cause, start_ns ? loom_now_ns() - start_ns : 0);
+        loom_p2p_dump_timeout(p, reqs, n, cause, start_ns ? loom_now_ns() - start_ns : 0);
     LOOM_WARN("%s", msg);
     return res;
 }
@@ -902,7 +632,7 @@ static loomResult_t request_failed(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, i
     char direct[640], a[160];
     /* The transport's WARN (the first detection) becomes part of this one. */
     snprintf(direct, sizeof(direct), "%s %s failed: %s (%s)", is_send ? "send to" : "receive from",
-             who(p, peer, a, sizeof(a)), loomGetErrorString(res), loom_last_error());
+             loom_p2p_who(p, peer, a, sizeof(a)), loomGetErrorString(res), loom_last_error());
     cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
     loomResult_t ret = res;
     if (res == loomRemoteError)

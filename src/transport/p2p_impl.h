@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * p2p_impl.h - the point-to-point layer's private state, shared by its own
+ * files only: p2p.c (setup, notices, messages to self, posting, waiting,
+ * breaking) and p2p_report.c (the messages and the timeout dump of a
+ * failure). Everyone else uses p2p.h.
+ */
+#ifndef LOOM_TRANSPORT_P2P_IMPL_H
+#define LOOM_TRANSPORT_P2P_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "p2p.h"
+#include "shm/shm_arena.h"
+
+/* Failure protocol.
+ * Every connection ends with exactly one notice: a frame with the reserved
+ * tag LOOM_TAG_NOTICE and NOTICE_BYTES of payload (little-endian):
+ *   u32 magic, u32 kind, i32 from, i32 cause rank, u32 code, u32 0, u64 seq
+ * kind BYE: the sender destroyed its communicator normally. Any other kind:
+ * the sender's communicator broke, and `cause` is the rank found at fault
+ * first (DEAD: its process is gone; LOST: it closed its connections without
+ * a notice; TIMEOUT: it made no progress for the timeout; ABORT: it called
+ * loomCommAbort; ERROR: it failed locally with result `code`; CLOSED: it
+ * destroyed its communicator while the sender still needed it).
+ * A receive for the notice is posted on every receive connection as soon as
+ * the layer is up, so a notice never waits unmatched, and a BYE ends the
+ * stream before its end is read: a normal close never looks like a failure.
+ *
+ * When a wait fails (dead peer, closed connection, timeout, abort, notice),
+ * the layer breaks at once: it queues a notice carrying the first cause on
+ * every send connection, drives them for at most NOTICE_FLUSH_NS, and closes
+ * every connection, so that a peer waiting on this rank (and, hop by hop, a
+ * peer waiting on that one) fails within its next look at the connection,
+ * naming the rank that failed first. A rank that learns of a timeout from a
+ * notice still returns loomTimeout no earlier than its own timeout. */
+
+#define MAX_TP             4
+#define LIVENESS_PERIOD_NS 100000000ull /* check peers' pids every 100 ms without progress */
+#define NOTICE_MAGIC       0x4e4d4f4cu  /* "LOMN" */
+#define NOTICE_BYTES       32
+#define NOTICE_FLUSH_NS    100000000ull /* at most 100 ms to hand notices to the transports */
+#define EXIT_GRACE_NS      300000000ull /* a same-machine peer that closed may take this to exit */
+#define DUMP_MAX_PENDING   64           /* requests listed in a timeout dump */
+
+enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_KINDS };
+
+/* Why the layer broke: the first cause, as found here or as a notice told it
+ * (a received notice is kept in this form too, with via = its sender). */
+typedef struct {
+    int kind;      /* N_* (never N_BYE) */
+    int rank;      /* the rank at fault */
+    int via;       /* the peer whose notice told us; -1 when found here */
+    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
+    uint64_t seq;  /* via >= 0: the reporter's sequence number */
+} cause_t;
+
+enum { NS_WAITING, NS_GOT, NS_ENDED }; /* notice state of a receive connection */
+
+typedef struct {
+    int tp;           /* index into p2p->tps, -1 for self */
+    void *send;       /* transport send connection */
+    void *recv;       /* transport receive connection */
+    void *notice_req; /* the posted notice receive; NULL once finished or closed */
+    int notice_state; /* NS_*: NS_ENDED when the stream ended without a notice */
+    cause_t got;      /* valid in NS_GOT: the notice, via = this peer */
+    uint8_t notice_buf[NOTICE_BYTES];
+} peer_conn_t;
+
+/* Handles every rank publishes: one slot per registry transport. */
+typedef struct {
+    uint8_t present[MAX_TP];
+    uint8_t handle[MAX_TP][LOOM_TP_HANDLE_MAX];
+} handles_t;
+
+struct loom_p2p {
+    int rank;
+    int nranks;
+    loom_tp_init_args_t args;       /* the transports get args.abort_flag = &tp_abort */
+    volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
+    volatile int tp_abort; /* set once aborted or broken: transports give up, shm closes hard */
+    volatile int tp_quiet; /* set once tearing down: peers leaving is expected (INFO) */
+    loom_peer_info_t *peers;
+    int ntp;
+    const loom_tp_t *tps[MAX_TP];
+    void *ctx[MAX_TP];
+    void *listen[MAX_TP];
+    peer_conn_t *conns;
+    /* Messages to self: posted sends and receives, matched in order per tag. */
+    loom_p2p_req_t **self_sends;
+    const void **self_bufs;
+    int nself_sends;
+    loom_p2p_req_t **self_recvs;
+    void **self_rbufs;
+    int nself_recvs;
+    int self_cap;
+    const char *what; /* the current operation (a string with static storage) */
+    uint64_t seq;
+    int broken;          /* a wait failed: every later call fails */
+    int closed;          /* connections closed (after a break, or in destroy) */
+    cause_t cause;       /* valid once broken */
+    void **flush;        /* [nranks] notice sends being flushed */
+    loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
+    uint8_t notice_out[NOTICE_BYTES];
+};
+
+/* ---- p2p_report.c ---- */
+/* The name of a notice kind (N_*). */
+const char *loom_p2p_kind_name(int kind);
+/* "rank 2 (host h, pid 7)" in buf. */
+const char *loom_p2p_who(const loom_p2p_t *p, int rank, char *buf, size_t len);
+/* The still pending requests of reqs, e.g.
+ * " receive from rank 2 (host h, pid 7; 4096 bytes, tag 0x80000281);". */
+void loom_p2p_pending_list(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, char *buf,
+                           size_t len);
+/* The message of a failure with cause c (see p2p_report.c). */
+void loom_p2p_describe(const loom_p2p_t *p, const cause_t *c, const char *direct, const char *pend,
+                       char *msg, size_t len);
+/* Logs (INFO) and writes (LOOM_DUMP_ON_TIMEOUT) what this rank waited for. */
+void loom_p2p_dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, const cause_t *c,
+                           uint64_t waited_ns);
+
+#endif /* LOOM_TRANSPORT_P2P_IMPL_H */
