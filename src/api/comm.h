@@ -94,14 +94,22 @@ loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t str
 /* Executes a task on the calling thread in its turn; frees nothing. */
 loomResult_t loom_task_execute(loom_task_t *task);
 void loom_task_free(loom_task_t *task);
+/* What loom_task_free does short of freeing the task itself: its operations'
+ * arrays and its reference on the communicator (for tasks kept for reuse). */
+void loom_task_release(loom_task_t *task);
 /* Drops a reference to the communicator; frees it at zero. */
 void loom_comm_release(struct loomComm *comm);
 /* Wakes every thread asleep on comm->cond; costs no lock when none is. Call it
  * after changing what they wait for (seq_cst store), so that a waiter either
  * sees the change or is counted in comm->waiters before this looks. */
 void loom_comm_wake(struct loomComm *comm);
-/* Queues a task on a stream (stream.c). */
+/* Queues a task on a stream (stream.c), waiting while the stream's queue is
+ * full (256 tasks). */
 loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
+/* Queues one operation as a task of its own, taking its ticket and a
+ * reference on comm (a task reused from the stream's spares, or a new one);
+ * SystemError if out of memory. */
+loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, const loom_op_t *op);
 /* InvalidArgument unless stream is NULL or a live stream. */
 loomResult_t loom_stream_validate(loomStream_t stream);
 /* Records an asynchronous failure on the communicator. */

@@ -76,12 +76,17 @@ static void task_clear_ops(loom_task_t *t)
         free(t->ops);
 }
 
+void loom_task_release(loom_task_t *t)
+{
+    task_clear_ops(t);
+    loom_comm_release(t->comm);
+}
+
 void loom_task_free(loom_task_t *t)
 {
     if (t == NULL)
         return;
-    task_clear_ops(t);
-    loom_comm_release(t->comm);
+    loom_task_release(t);
     free(t);
 }
 
@@ -214,12 +219,8 @@ loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t str
         task_clear_ops(&t);
         return res;
     }
-    loom_task_t *t = task_new(comm, stream);
-    if (t == NULL)
-        goto err_nomem;
-    (void)task_add(t, &copy); /* the first operation needs no allocation */
-    task_take_ticket(t);
-    return loom_stream_push(stream, t);
+    if (loom_stream_push_op(stream, comm, &copy) == loomSuccess)
+        return loomSuccess;
 err_nomem:
     op_free(&copy);
     LOOM_WARN("out of memory recording an operation");

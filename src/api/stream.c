@@ -32,11 +32,15 @@ struct loomStream {
     pthread_mutex_t lock;
     pthread_cond_t work; /* the worker sleeps here while the queue is empty */
     pthread_cond_t idle; /* synchronizers sleep here while tasks are pending */
+    pthread_cond_t room; /* callers sleep here while the queue is full */
     loom_task_t *head, *tail;
-    int pending;       /* queued or running tasks (read without the lock by yield_for) */
-    int worker_sleeps; /* the worker waits on `work` */
-    int sync_sleeps;   /* threads waiting on `idle` */
-    int64_t spin_ns;   /* yield before sleeping: the last task's communicator's spin_ns */
+    int pending;        /* queued or running tasks (read without the lock by yield_for) */
+    int worker_sleeps;  /* the worker waits on `work` */
+    int sync_sleeps;    /* threads waiting on `idle` */
+    int push_sleeps;    /* threads waiting on `room` */
+    int64_t spin_ns;    /* yield before sleeping: the last task's communicator's spin_ns */
+    loom_task_t *spare; /* tasks run and released, for loom_stream_task_alloc */
+    int nspare;
     int stop;
     loomResult_t error;
     char error_msg[512];
@@ -69,6 +73,12 @@ static int yield_for(struct loomStream *s, int want_work)
  * through the whole queue (the two ranks' workers stayed on one CPU), while for
  * 8-byte calls the wake-up per task was the largest cost of the stream. */
 #define LONG_TASK_NS 50000
+/* At most this many tasks are queued or running; a caller queueing more waits
+ * (as a CUDA stream's launch queue makes its host thread wait) until half of
+ * them ran. That bounds the stream's memory, and lets every task come from
+ * the spares of earlier ones: a task allocated by the caller's thread and
+ * freed by the worker cost more in malloc than a small collective. */
+#define QUEUE_MAX 256
 static void *stream_main(void *arg)
 {
     struct loomStream *s = arg;
@@ -94,21 +104,37 @@ static void *stream_main(void *arg)
 
         __atomic_store_n(&s->spin_ns, t->comm->spin_ns, __ATOMIC_RELAXED);
         loom_clear_last_error();
-        const uint64_t t0 = loom_now_ns();
+        /* The clock only matters to a synchronizer asleep (one that falls asleep
+         * meanwhile is woken when the queue drains). */
+        const int timed = __atomic_load_n(&s->sync_sleeps, __ATOMIC_RELAXED) > 0;
+        const uint64_t t0 = timed ? loom_now_ns() : 0;
         loomResult_t res = loom_task_execute(t);
-        const int long_task = loom_now_ns() - t0 >= LONG_TASK_NS;
+        const int long_task = timed && loom_now_ns() - t0 >= LONG_TASK_NS;
         if (res != loomSuccess)
             loom_comm_set_async_error(t->comm, res, loom_last_error());
-        loom_task_free(t);
+        loom_task_release(t);
 
         pthread_mutex_lock(&s->lock);
+        if (s->nspare < QUEUE_MAX) {
+            t->next = s->spare;
+            s->spare = t;
+            s->nspare++;
+            t = NULL;
+        }
         if (res != loomSuccess && s->error == loomSuccess) {
             s->error = res;
             snprintf(s->error_msg, sizeof(s->error_msg), "%s", loom_last_error());
         }
-        if (__atomic_sub_fetch(&s->pending, 1, __ATOMIC_RELEASE) == 0 || long_task)
-            if (s->sync_sleeps > 0)
-                pthread_cond_broadcast(&s->idle);
+        const int left = __atomic_sub_fetch(&s->pending, 1, __ATOMIC_RELEASE);
+        if ((left == 0 || long_task) && s->sync_sleeps > 0)
+            pthread_cond_broadcast(&s->idle);
+        if (left <= QUEUE_MAX / 2 && s->push_sleeps > 0)
+            pthread_cond_broadcast(&s->room);
+        if (t != NULL) {
+            pthread_mutex_unlock(&s->lock);
+            free(t);
+            pthread_mutex_lock(&s->lock);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
@@ -138,6 +164,7 @@ LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream)
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
+    pthread_cond_init(&s->room, NULL);
     s->magic = LOOM_STREAM_MAGIC;
     int ret = pthread_create(&s->thread, NULL, stream_main, s);
     if (ret != 0) {
@@ -145,6 +172,7 @@ LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream)
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->work);
         pthread_cond_destroy(&s->idle);
+        pthread_cond_destroy(&s->room);
         free(s);
         return loomSystemError;
     }
@@ -152,10 +180,10 @@ LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream)
     return loomSuccess;
 }
 
-loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t)
+/* Appends t; the caller holds the lock. */
+static void append_locked(struct loomStream *s, loom_task_t *t)
 {
     t->next = NULL;
-    pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = t;
     else
@@ -164,6 +192,49 @@ loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t)
     __atomic_add_fetch(&s->pending, 1, __ATOMIC_RELAXED);
     if (s->worker_sleeps)
         pthread_cond_signal(&s->work);
+}
+
+/* Waits (holding the lock) until the queue has room. */
+static void wait_room_locked(struct loomStream *s)
+{
+    while (__atomic_load_n(&s->pending, __ATOMIC_RELAXED) >= QUEUE_MAX) {
+        s->push_sleeps++;
+        pthread_cond_wait(&s->room, &s->lock);
+        s->push_sleeps--;
+    }
+}
+
+loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const loom_op_t *op)
+{
+    pthread_mutex_lock(&s->lock);
+    wait_room_locked(s);
+    loom_task_t *t = s->spare;
+    if (t != NULL) {
+        s->spare = t->next;
+        s->nspare--;
+        memset(t, 0, sizeof(*t));
+    } else if ((t = calloc(1, sizeof(*t))) == NULL) {
+        pthread_mutex_unlock(&s->lock);
+        return loomSystemError;
+    }
+    t->comm = comm;
+    t->stream = s;
+    t->first = *op;
+    t->ops = &t->first;
+    t->nops = t->cap = 1;
+    __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
+    /* Under the lock, so that tasks queue in ticket order. */
+    t->ticket = __atomic_fetch_add(&comm->next_ticket, 1, __ATOMIC_SEQ_CST);
+    append_locked(s, t);
+    pthread_mutex_unlock(&s->lock);
+    return loomSuccess;
+}
+
+loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t)
+{
+    pthread_mutex_lock(&s->lock);
+    wait_room_locked(s);
+    append_locked(s, t);
     pthread_mutex_unlock(&s->lock);
     return loomSuccess;
 }
@@ -218,9 +289,15 @@ LOOM_API loomResult_t loomStreamDestroy(loomStream_t s)
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    while (s->spare != NULL) {
+        loom_task_t *t = s->spare;
+        s->spare = t->next;
+        free(t);
+    }
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
+    pthread_cond_destroy(&s->room);
     free(s);
     return res;
 }
