@@ -18,6 +18,7 @@
 // or return success with exactly the right result and fail its next call.
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -209,6 +210,10 @@ Outcome CallOnce(Op op, int rank, loomComm_t comm)
 void KillBody(Op op, int rank, loomComm_t comm, bool may_finish)
 {
     XT_CHECK_LOOM(loomBarrier(comm, nullptr)); // every connection carried a call before the fault
+    // A rank leaves the barrier once it heard from the others, which may be before they did:
+    // the victim lets them leave it before it starts the call it dies in.
+    if (rank == kVictim)
+        usleep(20 * 1000);
     const Outcome o = CallOnce(op, rank, comm);
     if (rank == kVictim)
         loomtest::Fail(__FILE__, __LINE__,
