@@ -36,7 +36,7 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
 static const loom_algo_t algos[] = {
     /* Shared memory (shm_coll.h), first: on the shm link class the "shm" row of a
      * collective costs 0 and wins whenever the communicator has an arena (every rank
-     * on this host over shm); it picks flat / cico / cma by size itself. The other
+     * on this host over shm); it picks tiny / flat / cico / cma by size itself. The other
      * shm rows only run when LOOM_ALGO forces them. Without an arena the network rows
      * compete alone (loom_shm_algo_usable). */
     {LOOM_COLL_ALLREDUCE, "shm", loom_allreduce_shm, loom_cost_shm_family},
@@ -47,6 +47,7 @@ static const loom_algo_t algos[] = {
     {LOOM_COLL_REDUCE_SCATTER, "shm_cico", loom_reduce_scatter_shm_cico, loom_cost_shm_forced},
     {LOOM_COLL_REDUCE_SCATTER, "shm_cma", loom_reduce_scatter_shm_cma, loom_cost_shm_forced},
     {LOOM_COLL_REDUCE, "shm", loom_reduce_shm, loom_cost_shm_family},
+    {LOOM_COLL_REDUCE, "shm_flat", loom_reduce_shm_flat, loom_cost_shm_forced},
     {LOOM_COLL_REDUCE, "shm_cico", loom_reduce_shm_cico, loom_cost_shm_forced},
     {LOOM_COLL_REDUCE, "shm_cma", loom_reduce_shm_cma, loom_cost_shm_forced},
     {LOOM_COLL_ALLGATHER, "shm", loom_allgather_shm, loom_cost_shm_family},

@@ -5,13 +5,16 @@
  * host over shm. Three families, all with the reduction order of kernels.h
  * (rank 0..n-1 by a single owner per element, so results are bitwise equal to
  * the point-to-point algorithms'):
- *   flat  (AllReduce only): copy in, one flag, every rank reduces the whole
- *         vector from the slots; for vectors that fit a slot half;
+ *   tiny  calls whose input per rank fits one 48-byte cell (shm_tiny.c);
+ *   flat  (AllReduce, Reduce): copy in, one flag, every rank (the root)
+ *         reduces the whole vector from the slots; for vectors that fit a
+ *         slot half;
  *   cico  copy-in/copy-out through the slots, in rounds of one slot half,
  *         double-buffered so that round k+1's copy-in overlaps round k's reads;
  *   cma   single copy: ranks read their part of each peer's buffer with
  *         process_vm_readv and only stage results in the slots.
- * The "shm" entry of each collective picks flat for small all-reduces, else
+ * The "shm" entry of each collective picks tiny, then flat for small
+ * all-reduces and reduces, else
  * cico (cma only with LOOM_SHM_COLL_CMA=2: measured slower, see the doc).
  * Files: shm_common.c (call start, checks, the reduce loop, selection),
  * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
@@ -28,7 +31,7 @@
 
 /* Algorithm ids, carried in the call descriptor: ranks that run different
  * algorithms on one call fail instead of misreading each other's slots. */
-enum { SHM_ALGO_FLAT = 1, SHM_ALGO_CICO, SHM_ALGO_CMA, SHM_ALGO_BARRIER };
+enum { SHM_ALGO_FLAT = 1, SHM_ALGO_CICO, SHM_ALGO_CMA, SHM_ALGO_BARRIER, SHM_ALGO_TINY };
 
 /* Entry points for algo_select.c's table. "shm" picks by size; the others
  * force one family (LOOM_ALGO=allreduce:shm_cico). */
@@ -40,6 +43,7 @@ loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
@@ -52,6 +56,14 @@ loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+
+/* The tiny family (shm_tiny.c): calls whose input per rank fits one arena cell
+ * (48 bytes) of AllReduce, ReduceScatter, Reduce, AllGather, Broadcast and
+ * AllToAll. loom_shm_tiny_fits says whether a call qualifies (every rank comes
+ * to the same answer for matching calls); the "shm" entries use it, and the
+ * shm_tiny entries force it where it fits (else they run the "shm" entry). */
+int loom_shm_tiny_fits(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_shm_tiny(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* 1 if the algorithm called name can run on ctx's communicator now: any
  * non-shm algorithm; a shm_* one needs the arena, and a *_cma one single
@@ -95,6 +107,14 @@ static inline int shm_rounds_fit(size_t rounds, unsigned per_round)
     return rounds < (SHM_STEP_DONE - 4) / per_round;
 }
 
+/* Fills c's call fields (not its descriptor); InternalError without an arena. */
+loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+/* Fills c->desc for algorithm algo (fields a collective does not use are 0). */
+void loom_shm_describe(shm_call_t *c, uint32_t algo);
+/* The descriptor a tiny call packed into its cell (p2p.h), as a full one. */
+void loom_shm_tiny_unpack(uint64_t packed, uint64_t seq, loom_arena_desc_t *d);
+/* Fails the call with InvalidUsage naming both calls (and breaks the layer). */
+loomResult_t loom_shm_mismatch(shm_call_t *c, int rank, const loom_arena_desc_t *theirs);
 /* Starts a call: fills c, publishes the descriptor (no flag yet). */
 loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                             uint32_t algo);

@@ -29,7 +29,8 @@
 
 #define BLOCK_BYTES (128u * 1024u)
 
-static const char *const algo_names[] = {"?", "shm_flat", "shm_cico", "shm_cma", "shm_barrier"};
+static const char *const algo_names[] = {"?",       "shm_flat",    "shm_cico",
+                                         "shm_cma", "shm_barrier", "shm_tiny"};
 
 int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
 {
@@ -53,8 +54,7 @@ int loom_shm_single_copy_default(loom_coll_ctx_t *ctx)
     return loom_shm_single_copy_agreed(ctx) && loom_param_SHM_COLL_CMA() >= 2;
 }
 
-loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
-                            uint32_t algo)
+loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     c->ctx = ctx;
     c->a = a;
@@ -69,6 +69,12 @@ loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll
                   loom_coll_name(a->kind), (unsigned long long)c->seq);
         return loomInternalError;
     }
+    return loomSuccess;
+}
+
+void loom_shm_describe(shm_call_t *c, uint32_t algo)
+{
+    const loom_coll_args_t *a = c->a;
     const int reduces = a->kind == LOOM_COLL_ALLREDUCE || a->kind == LOOM_COLL_REDUCE ||
                         a->kind == LOOM_COLL_REDUCE_SCATTER;
     const int rooted = a->kind == LOOM_COLL_BCAST || a->kind == LOOM_COLL_REDUCE;
@@ -82,7 +88,26 @@ loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll
     c->desc.count = a->kind == LOOM_COLL_BARRIER ? 0 : a->count;
     c->desc.send = (uint64_t)(uintptr_t)a->sendbuff;
     c->desc.recv = (uint64_t)(uintptr_t)a->recvbuff;
+}
+
+loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                            uint32_t algo)
+{
+    LOOM_CHECK(loom_shm_call_init(c, ctx, a));
+    loom_shm_describe(c, algo);
     return loom_arena_begin(c->ar, &c->desc);
+}
+
+void loom_shm_tiny_unpack(uint64_t packed, uint64_t seq, loom_arena_desc_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->seq = seq;
+    d->kind = (uint32_t)(packed & 0xffu);
+    d->algo = SHM_ALGO_TINY;
+    d->dt = (int32_t)((packed >> 8) & 0xffu);
+    d->op = (int32_t)((packed >> 16) & 0xffu);
+    d->count = (packed >> 24) & 0xffu;
+    d->root = (int32_t)(uint32_t)(packed >> 32);
 }
 
 static int desc_equal(const loom_arena_desc_t *x, const loom_arena_desc_t *y)
@@ -100,6 +125,17 @@ static void desc_text(const loom_arena_desc_t *d, char *buf, size_t len)
              (unsigned long long)d->count, (int)d->dt, (int)d->op, (int)d->root, d->round);
 }
 
+loomResult_t loom_shm_mismatch(shm_call_t *c, int rank, const loom_arena_desc_t *theirs)
+{
+    char their_text[192], mine[192], what[480];
+    desc_text(theirs, their_text, sizeof(their_text));
+    desc_text(&c->desc, mine, sizeof(mine));
+    snprintf(what, sizeof(what),
+             "mismatched collectives: rank %d called %s, this rank (%d) called %s", rank,
+             their_text, c->me, mine);
+    return loom_arena_fail(c->ar, loomInvalidUsage, what);
+}
+
 loomResult_t loom_shm_check(shm_call_t *c, int rank)
 {
     for (int i = rank < 0 ? 0 : rank; i < (rank < 0 ? c->n : rank + 1); i++) {
@@ -109,13 +145,11 @@ loomResult_t loom_shm_check(shm_call_t *c, int rank)
         loom_arena_peer_desc(c->ar, i, &d);
         if (desc_equal(&d, &c->desc))
             continue;
-        char theirs[192], mine[192], what[480];
-        desc_text(&d, theirs, sizeof(theirs));
-        desc_text(&c->desc, mine, sizeof(mine));
-        snprintf(what, sizeof(what),
-                 "mismatched collectives: rank %d called %s, this rank (%d) called %s", i, theirs,
-                 c->me, mine);
-        return loom_arena_fail(c->ar, loomInvalidUsage, what);
+        /* A peer that runs this call as a tiny one left its descriptor in a cell. */
+        uint64_t packed;
+        if (d.seq != c->seq && loom_arena_peer_cell(c->ar, i, c->seq, &packed))
+            loom_shm_tiny_unpack(packed, c->seq, &d);
+        return loom_shm_mismatch(c, i, &d);
     }
     return loomSuccess;
 }

@@ -126,20 +126,27 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
 
 // ---- flat ----------------------------------------------------------------------------
 
-loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+/* Every rank copies its vector into its slot half and posts once; every rank
+ * (AllReduce) or the root (Reduce, root >= 0) reduces all n halves. A reduce's
+ * non-roots return at once. */
+static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int root)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
     loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    if (ar == NULL || bytes > loom_arena_half_bytes(ar))
-        return loom_allreduce_shm_cico(ctx, a);
+    if (ar == NULL || bytes > loom_arena_half_bytes(ar)) /* does not fit a half */
+        return root < 0 ? loom_allreduce_shm_cico(ctx, a) : loom_reduce_shm_cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
     const unsigned h = loom_arena_next_half(ar);
     LOOM_CHECK(loom_arena_half_acquire(ar, h));
     memcpy(loom_arena_half(ar, c.me, h), a->sendbuff, bytes);
     loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    /* Readers are done once they post anything of a later call. */
+    loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
+    if (root >= 0 && c.me != root)
+        return loom_shm_end(&c);
     LOOM_CHECK(loom_arena_wait(ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
     LOOM_CHECK(loom_shm_check(&c, -1));
     uint8_t *acc, *tmp;
@@ -159,9 +166,17 @@ loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_
     }
     if (srcs != srcs_small)
         free(srcs);
-    /* Readers are done once they post anything of a later call. */
-    loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
     return loom_shm_end(&c);
+}
+
+loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    return run_flat(ctx, a, -1);
+}
+
+loomResult_t loom_reduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    return run_flat(ctx, a, a->root);
 }
 
 // ---- copy in, copy out ---------------------------------------------------------------
@@ -420,6 +435,8 @@ loomResult_t loom_allreduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
+    if (loom_shm_tiny_fits(ctx, a))
+        return loom_shm_tiny(ctx, a);
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes <= FLAT_MAX_BYTES)
         return loom_allreduce_shm_flat(ctx, a);
@@ -443,6 +460,8 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
+    if (loom_shm_tiny_fits(ctx, a))
+        return loom_shm_tiny(ctx, a);
     return loom_shm_single_copy_default(ctx) ? loom_reduce_scatter_shm_cma(ctx, a)
                                              : loom_reduce_scatter_shm_cico(ctx, a);
 }
@@ -463,6 +482,10 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
+    if (loom_shm_tiny_fits(ctx, a))
+        return loom_shm_tiny(ctx, a);
+    if (a->count * loom_dtype_size(a->dt) <= FLAT_MAX_BYTES)
+        return loom_reduce_shm_flat(ctx, a);
     return loom_shm_single_copy_default(ctx) ? loom_reduce_shm_cma(ctx, a)
                                              : loom_reduce_shm_cico(ctx, a);
 }

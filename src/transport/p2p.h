@@ -161,6 +161,40 @@ loomResult_t loom_arena_half_acquire(loom_arena_t *a, unsigned h);
 /* After the round that wrote half h: peers are done with it once they post a
  * flag >= need (a later call's flags always are). */
 void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need);
+// Tiny calls: each rank also owns a ring of LOOM_ARENA_CELLS one-line cells,
+// indexed by sequence number, that carry a packed descriptor and up to
+// LOOM_ARENA_CELL_BYTES of data; a peer waiting for a cell gets all of it with
+// one cache miss, and a rank that does not wait for its peers runs ahead by
+// up to LOOM_ARENA_CELLS - 1 calls. Tiny calls take no descriptor buffer and
+// no slot half, so they do not count in the rounds and calls above.
+#define LOOM_ARENA_CELL_BYTES 48u
+/* The packed descriptor of a tiny call: what loom_arena_desc_t says minus
+ * the buffers and rounds (count < 256 because the data fits a cell). */
+static inline uint64_t loom_arena_tiny_desc(uint32_t kind, int32_t dt, int32_t op, uint64_t count,
+                                            int32_t root)
+{
+    return (uint64_t)(kind & 0xffu) | (uint64_t)(dt & 0xff) << 8 | (uint64_t)(op & 0xff) << 16 |
+           (uint64_t)(count & 0xffu) << 24 | (uint64_t)(uint32_t)root << 32;
+}
+/* Starts tiny call seq. Every rank ends it with loom_arena_tiny_end. */
+void loom_arena_tiny_begin(loom_arena_t *a, uint64_t seq);
+/* Writes this rank's cell of the current call (desc and bytes <= 48 of
+ * data), then posts the call's flag (seq, 1). Waits first (rarely) until
+ * every peer ended the call that last wrote the cell. */
+loomResult_t loom_arena_cell_publish(loom_arena_t *a, uint64_t desc, const void *data,
+                                     size_t bytes);
+/* Posts the call's flag (seq, 2): this rank reads no more cells of the call. */
+void loom_arena_tiny_end(loom_arena_t *a);
+/* Waits for rank's cell of the current call; *data_p points at its data (valid
+ * until this rank posts a flag of a later call) and *desc_p is its packed
+ * descriptor. InvalidUsage if rank posted the call without a cell (it runs
+ * another collective or size: mismatched calls). */
+loomResult_t loom_arena_cell_wait(loom_arena_t *a, int rank, const uint8_t **data_p,
+                                  uint64_t *desc_p);
+/* 1 and *desc_p if rank's cell of call seq holds that call (for messages about
+ * mismatched calls). */
+int loom_arena_peer_cell(const loom_arena_t *a, int rank, uint64_t seq, uint64_t *desc_p);
+
 /* Single copy: nbytes from address addr of rank's process into dst. */
 loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
 /* Fails the call (and breaks the layer) with res; the message is detail. */

@@ -10,8 +10,9 @@
 // out of the arena). Every result is compared bit for bit (tests/harness/verify.h), in place
 // and out of place, send buffers and guard bytes checked. Also: back-to-back calls of every
 // kind and size with no barrier between them (the double-buffered descriptors and halves),
-// ranks that call mismatching collectives (an error, never corrupted memory), and 8 ranks on 2
-// cores running many small calls (no livelock). Run by meson's 'coll' suite.
+// ranks that call mismatching collectives (an error, never corrupted memory), tiny calls that
+// run ahead through the cell rings, and 8 ranks on 2 cores running many small calls (no
+// livelock). Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstring>
@@ -54,7 +55,7 @@ loomtest::EnvList FamilyEnv(Family f)
         {"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "16384"}};
     switch (f) {
     case Family::kFlat:
-        env.push_back({"LOOM_ALGO", "allreduce:shm_flat"});
+        env.push_back({"LOOM_ALGO", "allreduce:shm_flat,reduce:shm_flat"});
         break;
     case Family::kCico:
         env.push_back({"LOOM_ALGO", "shm_cico"});
@@ -202,6 +203,13 @@ std::vector<size_t> Counts(Coll coll, size_t es, int n)
         if (k > 1)
             v.insert(v.end(), {k - 1, k + 1});
     v.push_back(per * block + 3);
+    // Around one tiny-call cell (48 bytes of input per rank; reduce-scatter and all-to-all
+    // send n blocks of count).
+    const size_t cell =
+        48 / es / (coll == Coll::kReduceScatter || coll == Coll::kAllToAll ? un : 1);
+    for (size_t k : {cell - 1, cell, cell + 1})
+        if (cell > 0 && k > 1 && k != 7)
+            v.push_back(k);
     return v;
 }
 
@@ -347,12 +355,80 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
                                     (std::get<1>(info.param) ? "cma" : "nocma");
                          });
 
+// ---- tiny calls ------------------------------------------------------------------------------
+
+// 3000 calls whose data fits a cell, with no barrier: broadcast roots and reduce non-roots run
+// ahead of their peers through the cell rings (16 cells), across calls that post nothing in the
+// arena (count 0, AllToAllv over point-to-point) and flat all-reduces between them. Every result
+// is checked.
+void TinyRunAhead(int rank, int n, loomComm_t comm)
+{
+    int failures = 0;
+    for (int i = 0; i < 3000; i++) {
+        const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(i) + 77);
+        Case c{Coll::kBroadcast,
+               loomFloat32,
+               loomSum,
+               1 + (h >> 8) % 12,
+               (h & 1) != 0,
+               static_cast<int>((h >> 24) % static_cast<uint64_t>(n)),
+               h};
+        const unsigned kind = static_cast<unsigned>((h >> 32) % 16);
+        if (kind >= 8 && kind < 12) {
+            c.coll = Coll::kReduce;
+            c.dt = loomInt32;
+        } else if (kind == 12) {
+            c.coll = Coll::kAllReduce;
+            c.count = 300; // flat
+        } else if (kind == 13) {
+            c.count = 0;
+        } else if (kind == 14) {
+            c.coll = Coll::kAllToAll;
+            c.count = 1;
+            c.inplace = false;
+        } else if (kind == 15) {
+            std::vector<size_t> counts(static_cast<size_t>(n), 1), displs(static_cast<size_t>(n));
+            for (int j = 0; j < n; j++)
+                displs[static_cast<size_t>(j)] = static_cast<size_t>(j);
+            std::vector<int> in(static_cast<size_t>(n), rank), out(static_cast<size_t>(n), -1);
+            XT_CHECK_LOOM(loomAllToAllv(in.data(), counts.data(), displs.data(), out.data(),
+                                        counts.data(), displs.data(), loomInt32, comm, nullptr));
+            for (int j = 0; j < n; j++)
+                if (out[static_cast<size_t>(j)] != j && failures++ < 10)
+                    fprintf(stderr, "rank %d: FAIL call %d alltoallv\n", rank, i);
+            continue;
+        }
+        loomtest::SetContext("call " + std::to_string(i) + ": " + c.Name());
+        const std::string f = RunCase(c, rank, n, comm);
+        if (!f.empty() && failures++ < 10)
+            fprintf(stderr, "rank %d: FAIL call %d %s: %s\n", rank, i, c.Name().c_str(), f.c_str());
+    }
+    XT_CHECK_EQ(failures, 0);
+}
+
+class ShmTiny : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmTiny, RunAheadAcrossCallsThatPostNothing)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_TIMEOUT_MS", "20000"}};
+    opts.deadline_s = 120;
+    XT_ASSERT_RUN(loomtest::RunRanks(GetParam(), TinyRunAhead, opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmTiny, ::testing::Values(2, 3, 8),
+                         [](const ::testing::TestParamInfo<int> &info) {
+                             return std::to_string(info.param) + "ranks";
+                         });
+
 // ---- mismatched calls ------------------------------------------------------------------------
 
 // Rank 0 calls something else than its peers: every rank gets an error (the ranks that compare
 // descriptors InvalidUsage, the others RemoteError through the notices), nothing is written
 // outside the buffers, and the communicator is broken afterwards.
-enum class Mismatch { kCount, kKind, kLargeCount };
+// The tiny variants: calls that fit a cell on every rank (another count, another collective),
+// and one that fits on rank 0 only (a cell against the flat all-reduce's slots).
+enum class Mismatch { kCount, kKind, kLargeCount, kTinyCount, kTinyKind, kTinyAgainstFlat };
 
 void MismatchBody(Mismatch m, int rank, loomComm_t comm)
 {
@@ -362,11 +438,17 @@ void MismatchBody(Mismatch m, int rank, loomComm_t comm)
         count = 96;
     if (m == Mismatch::kLargeCount)
         count = rank == 0 ? 100 : 3u << 20; // flat against single copy / cico
-    const size_t room = count * 4 * (m == Mismatch::kKind ? 4 : 1);
+    if (m == Mismatch::kTinyCount)
+        count = rank == 0 ? 3 : 5;
+    if (m == Mismatch::kTinyKind)
+        count = 2;
+    if (m == Mismatch::kTinyAgainstFlat)
+        count = rank == 0 ? 4 : 64;
+    const size_t room = count * 4 * (m == Mismatch::kKind || m == Mismatch::kTinyKind ? 4 : 1);
     GuardedBuffer send(room), recv(room);
     loomtest::FillPattern(send.data(), send.size(), rank, 1);
     loomResult_t r;
-    if (m == Mismatch::kKind && rank == 0)
+    if ((m == Mismatch::kKind || m == Mismatch::kTinyKind) && rank == 0)
         r = loomAllGather(send.data(), recv.data(), count, loomFloat32, comm, nullptr);
     else
         r = loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
@@ -393,13 +475,15 @@ TEST_P(ShmMismatch, EveryRankFailsNoneCorrupts)
 
 std::string MismatchName(const ::testing::TestParamInfo<Mismatch> &info)
 {
-    static const char *const names[] = {"count", "kind", "large_count"};
+    static const char *const names[] = {"count",      "kind",      "large_count",
+                                        "tiny_count", "tiny_kind", "tiny_against_flat"};
     return names[static_cast<int>(info.param)];
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmMismatch,
-                         ::testing::Values(Mismatch::kCount, Mismatch::kKind,
-                                           Mismatch::kLargeCount),
+                         ::testing::Values(Mismatch::kCount, Mismatch::kKind, Mismatch::kLargeCount,
+                                           Mismatch::kTinyCount, Mismatch::kTinyKind,
+                                           Mismatch::kTinyAgainstFlat),
                          MismatchName);
 
 // ---- oversubscription ------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 //
 // test_fault_shm.cc - failures inside the shared-memory collectives (docs/shm-collectives.md),
 // whose ranks wait on each other's flags in the arena rather than on messages. For each family
-// (flat, cico, cma) on 4 ranks: a rank SIGKILLed in the middle of an all-reduce (a tripwire in
-// the part it reads itself) or before it joins a call of every kind must make every survivor
+// (flat, cico, cma, tiny) on 4 ranks: a rank SIGKILLed in the middle of an all-reduce (a tripwire
+// in the part it reads itself) or before it joins a call of every kind must make every survivor
 // return loomRemoteError within 2 s, naming it with host and pid and the operation with its
-// sequence number, with nothing left in /dev/shm; a rank stopped by SIGSTOP must make them
+// sequence number (a tiny or flat reduce's non-roots, which need nobody: in their next call), with
+// nothing left in /dev/shm; a rank stopped by SIGSTOP must make them
 // return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; loomCommAbort
 // from another thread must end a call blocked in the arena; a rank killed while the arena is
 // being created must leave no segment. Run by meson's 'fault' suite.
@@ -38,11 +39,14 @@ constexpr int kVictim = 3;
 constexpr double kDetectS = 2.0;
 constexpr int kTimeoutMs = 1500;
 
-enum class Family { kFlat, kCico, kCma };
+enum class Family { kFlat, kCico, kCma, kTiny };
 
 const char *FamilyName(Family f)
 {
-    return f == Family::kFlat ? "flat" : f == Family::kCico ? "cico" : "cma";
+    return f == Family::kFlat   ? "flat"
+           : f == Family::kCico ? "cico"
+           : f == Family::kCma  ? "cma"
+                                : "tiny";
 }
 
 // Shared-memory transport, 64 KiB slots, the family forced for every collective that has it.
@@ -52,24 +56,28 @@ loomtest::EnvList ShmEnv(Family f, int timeout_ms)
                              {"LOOM_SHM_COLL", "1"},
                              {"LOOM_TIMEOUT_MS", std::to_string(timeout_ms)},
                              {"LOOM_SHM_COLL_BYTES", "65536"}};
-    env.push_back({"LOOM_ALGO", f == Family::kFlat   ? "allreduce:shm_flat"
-                                : f == Family::kCico ? "shm_cico"
-                                                     : "shm_cma"});
+    if (f != Family::kTiny) // tiny: the default for calls that fit a cell
+        env.push_back({"LOOM_ALGO", f == Family::kFlat   ? "allreduce:shm_flat,reduce:shm_flat"
+                                    : f == Family::kCico ? "shm_cico"
+                                                         : "shm_cma"});
     return env;
 }
 
-// Elements of the all-reduce: flat needs it to fit a 32 KiB half, the others get 16 rounds.
+// Elements of the all-reduce: flat needs it to fit a 32 KiB half, tiny a 48-byte cell, the
+// others get 16 rounds.
 size_t ReduceCount(Family f)
 {
-    return f == Family::kFlat ? 4096 : kRanks * 65536;
+    return f == Family::kTiny ? 8 : f == Family::kFlat ? 4096 : kRanks * 65536;
 }
 
 // Where the victim's own reads of its send buffer hit the tripwire: the copy-in (flat, cico)
 // reads all of it (cico: round 8 of 2048 floats per owner); single copy reads only its own
-// slice (floats [3/4 count, count)) itself, the others read theirs from it.
+// slice (floats [3/4 count, count)) itself, the others read theirs from it; tiny copies it all
+// into its cell.
 size_t TripOffset(Family f)
 {
-    return f == Family::kFlat   ? 8192
+    return f == Family::kTiny   ? 0
+           : f == Family::kFlat ? 8192
            : f == Family::kCico ? 4 * (65536 + 8 * 2048)
                                 : 4 * (3 * 65536 + 40000);
 }
@@ -123,7 +131,8 @@ TEST_P(ShmKillMid, SurvivorsFailFastNamingTheDeadRank)
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmKillMid,
-                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma,
+                                           Family::kTiny),
                          [](const ::testing::TestParamInfo<Family> &info) {
                              return std::string(FamilyName(info.param));
                          });
@@ -141,7 +150,8 @@ const char *OpName(Op op)
 
 loomResult_t CallOp(Op op, Family f, loomComm_t comm)
 {
-    const size_t count = f == Family::kFlat ? 1024 : 300000; // per rank where it applies
+    // per rank where it applies; tiny: 32 bytes at most per rank
+    const size_t count = f == Family::kTiny ? 2 : f == Family::kFlat ? 1024 : 300000;
     static std::vector<float> send, recv;
     send.assign(count * kRanks, 1.0f);
     recv.assign(count * kRanks, 0.0f);
@@ -186,6 +196,14 @@ TEST_P(ShmKillAbsent, SurvivorsFailFastNamingTheDeadRank)
             }
             const double t0 = NowSec();
             const loomResult_t r = CallOp(op, f, comm);
+            if ((f == Family::kTiny || f == Family::kFlat) && op == Op::Reduce && rank != 0 &&
+                r == loomSuccess) {
+                // A tiny or flat reduce's non-root returns once its data is in the arena, as
+                // an MPI eager send does: its call needs nobody. Its next call must fail.
+                const double t1 = NowSec();
+                CheckFailure(loomBarrier(comm, nullptr), NowSec() - t1, "barrier");
+                return;
+            }
             CheckFailure(r, NowSec() - t0, OpName(op));
         },
         opts));
@@ -195,7 +213,7 @@ TEST_P(ShmKillAbsent, SurvivorsFailFastNamingTheDeadRank)
 
 INSTANTIATE_TEST_SUITE_P(
     Shm, ShmKillAbsent,
-    ::testing::Combine(::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+    ::testing::Combine(::testing::Values(Family::kFlat, Family::kCico, Family::kCma, Family::kTiny),
                        ::testing::Values(Op::AllReduce, Op::ReduceScatter, Op::Reduce,
                                          Op::AllGather, Op::Broadcast, Op::AllToAll, Op::Barrier)),
     [](const ::testing::TestParamInfo<std::tuple<Family, Op>> &info) {
@@ -240,7 +258,8 @@ TEST_P(ShmStoppedPeer, TimesOutAfterTheTimeoutNotBefore)
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmStoppedPeer,
-                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma,
+                                           Family::kTiny),
                          [](const ::testing::TestParamInfo<Family> &info) {
                              return std::string(FamilyName(info.param));
                          });
@@ -260,7 +279,7 @@ TEST_P(ShmAbort, FromAnotherThreadEndsABlockedCall)
         [f](int rank, int, loomComm_t) {
             loomComm_t comm = loomtest::CreateComm();
             XT_CHECK_LOOM(loomBarrier(comm, nullptr));
-            const size_t count = f == Family::kFlat ? 1024 : 1 << 20;
+            const size_t count = f == Family::kTiny ? 2 : f == Family::kFlat ? 1024 : 1 << 20;
             std::vector<float> send(count, 1.0f), recv(count);
             unsigned char go = 0;
             if (rank == 1) { // joins only after rank 0 aborted
@@ -294,7 +313,8 @@ TEST_P(ShmAbort, FromAnotherThreadEndsABlockedCall)
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmAbort,
-                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma),
+                         ::testing::Values(Family::kFlat, Family::kCico, Family::kCma,
+                                           Family::kTiny),
                          [](const ::testing::TestParamInfo<Family> &info) {
                              return std::string(FamilyName(info.param));
                          });
