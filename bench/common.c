@@ -266,8 +266,10 @@ static void print_header(int version)
            "%d agg iters: %d validation: %d graph: 0 unalign: %d\n",
            g_opt.min_bytes, g_opt.max_bytes, step, g_opt.step_factor > 1 ? "factor" : "bytes",
            g_opt.warmup_iters, g_opt.iters, g_opt.agg_iters, g_opt.check, g_opt.unalign);
-    if (g_opt.blocking)
+    if (g_opt.blocking == 1)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    else if (g_opt.blocking == 2)
+        printf("# Blocking Enabled: wait for completion of each collective, no barrier\n");
     printf("#\n# Using devices\n");
     if (g.json) {
         fprintf(g.json, "\"config\":{\"nthreads\":1,\"ngpus\":1,\"nranks\":%d,", g.nranks);
@@ -475,7 +477,7 @@ static void bench_time(bench_ctx_t *ctx, int in_place)
             start_op(ctx, in_place, iter * g_opt.agg_iters + a);
         if (g_opt.agg_iters > 1)
             BENCH_CHECK(loomGroupEnd());
-        if (g_opt.blocking)
+        if (g_opt.blocking == 1)
             BENCH_CHECK(loomBarrier(g.comm, NULL));
     }
     complete_ops();

@@ -91,7 +91,8 @@ static void usage(void)
            "\t[-o,--op <sum|prod|max|min|avg|all>] (default: sum)\n"
            "\t[-r,--root <root rank|all>] (default: 0)\n"
            "\t[-z,--blocking <0: queue on a stream, one synchronize per timed loop; 1: NULL\n"
-           "\t                stream, each call completes, barrier after each iteration>]"
+           "\t                stream, each call completes, barrier after each iteration;\n"
+           "\t                2: NULL stream, calls back to back (an MPI benchmark's loop)>]"
            " (default: 0)\n"
            "\t[-u,--unalign <misalign buffers by this many elements>] (default: 0)\n"
            "\t[-T,--timeout <seconds a phase may take before the communicator is aborted>]\n"
@@ -219,8 +220,9 @@ void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
     if (o->min_bytes > o->max_bytes)
         bench_die(NULL, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", o->min_bytes,
                   o->max_bytes);
-    if (o->blocking > 1)
-        bench_die("-z 0 queues on a stream, -z 1 blocks and adds a barrier per iteration",
+    if (o->blocking < 0 || o->blocking > 2)
+        bench_die("-z 0 queues on a stream, -z 1 blocks and adds a barrier per iteration, -z 2 "
+                  "blocks without one",
                   "-z %d is not supported", o->blocking);
     if (o->average > 3)
         bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);

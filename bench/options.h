@@ -15,12 +15,12 @@ typedef struct bench_opts {
     int iters, warmup_iters;     /* -n, -w */
     int agg_iters;               /* -m: operations per iteration, in one group */
     int check;                   /* -c: check iterations; 0 disables */
-    int blocking;                /* -z: 0 stream, 1 NULL stream + barrier per iteration */
-    int unalign;                 /* -u: elements */
-    int timeout_s;               /* -T: 0 disables */
-    int average;                 /* -a: 0 rank 0, 1 avg, 2 min, 3 max */
-    int dtype, op, root;         /* -d, -o, -r; -1 means all */
-    const char *json_path;       /* -J; NULL disables */
+    int blocking;          /* -z: 0 stream, 1 NULL stream + barrier per iteration, 2 NULL stream */
+    int unalign;           /* -u: elements */
+    int timeout_s;         /* -T: 0 disables */
+    int average;           /* -a: 0 rank 0, 1 avg, 2 min, 3 max */
+    int dtype, op, root;   /* -d, -o, -r; -1 means all */
+    const char *json_path; /* -J; NULL disables */
 } bench_opts_t;
 
 /* Sets *opts to the defaults, then applies argv. Prints the usage and exits

@@ -237,6 +237,10 @@ def save(cfg, doc):
 def record(doc, key, coll, n, rep, rows):
     for r in rows:
         o = r.get("out_of_place") or {}
+        if key == "loom" and coll == "broadcast" and r.get("in_place"):
+            # MPI_Bcast has one buffer (the root sends from it): its match is loom's
+            # in-place broadcast, not one whose root also copies sendbuff into recvbuff.
+            o = r["in_place"]
         m = {"impl": key, "coll": coll, "nranks": n, "rep": rep, "size": r["size"],
              "count": r["count"], "iters": r.get("actual_iterations"), "time_us": o.get("time"),
              "algbw": o.get("alg_bw"), "busbw": o.get("bus_bw"), "nwrong": o.get("nwrong")}

@@ -119,7 +119,8 @@ class Loom(Impl):
         d = super().info()
         d["path"] = ("LOOM_NET=tcp: TCP between every pair of ranks" if self.cfg.net == "tcp"
                      else "default transports: shared memory between local ranks")
-        d["launch"] = "loomrun -n N (binds rank r to the (r mod C)-th usable CPU)"
+        d["launch"] = ("loomrun -n N (binds rank r to the (r mod C)-th usable CPU); blocking "
+                       "calls back to back (-z 2)")
         return d
 
     def run(self, coll, nranks, bands, rep, check):
@@ -132,9 +133,11 @@ class Loom(Impl):
         for lo, hi, factor, iters in bands:
             fd, js = tempfile.mkstemp(suffix=".json", dir=self.cfg.tmp)
             os.close(fd)
+            # -z 2: blocking calls back to back, the shape of the MPI benchmark's loop (a
+            # stream would add its worker thread's hand-off, which MPI does not have).
             cmd = [self.loomrun, "-v", "-n", str(nranks), prog, "-b", str(lo), "-e", str(hi), "-f",
                    str(factor), "-n", str(iters), "-w", str(self.cfg.warmup), "-c",
-                   str(check), "-T", str(self.cfg.timeout), "-J", js]
+                   str(check), "-z", "2", "-T", str(self.cfg.timeout), "-J", js]
             rc, secs = run_bounded(cmd, env, log, self.cfg.timeout)
             total += secs
             try:
