@@ -256,9 +256,9 @@ LOOM_API loomResult_t loomStreamSynchronize(loomStream_t s)
     (void)yield_for(s, 0);
     pthread_mutex_lock(&s->lock);
     while (s->pending > 0) {
-        s->sync_sleeps++;
+        __atomic_add_fetch(&s->sync_sleeps, 1, __ATOMIC_RELAXED); /* read unlocked by the worker */
         pthread_cond_wait(&s->idle, &s->lock);
-        s->sync_sleeps--;
+        __atomic_sub_fetch(&s->sync_sleeps, 1, __ATOMIC_RELAXED);
     }
     loomResult_t res = stream_take_error(s);
     pthread_mutex_unlock(&s->lock);

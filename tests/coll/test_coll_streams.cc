@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_coll_streams.cc - loomStream_t: collectives queued on a stream complete in order with
-// exact results; a queued operation returns before it completes (checked by construction, not
-// by timing: the peer does not join until the caller has seen loomInProgress); stream and
-// blocking calls on one communicator run in issue order; and a failed operation surfaces at
-// loomStreamSynchronize and through loomCommGetAsyncError. Polling loops spin on
-// loomStreamQuery; the harness deadline bounds them. Run by meson's 'coll' suite.
+// exact results, also many more than the stream's queue holds; a queued operation returns before it
+// completes (checked by construction, not by timing: the peer does not join until the caller has
+// seen loomInProgress); stream and blocking calls on one communicator run in issue order; and a
+// failed operation surfaces at loomStreamSynchronize and through loomCommGetAsyncError. Polling
+// loops spin on loomStreamQuery; the harness deadline bounds them. Run by meson's 'coll' suite.
 
 #include <sched.h>
 
@@ -94,6 +94,33 @@ TEST(Streams, QueuedCollectivesCompleteInOrder)
         for (int r2 = 0; r2 < 2; r2++)
             XT_CHECK(memcmp(ag.data() + static_cast<size_t>(r2) * count, bc_want.data(), count) ==
                      0);
+        XT_CHECK_LOOM(loomStreamDestroy(s));
+    }));
+}
+
+// 4000 operations queued at once, far more than a stream holds (256): the caller waits for room
+// instead of failing or growing without bound, and tasks are reused. Call 2i sums rank + i,
+// call 2i + 1 takes the max of call 2i's output: it sees that output only if every call ran in
+// order.
+TEST(Streams, MoreCallsThanTheQueueHoldsRunInOrder)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(3, [](int rank, int n, loomComm_t comm) {
+        loomStream_t s = nullptr;
+        XT_CHECK_LOOM(loomStreamCreate(&s));
+        const size_t calls = 2000;
+        std::vector<int64_t> in(calls), sum(calls, -1), max(calls, -1);
+        for (size_t i = 0; i < calls; i++) {
+            in[i] = rank + static_cast<int64_t>(i);
+            XT_CHECK_LOOM(loomAllReduce(&in[i], &sum[i], 1, loomInt64, loomSum, comm, s));
+            XT_CHECK_LOOM(loomAllReduce(&sum[i], &max[i], 1, loomInt64, loomMax, comm, s));
+        }
+        XT_CHECK_LOOM(loomStreamSynchronize(s));
+        int wrong = 0;
+        for (size_t i = 0; i < calls; i++) {
+            const int64_t want = n * static_cast<int64_t>(i) + n * (n - 1) / 2;
+            wrong += sum[i] != want || max[i] != want;
+        }
+        XT_CHECK_EQ(wrong, 0);
         XT_CHECK_LOOM(loomStreamDestroy(s));
     }));
 }
