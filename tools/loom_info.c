@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "loom.h"
 #include "param.h"
+#include "shm_coll.h"
 #include "transport.h"
 
 static void usage(void)
@@ -82,7 +83,8 @@ static void print_decisions(loom_link_class_t cls, int nranks)
     if (chunk < 4096)
         chunk = 4096;
     printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
-           "ranks; chunk %zu bytes; cells: algorithm and predicted time\n",
+           "ranks; chunk %zu bytes; cells: algorithm and predicted time (shm: the variant, not "
+           "modelled)\n",
            loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
            link.gamma_ns, nranks, chunk);
     printf("# %10s", "bytes");
@@ -91,6 +93,8 @@ static void print_decisions(loom_link_class_t cls, int nranks)
     printf("\n");
     int n = 0;
     const loom_algo_t *table = loom_algo_table(&n);
+    /* Single copy also needs every rank's process_vm_readv to work: assumed here. */
+    const int shm_single_copy = loom_param_SHM_COLL_CMA() >= 2;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
         char sz[32];
@@ -105,7 +109,12 @@ static void print_decisions(loom_link_class_t cls, int nranks)
             double us = 0;
             const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);
             char cell[48];
-            snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
+            if (a != NULL && strcmp(a->name, "shm") == 0) /* it picks by size itself */
+                snprintf(cell, sizeof(cell), "%s",
+                         loom_shm_algo_name(loom_shm_variant(decision_kinds[k], (size_t)bytes,
+                                                             nranks, shm_single_copy)));
+            else
+                snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
             printf(" %-24s", cell);
         }
         printf("\n");

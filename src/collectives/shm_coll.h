@@ -57,12 +57,24 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
 loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
+/* Largest AllReduce and Reduce for flat: one flag and n S of reduction beat
+ * cico's two flags per round below it. */
+#define SHM_FLAT_MAX_BYTES 16384u
+/* The variant (SHM_ALGO_*) the "shm" entry of collective kind runs for a call
+ * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
+ * a cell, flat for small AllReduce and Reduce, else cma where single copy is
+ * the default and cico otherwise (Barrier: SHM_ALGO_BARRIER). Pure, so that
+ * loom_info's decision table shows what runs. */
+uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int single_copy_default);
+/* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
+const char *loom_shm_algo_name(uint32_t algo);
+
+/* loom_shm_variant for this call on ctx's communicator (the same answer on
+ * every rank for matching calls). */
+uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 /* The tiny family (shm_tiny.c): calls whose input per rank fits one arena cell
  * (48 bytes) of AllReduce, ReduceScatter, Reduce, AllGather, Broadcast and
- * AllToAll. loom_shm_tiny_fits says whether a call qualifies (every rank comes
- * to the same answer for matching calls); the "shm" entries use it, and the
- * shm_tiny entries force it where it fits (else they run the "shm" entry). */
-int loom_shm_tiny_fits(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+ * AllToAll; the "shm" entries run it where loom_shm_pick says SHM_ALGO_TINY. */
 loomResult_t loom_shm_tiny(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* 1 if the algorithm called name can run on ctx's communicator now: any

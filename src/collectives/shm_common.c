@@ -32,6 +32,30 @@
 static const char *const algo_names[] = {"?",       "shm_flat",    "shm_cico",
                                          "shm_cma", "shm_barrier", "shm_tiny"};
 
+const char *loom_shm_algo_name(uint32_t algo)
+{
+    return algo < sizeof(algo_names) / sizeof(algo_names[0]) ? algo_names[algo] : "?";
+}
+
+uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int single_copy_default)
+{
+    if (kind == LOOM_COLL_BARRIER)
+        return SHM_ALGO_BARRIER;
+    /* A rank's input: the whole vector, but one block of an all-gather. */
+    const size_t input = kind == LOOM_COLL_ALLGATHER && n > 0 ? bytes / (size_t)n : bytes;
+    if (input > 0 && input <= LOOM_ARENA_CELL_BYTES)
+        return SHM_ALGO_TINY;
+    if ((kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE) && bytes <= SHM_FLAT_MAX_BYTES)
+        return SHM_ALGO_FLAT;
+    return single_copy_default ? SHM_ALGO_CMA : SHM_ALGO_CICO;
+}
+
+uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    return loom_shm_variant(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks,
+                            loom_shm_single_copy_default(ctx));
+}
+
 int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
 {
     if (strncmp(name, "shm", 3) != 0)
@@ -118,8 +142,7 @@ static int desc_equal(const loom_arena_desc_t *x, const loom_arena_desc_t *y)
 
 static void desc_text(const loom_arena_desc_t *d, char *buf, size_t len)
 {
-    const char *algo =
-        d->algo < sizeof(algo_names) / sizeof(algo_names[0]) ? algo_names[d->algo] : "?";
+    const char *algo = loom_shm_algo_name(d->algo);
     snprintf(buf, len, "%s seq %llu (%s, count %llu, datatype %d, op %d, root %d, round %u)",
              loom_coll_name((loom_coll_kind_t)d->kind), (unsigned long long)d->seq, algo,
              (unsigned long long)d->count, (int)d->dt, (int)d->op, (int)d->root, d->round);

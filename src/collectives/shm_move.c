@@ -119,10 +119,14 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_allgather_shm_cma(ctx, a)
-                                             : loom_allgather_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_allgather_shm_cma(ctx, a);
+    default:
+        return loom_allgather_shm_cico(ctx, a);
+    }
 }
 
 // ---- Broadcast -----------------------------------------------------------------------
@@ -223,10 +227,14 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 
 loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_bcast_shm_cma(ctx, a)
-                                             : loom_bcast_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_bcast_shm_cma(ctx, a);
+    default:
+        return loom_bcast_shm_cico(ctx, a);
+    }
 }
 
 // ---- AllToAll ------------------------------------------------------------------------
@@ -276,10 +284,14 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_alltoall_shm_cma(ctx, a)
-                                             : loom_alltoall_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_alltoall_shm_cma(ctx, a);
+    default:
+        return loom_alltoall_shm_cico(ctx, a);
+    }
 }
 
 // ---- Barrier -------------------------------------------------------------------------

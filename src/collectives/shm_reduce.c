@@ -415,10 +415,6 @@ out:
 
 // ---- entry points ----------------------------------------------------------------------
 
-/* Largest AllReduce for flat: one flag and n S of reduction beat cico's two
- * flags per round below it. */
-#define FLAT_MAX_BYTES 16384u
-
 loomResult_t loom_allreduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     if (a->count == 0)
@@ -435,13 +431,16 @@ loomResult_t loom_allreduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    if (bytes <= FLAT_MAX_BYTES)
+    case SHM_ALGO_FLAT:
         return loom_allreduce_shm_flat(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_allreduce_shm_cma(ctx, a)
-                                             : loom_allreduce_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_allreduce_shm_cma(ctx, a);
+    default:
+        return loom_allreduce_shm_cico(ctx, a);
+    }
 }
 
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -460,10 +459,14 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_reduce_scatter_shm_cma(ctx, a)
-                                             : loom_reduce_scatter_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_reduce_scatter_shm_cma(ctx, a);
+    default:
+        return loom_reduce_scatter_shm_cico(ctx, a);
+    }
 }
 
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -482,10 +485,14 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    if (loom_shm_tiny_fits(ctx, a))
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
         return loom_shm_tiny(ctx, a);
-    if (a->count * loom_dtype_size(a->dt) <= FLAT_MAX_BYTES)
+    case SHM_ALGO_FLAT:
         return loom_reduce_shm_flat(ctx, a);
-    return loom_shm_single_copy_default(ctx) ? loom_reduce_shm_cma(ctx, a)
-                                             : loom_reduce_shm_cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return loom_reduce_shm_cma(ctx, a);
+    default:
+        return loom_reduce_shm_cico(ctx, a);
+    }
 }

@@ -9,7 +9,7 @@
  * reduce's non-roots) returns at once and runs ahead by up to
  * LOOM_ARENA_CELLS - 1 calls, as a pipelined MPI does.
  * It holds the tiny family only; the "shm" entries of shm_reduce.c and
- * shm_move.c call it for calls that fit (loom_shm_tiny_fits).
+ * shm_move.c call it for calls that fit (loom_shm_pick).
  *
  * Reductions go through loom_shm_reduce over the cells in rank order, so the
  * bits equal the other shm and the point-to-point algorithms'.
@@ -37,12 +37,6 @@ static size_t input_bytes(const loom_coll_args_t *a, int n)
     default:
         return 0;
     }
-}
-
-int loom_shm_tiny_fits(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
-{
-    const size_t bytes = input_bytes(a, ctx->nranks);
-    return bytes > 0 && bytes <= LOOM_ARENA_CELL_BYTES && loom_p2p_arena(ctx->p2p) != NULL;
 }
 
 static uint64_t packed(const loom_arena_desc_t *d)
@@ -93,6 +87,11 @@ loomResult_t loom_shm_tiny(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     LOOM_CHECK(loom_shm_call_init(&c, ctx, a));
     loom_shm_describe(&c, SHM_ALGO_TINY);
     const size_t bytes = input_bytes(a, c.n);
+    if (bytes == 0 || bytes > LOOM_ARENA_CELL_BYTES) {
+        LOOM_WARN("rank %d: %s of %zu bytes per rank does not fit a tiny-call cell", c.me,
+                  loom_coll_name(a->kind), bytes);
+        return loomInternalError;
+    }
     const size_t blk = bytes / (size_t)c.n; /* reduce-scatter and all-to-all blocks */
     const int root = a->root;
     loom_arena_tiny_begin(c.ar, c.seq);

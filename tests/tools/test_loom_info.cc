@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_loom_info.cc - loom_info's decision table (-d), run as a subprocess (its path comes in
+// the LOOM_INFO environment variable): on the shm link class every collective shows the shm
+// variant that runs at each size (shm_tiny up to a 48-byte input per rank, shm_flat for small
+// all-reduces and reduces, shm_cico above), and on tcp a modelled algorithm with its predicted
+// time. Run by meson's 'tools' suite.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Runs loom_info with args; returns its standard output ("" if it could not run).
+std::string RunInfo(const std::string &args, int *status)
+{
+    const char *path = getenv("LOOM_INFO");
+    *status = -1;
+    if (path == nullptr)
+        return "";
+    const std::string cmd = std::string(path) + " " + args + " 2>&1";
+    FILE *f = popen(cmd.c_str(), "r");
+    if (f == nullptr)
+        return "";
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        out.append(buf, n);
+    *status = pclose(f);
+    return out;
+}
+
+// The row of the table whose size column is `size` ("8 B", "16 KiB"), split into words.
+std::vector<std::string> Row(const std::string &out, const std::string &size)
+{
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] == '#')
+            continue;
+        std::istringstream words(line);
+        std::vector<std::string> w;
+        for (std::string x; words >> x;)
+            w.push_back(x);
+        if (w.size() >= 2 && w[0] + " " + w[1] == size)
+            return w;
+    }
+    return {};
+}
+
+TEST(LoomInfo, ShmDecisionTableShowsTheVariantThatRuns)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    int status = 0;
+    const std::string out = RunInfo("-d -c shm -n 4", &status);
+    ASSERT_EQ(status, 0) << out;
+    // Columns: allreduce allgather reducescatter broadcast reduce alltoall.
+    const std::vector<std::string> tiny = Row(out, "8 B"), flat = Row(out, "8 KiB"),
+                                   big = Row(out, "512 KiB");
+    ASSERT_EQ(tiny.size(), 8u) << out;
+    ASSERT_EQ(flat.size(), 8u) << out;
+    ASSERT_EQ(big.size(), 8u) << out;
+    for (size_t k = 2; k < 8; k++)
+        EXPECT_EQ(tiny[k], "shm_tiny") << "8 B, column " << k - 2 << "\n" << out;
+    EXPECT_EQ(flat[2], "shm_flat") << out;
+    EXPECT_EQ(flat[6], "shm_flat") << out;
+    EXPECT_EQ(flat[3], "shm_cico") << out;
+    for (size_t k = 2; k < 8; k++)
+        EXPECT_EQ(big[k], "shm_cico") << "512 KiB, column " << k - 2 << "\n" << out;
+}
+
+TEST(LoomInfo, TcpDecisionTableShowsModelledAlgorithms)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    int status = 0;
+    const std::string out = RunInfo("-d -c tcp -n 4", &status);
+    ASSERT_EQ(status, 0) << out;
+    const std::vector<std::string> row = Row(out, "512 KiB");
+    ASSERT_EQ(row.size(), 14u) << out; // size, unit, then name and time per collective
+    for (size_t k = 2; k < row.size(); k += 2) {
+        EXPECT_NE(row[k].rfind("shm", 0), 0u) << row[k] << "\n" << out;
+        EXPECT_NE(row[k + 1].find("us"), std::string::npos) << row[k + 1] << "\n" << out;
+    }
+}
+
+} // namespace
