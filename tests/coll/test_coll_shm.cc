@@ -358,7 +358,7 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
 // ---- tiny calls ------------------------------------------------------------------------------
 
 // 3000 calls whose data fits a cell, with no barrier: broadcast roots and reduce non-roots run
-// ahead of their peers through the cell rings (16 cells), across calls that post nothing in the
+// ahead of their peers through the cell rings (256 cells), across calls that post nothing in the
 // arena (count 0, AllToAllv over point-to-point) and flat all-reduces between them. Every result
 // is checked.
 void TinyRunAhead(int rank, int n, loomComm_t comm)

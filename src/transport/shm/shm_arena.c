@@ -12,9 +12,9 @@
  * Layout (offsets from the mapping; slots page aligned):
  *   0                      header (64 bytes)
  *   64                     control blocks: nranks x 320 bytes (loom_arena_ctl_t)
- *   then                   tiny-call cells: nranks x 16 x 64 bytes (loom_arena_cell_t)
+ *   then                   tiny-call cells: nranks x 256 x 64 bytes (loom_arena_cell_t)
  *   page aligned           data slots: nranks x slot_bytes, each two halves
- * Footprint: nranks x (slot_bytes + 1344) bytes plus at most a page; slot_bytes
+ * Footprint: nranks x (slot_bytes + 16704) bytes plus at most a page; slot_bytes
  * is LOOM_SHM_COLL_BYTES rounded down to 8 KiB, halved until the arena stays
  * below LOOM_SHM_SEG_MAX_BYTES.
  *
