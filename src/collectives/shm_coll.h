@@ -72,6 +72,10 @@ const char *loom_shm_algo_name(uint32_t algo);
 /* loom_shm_variant for this call on ctx's communicator (the same answer on
  * every rank for matching calls). */
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+/* Runs the variant loom_shm_pick chooses: tiny, flat (NULL where the
+ * collective has none), cma or cico. The "shm" entries are this. */
+loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
+                          loom_algo_fn_t cico, loom_algo_fn_t cma);
 /* The tiny family (shm_tiny.c): calls whose input per rank fits one arena cell
  * (48 bytes) of AllReduce, ReduceScatter, Reduce, AllGather, Broadcast and
  * AllToAll; the "shm" entries run it where loom_shm_pick says SHM_ALGO_TINY. */

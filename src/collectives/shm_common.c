@@ -56,6 +56,21 @@ uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
                             loom_shm_single_copy_default(ctx));
 }
 
+loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
+                          loom_algo_fn_t cico, loom_algo_fn_t cma)
+{
+    switch (loom_shm_pick(ctx, a)) {
+    case SHM_ALGO_TINY:
+        return loom_shm_tiny(ctx, a);
+    case SHM_ALGO_FLAT:
+        return flat != NULL ? flat(ctx, a) : cico(ctx, a);
+    case SHM_ALGO_CMA:
+        return cma(ctx, a);
+    default:
+        return cico(ctx, a);
+    }
+}
+
 int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
 {
     if (strncmp(name, "shm", 3) != 0)

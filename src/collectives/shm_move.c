@@ -119,14 +119,7 @@ loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_allgather_shm_cma(ctx, a);
-    default:
-        return loom_allgather_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, NULL, loom_allgather_shm_cico, loom_allgather_shm_cma);
 }
 
 // ---- Broadcast -----------------------------------------------------------------------
@@ -227,14 +220,7 @@ loomResult_t loom_bcast_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 
 loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_bcast_shm_cma(ctx, a);
-    default:
-        return loom_bcast_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, NULL, loom_bcast_shm_cico, loom_bcast_shm_cma);
 }
 
 // ---- AllToAll ------------------------------------------------------------------------
@@ -284,14 +270,7 @@ loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t 
 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_alltoall_shm_cma(ctx, a);
-    default:
-        return loom_alltoall_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, NULL, loom_alltoall_shm_cico, loom_alltoall_shm_cma);
 }
 
 // ---- Barrier -------------------------------------------------------------------------

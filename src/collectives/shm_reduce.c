@@ -431,16 +431,8 @@ loomResult_t loom_allreduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_allreduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_FLAT:
-        return loom_allreduce_shm_flat(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_allreduce_shm_cma(ctx, a);
-    default:
-        return loom_allreduce_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, loom_allreduce_shm_flat, loom_allreduce_shm_cico,
+                        loom_allreduce_shm_cma);
 }
 
 loomResult_t loom_reduce_scatter_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -459,14 +451,7 @@ loomResult_t loom_reduce_scatter_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_a
 
 loomResult_t loom_reduce_scatter_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_reduce_scatter_shm_cma(ctx, a);
-    default:
-        return loom_reduce_scatter_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, NULL, loom_reduce_scatter_shm_cico, loom_reduce_scatter_shm_cma);
 }
 
 loomResult_t loom_reduce_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -485,14 +470,5 @@ loomResult_t loom_reduce_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 
 loomResult_t loom_reduce_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    switch (loom_shm_pick(ctx, a)) {
-    case SHM_ALGO_TINY:
-        return loom_shm_tiny(ctx, a);
-    case SHM_ALGO_FLAT:
-        return loom_reduce_shm_flat(ctx, a);
-    case SHM_ALGO_CMA:
-        return loom_reduce_shm_cma(ctx, a);
-    default:
-        return loom_reduce_shm_cico(ctx, a);
-    }
+    return loom_shm_run(ctx, a, loom_reduce_shm_flat, loom_reduce_shm_cico, loom_reduce_shm_cma);
 }
