@@ -194,20 +194,6 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
     return loomSuccess;
 }
 
-/* Posts the receive of every peer's notice (see the failure protocol). */
-static loomResult_t post_notice_recvs(loom_p2p_t *p)
-{
-    for (int r = 0; r < p->nranks; r++) {
-        peer_conn_t *c = &p->conns[r];
-        if (r == p->rank)
-            continue;
-        c->notice_state = NS_WAITING;
-        LOOM_CHECK(p->tps[c->tp]->irecv(c->recv, c->notice_buf, NOTICE_BYTES, LOOM_TAG_NOTICE,
-                                        &c->notice_req));
-    }
-    return loomSuccess;
-}
-
 loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_t *args,
                              const char *net_list, loom_p2p_t **p2p_p)
 {
@@ -269,7 +255,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
                   p->tps[p->conns[r].tp]->name);
     }
     LOOM_CHECK_GOTO(connect_all(p, all), res, err_close);
-    LOOM_CHECK_GOTO(post_notice_recvs(p), res, err_close);
+    LOOM_CHECK_GOTO(loom_p2p_notice_recvs_post(p), res, err_close);
     LOOM_CHECK_GOTO(loom_shm_arena_create(p, &p->args, p->abort_flag, &p->arena), res, err_close);
     free(all);
     *p2p_p = p;
@@ -301,127 +287,6 @@ err_free:
     free(p->flush);
     free(p);
     return res;
-}
-
-// ---- notices ------------------------------------------------------------------
-
-static void put32(uint8_t *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *b)
-{
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static void notice_encode(loom_p2p_t *p, int kind, const cause_t *c)
-{
-    const uint64_t seq = c && c->via >= 0 ? c->seq : p->seq;
-    const uint32_t w[8] = {NOTICE_MAGIC,      (uint32_t)kind,
-                           (uint32_t)p->rank, (uint32_t)(c ? c->rank : p->rank),
-                           c ? c->code : 0u,  0u,
-                           (uint32_t)seq,     (uint32_t)(seq >> 32)};
-    for (int i = 0; i < 8; i++)
-        put32(p->notice_out + 4 * i, w[i]);
-}
-
-/* Checks a received notice against fixed bounds before anything uses it. */
-static void notice_decode(loom_p2p_t *p, int peer, size_t nbytes)
-{
-    peer_conn_t *c = &p->conns[peer];
-    const uint8_t *b = c->notice_buf;
-    cause_t n = {.kind = (int)get32(b + 4),
-                 .via = (int32_t)get32(b + 8),
-                 .rank = (int32_t)get32(b + 12),
-                 .code = get32(b + 16),
-                 .seq = (uint64_t)get32(b + 24) | (uint64_t)get32(b + 28) << 32};
-    if (nbytes != NOTICE_BYTES || get32(b) != NOTICE_MAGIC || n.kind <= N_NONE ||
-        n.kind >= N_KINDS || n.via != peer || n.rank < 0 || n.rank >= p->nranks) {
-        LOOM_WARN("rank %d: malformed notice from rank %d (%zu bytes, kind %d, from %d, cause %d); "
-                  "treated as its failure",
-                  p->rank, peer, nbytes, n.kind, n.via, n.rank);
-        n = (cause_t){.kind = N_ERROR, .rank = peer, .via = peer, .code = loomRemoteError};
-    }
-    c->got = n;
-    c->notice_state = NS_GOT;
-}
-
-/* Looks for peer's notice without blocking (progresses its receive stream). */
-static void notice_poll(loom_p2p_t *p, int peer)
-{
-    peer_conn_t *c = &p->conns[peer];
-    if (c->notice_req == NULL)
-        return;
-    int done = 0;
-    size_t nb = 0;
-    const loom_tp_t *tp = p->tps[c->tp];
-    if (tp->test(c->notice_req, &done, &nb) != loomSuccess) {
-        c->notice_req = NULL; /* the stream ended without a notice */
-        c->notice_state = NS_ENDED;
-        return;
-    }
-    if (done) {
-        c->notice_req = NULL;
-        notice_decode(p, peer, nb);
-    }
-}
-
-/* Polls every peer's notice; returns a peer whose notice reports a failure or
- * whose stream ended without one (it died or could not say why), or -1. */
-static int notices_poll_all(loom_p2p_t *p)
-{
-    for (int r = 0; r < p->nranks; r++) {
-        if (r == p->rank)
-            continue;
-        notice_poll(p, r);
-        const peer_conn_t *c = &p->conns[r];
-        if (c->notice_state == NS_ENDED || (c->notice_state == NS_GOT && c->got.kind != N_BYE))
-            return r;
-    }
-    return -1;
-}
-
-/* Queues the notice on every open send connection except to `skip`, then
- * drives them for at most NOTICE_FLUSH_NS. A notice that cannot leave in that
- * time (a dead or stuck peer) is dropped: the close that follows still tells
- * the peer, only without the cause. Errors here are expected and ignored. */
-static void notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int skip)
-{
-    notice_encode(p, kind, cause);
-    int pending = 0;
-    for (int r = 0; r < p->nranks; r++) {
-        peer_conn_t *c = &p->conns[r];
-        p->flush[r] = NULL;
-        if (r == p->rank || r == skip || c->send == NULL)
-            continue;
-        if (p->tps[c->tp]->isend(c->send, p->notice_out, NOTICE_BYTES, LOOM_TAG_NOTICE,
-                                 &p->flush[r]) == loomSuccess &&
-            p->flush[r] != NULL)
-            pending++;
-    }
-    uint64_t deadline = loom_now_ns() + NOTICE_FLUSH_NS;
-    while (pending > 0) {
-        for (int r = 0; r < p->nranks; r++) {
-            if (p->flush[r] == NULL)
-                continue;
-            int done = 0;
-            size_t nb = 0;
-            if (p->tps[p->conns[r].tp]->test(p->flush[r], &done, &nb) != loomSuccess || done) {
-                p->flush[r] = NULL;
-                pending--;
-            }
-        }
-        if (pending == 0 || loom_now_ns() > deadline)
-            break;
-        for (int t = 0; t < p->ntp; t++)
-            if (p->tps[t]->wait)
-                (void)p->tps[t]->wait(p->ctx[t], 1000);
-    }
-    if (pending > 0)
-        LOOM_INFO(LOOM_LOG_TRANSPORT, "rank %d: %d notice(s) (%s) could not be sent within %llu ms",
-                  p->rank, pending, loom_p2p_kind_name(kind), NOTICE_FLUSH_NS / 1000000ull);
 }
 
 /* Closes every connection: peers see the end of the stream at once. Requests
@@ -456,7 +321,7 @@ static void p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs,
     p->tp_abort = 1; /* from now on shm closes its rings hard: writers fail at once */
     p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
-    notices_send(p, cause->kind, cause, skip);
+    loom_p2p_notices_send(p, cause->kind, cause, skip);
     loom_shm_arena_break(p->arena, p->seq); /* after the notices: arena waiters read them at once */
     (void)close_all(p);
 }
@@ -469,13 +334,13 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
     if (!p->closed && p->conns != NULL) {
         p->tp_quiet = 1; /* best-effort goodbyes: a peer that already left is no failure */
         if (p->broken) {
-            notices_send(p, p->cause.kind, &p->cause, -1);
+            loom_p2p_notices_send(p, p->cause.kind, &p->cause, -1);
         } else if (aborted(p)) {
             p->tp_abort = 1;
             cause_t c = {.kind = N_ABORT, .rank = p->rank, .via = -1};
-            notices_send(p, N_ABORT, &c, -1);
+            loom_p2p_notices_send(p, N_ABORT, &c, -1);
         } else {
-            notices_send(p, N_BYE, NULL, -1);
+            loom_p2p_notices_send(p, N_BYE, NULL, -1);
         }
         LOOM_CHECK_IGNORE(close_all(p), res);
     }
@@ -607,7 +472,7 @@ static loomResult_t fail(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, const cause
 static loomResult_t classify_lost_peer(loom_p2p_t *p, int peer, cause_t *c)
 {
     peer_conn_t *pc = &p->conns[peer];
-    notice_poll(p, peer);
+    loom_p2p_notice_poll(p, peer);
     if (pc->notice_state == NS_GOT && pc->got.kind != N_BYE) {
         *c = pc->got;
         return c->kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
@@ -754,7 +619,7 @@ static int find_dead_peer(loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
         if (!pid_gone(p->peers[r].pid))
             continue;
         if (reqs == NULL) {
-            notice_poll(p, r);
+            loom_p2p_notice_poll(p, r);
             const peer_conn_t *c = &p->conns[r];
             if (c->notice_state == NS_GOT && c->got.kind == N_BYE)
                 continue;
@@ -839,7 +704,8 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
             continue;
         }
         if (now - last_progress > timeout_ns) {
-            int from = notices_poll_all(p); /* a peer may have timed out on the culprit first */
+            int from =
+                loom_p2p_notices_poll_all(p); /* a peer may have timed out on the culprit first */
             if (from >= 0)
                 return notice_failed(p, reqs, n, from, start);
             cause_t c = {.kind = N_TIMEOUT, .rank = first_pending(p, reqs, n), .via = -1};
@@ -848,7 +714,7 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
         /* Woken early without progress: a connection outside this wait has news (a
          * notice, a frame of a later call, an end); reading it stops the wake-ups. */
         if (early || now - last_liveness > LIVENESS_PERIOD_NS) {
-            int from = notices_poll_all(p);
+            int from = loom_p2p_notices_poll_all(p);
             if (from >= 0)
                 return notice_failed(p, reqs, n, from, start);
         }
@@ -880,7 +746,9 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
     if (nw)
         w.tp = p->tps[p->conns[waited].tp];
     cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
-    int from = ev == LOOM_P2P_EV_LEFT ? peer : ev == LOOM_P2P_EV_ERROR ? -1 : notices_poll_all(p);
+    int from = ev == LOOM_P2P_EV_LEFT    ? peer
+               : ev == LOOM_P2P_EV_ERROR ? -1
+                                         : loom_p2p_notices_poll_all(p);
     int dead = -1;
     if (ev != LOOM_P2P_EV_ERROR && aborted(p))
         c = (cause_t){.kind = N_ABORT, .rank = p->rank, .via = -1};
@@ -898,7 +766,7 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
 
 int loom_p2p_failure_seen(loom_p2p_t *p)
 {
-    return p->broken || aborted(p) || notices_poll_all(p) >= 0 ||
+    return p->broken || aborted(p) || loom_p2p_notices_poll_all(p) >= 0 ||
            find_dead_peer(p, NULL, p->nranks) >= 0;
 }
 

@@ -121,4 +121,16 @@ void loom_p2p_describe(const loom_p2p_t *p, const cause_t *c, const char *direct
 void loom_p2p_dump_timeout(const loom_p2p_t *p, const loom_p2p_req_t *reqs, int n, const cause_t *c,
                            uint64_t waited_ns);
 
+// ---- p2p_notice.c: the notices -----------------------------------------------------
+/* Posts the receive of every peer's notice (at creation). */
+loomResult_t loom_p2p_notice_recvs_post(loom_p2p_t *p);
+/* Looks for peer's notice without blocking (progresses its receive stream). */
+void loom_p2p_notice_poll(loom_p2p_t *p, int peer);
+/* Polls every peer's notice; a peer whose notice reports a failure or whose
+ * stream ended without one, or -1. */
+int loom_p2p_notices_poll_all(loom_p2p_t *p);
+/* Sends a notice of `kind` (cause may be NULL) to every open connection but
+ * skip's, flushing for a bounded time; failures to send are ignored. */
+void loom_p2p_notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int skip);
+
 #endif /* LOOM_TRANSPORT_P2P_IMPL_H */

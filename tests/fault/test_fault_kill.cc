@@ -236,26 +236,32 @@ void KillBody(Op op, int rank, loomComm_t comm, bool may_finish)
     XT_CHECK_LOOM_RES(loomBarrier(comm, nullptr), loomInvalidUsage); // broken for good
 }
 
+// Runs KillBody on kRanks ranks over net with LOOM_ALGO=algo; nothing may be left in /dev/shm.
+void RunKill(Op op, const std::string &net, const std::string &algo, bool may_finish)
+{
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.env = loomtest::FaultEnv(net, 20000);
+    opts.env.push_back({"LOOM_ALGO", algo});
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks,
+        [op, may_finish](int rank, int, loomComm_t comm) { KillBody(op, rank, comm, may_finish); },
+        opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
 class KillMidCall : public ::testing::TestWithParam<std::tuple<Op, std::string>> {};
 
 TEST_P(KillMidCall, SurvivorsFailFastNamingTheDeadRank)
 {
-    const Op op = std::get<0>(GetParam());
-    const std::string net = std::get<1>(GetParam());
-    std::vector<int> pids;
-    loomtest::RunOptions opts;
-    opts.env = loomtest::FaultEnv(net, 20000);
     // The tripwires sit where the two-shot pattern reads the victim's buffer, and every survivor
     // there waits on the victim itself. In a chained algorithm (ring, recursive halving) a
     // survivor that already holds the victim's contribution finishes correctly instead
     // (docs/reliability.md, "Not covered").
-    opts.env.push_back({"LOOM_ALGO", "direct"});
-    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
-    opts.pids_out = &pids;
-    XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks, [op](int rank, int, loomComm_t comm) { KillBody(op, rank, comm, false); }, opts));
-    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
-    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+    RunKill(std::get<0>(GetParam()), std::get<1>(GetParam()), "direct", false);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<Op, std::string>> &info)
@@ -281,16 +287,8 @@ class KillMidChained : public ::testing::TestWithParam<Chained> {};
 TEST_P(KillMidChained, SurvivorsFailFastOrFinishExactly)
 {
     const Op op = std::get<0>(GetParam());
-    std::vector<int> pids;
-    loomtest::RunOptions opts;
-    opts.env = loomtest::FaultEnv(std::get<2>(GetParam()), 20000);
-    opts.env.push_back({"LOOM_ALGO", std::string(OpName(op)) + ":" + std::get<1>(GetParam())});
-    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
-    opts.pids_out = &pids;
-    XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks, [op](int rank, int, loomComm_t comm) { KillBody(op, rank, comm, true); }, opts));
-    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
-    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+    RunKill(op, std::get<2>(GetParam()), std::string(OpName(op)) + ":" + std::get<1>(GetParam()),
+            true);
 }
 
 std::vector<Chained> ChainedCases()
