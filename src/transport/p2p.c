@@ -533,6 +533,7 @@ loomResult_t loom_p2p_isend(loom_p2p_t *p, int peer, const void *buf, size_t nby
         return self_post(p, req, buf, NULL);
     peer_conn_t *c = &p->conns[peer];
     req->tp = p->tps[c->tp];
+    __atomic_add_fetch(&p->bytes_sent, (uint64_t)nbytes, __ATOMIC_RELAXED);
     loomResult_t res = req->tp->isend(c->send, buf, nbytes, tag, &req->tp_req);
     return res == loomSuccess ? res : request_failed(p, NULL, 0, peer, 1, res, 0);
 }
@@ -629,15 +630,18 @@ static int find_dead_peer(loom_p2p_t *p, const loom_p2p_req_t *reqs, int n)
     return -1;
 }
 
-/* Sleeps in the transports that have pending requests; returns the time asked for (ns). */
-static uint64_t block_in_transports(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
+/* Sleeps in the transports that have pending requests (in either array); returns
+ * the time asked for (ns). */
+static uint64_t block_in_transports(loom_p2p_t *p, loom_p2p_req_t *reqs, int n,
+                                    loom_p2p_req_t *also, int nalso)
 {
     int used[MAX_TP] = {0}, nused = 0;
-    for (int i = 0; i < n; i++) {
-        if (reqs[i].done || reqs[i].tp == NULL)
+    for (int i = 0; i < n + nalso; i++) {
+        const loom_p2p_req_t *r = i < n ? &reqs[i] : &also[i - n];
+        if (r->done || r->tp == NULL)
             continue;
         for (int t = 0; t < p->ntp; t++)
-            if (p->tps[t] == reqs[i].tp && !used[t]) {
+            if (p->tps[t] == r->tp && !used[t]) {
                 used[t] = 1;
                 nused++;
             }
@@ -676,7 +680,18 @@ static loomResult_t notice_failed(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, in
     return fail(p, reqs, n, &c, res, start_ns, NULL);
 }
 
+uint64_t loom_p2p_bytes_sent(const loom_p2p_t *p)
+{
+    return __atomic_load_n(&p->bytes_sent, __ATOMIC_RELAXED);
+}
+
 loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
+{
+    return loom_p2p_wait_for(p, reqs, n, NULL, 0);
+}
+
+loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_p2p_req_t *also,
+                               int nalso)
 {
     if (p->broken) {
         LOOM_WARN("rank %d: communicator is broken by an earlier failure; destroy it", p->rank);
@@ -688,10 +703,14 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
     uint64_t timeout_ns = (uint64_t)p->args.timeout_ms * 1000000ull;
     int early = 0;
     for (;;) {
-        int all = 0, progress = 0, failed = -1;
+        int all = 0, progress = 0, failed = -1, also_all = 0;
         loomResult_t res = test_pass(reqs, n, &all, &progress, &failed);
         if (res != loomSuccess)
             return request_failed(p, reqs, n, reqs[failed].peer, reqs[failed].is_send, res, start);
+        if (nalso > 0 &&
+            (res = test_pass(also, nalso, &also_all, &progress, &failed)) != loomSuccess)
+            return request_failed(p, also, nalso, also[failed].peer, also[failed].is_send, res,
+                                  start);
         if (all)
             return loomSuccess;
         if (aborted(p)) {
@@ -728,7 +747,7 @@ loomResult_t loom_p2p_wait_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n)
         }
         if (now < spin_until)
             continue;
-        uint64_t asked = block_in_transports(p, reqs, n);
+        uint64_t asked = block_in_transports(p, reqs, n, also, nalso);
         early = asked > 0 && loom_now_ns() - now < asked / 2;
     }
 }

@@ -71,6 +71,13 @@ loomResult_t loom_p2p_test_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n, int
  * breaks: it tells every peer the cause, closes every connection and
  * abandons the requests; every later call fails with InvalidUsage. */
 loomResult_t loom_p2p_wait_all(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n);
+/* As wait_all for reqs[n], while also progressing also[nalso] (which need not
+ * finish): a pipeline waits for the receives of one step without stalling the
+ * sends of the others, which complete only when tested. */
+loomResult_t loom_p2p_wait_for(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n, loom_p2p_req_t *also,
+                               int nalso);
+/* Bytes handed to the transports for other ranks since the layer was created. */
+uint64_t loom_p2p_bytes_sent(const loom_p2p_t *p2p);
 
 /* Describes the current operation for error messages, e.g. "allreduce seq 12".
  * what is kept, not copied: a string with static storage (a literal). */

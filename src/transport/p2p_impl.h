@@ -102,6 +102,7 @@ struct loom_p2p {
     cause_t cause;       /* valid once broken */
     void **flush;        /* [nranks] notice sends being flushed */
     loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
+    uint64_t bytes_sent; /* payload bytes handed to transports (atomic: read by any thread) */
     uint8_t notice_out[NOTICE_BYTES];
 };
 
