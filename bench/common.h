@@ -41,7 +41,8 @@ typedef struct bench_ctx {
 #define BENCH_ROOTED     (1u << 1) /* takes a root: -r applies, the root column shows it */
 #define BENCH_NO_INPLACE (1u << 2) /* no in-place form: in-place columns print N/A */
 
-/* One collective, as nccl-tests' struct testColl. Every member is required. */
+/* One collective, as nccl-tests' struct testColl. Every member is required
+ * but lossy_bound. */
 typedef struct bench_coll {
     const char *name; /* e.g. "AllReduce"; used in the JSON records */
     unsigned flags;   /* BENCH_* */
@@ -57,6 +58,11 @@ typedef struct bench_coll {
     /* Issues one operation (NCCL argument order); stream NULL means blocking. */
     loomResult_t (*run)(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t dtype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream);
+    /* 0: results are exact and the check counts wrong elements. > 0: results
+     * are approximate (a compressed collective): the check reports the relative
+     * L2 error against the exact result in the #wrong column ("relerr" in JSON)
+     * and fails a measurement whose error exceeds this bound. */
+    double lossy_bound;
 } bench_coll_t;
 
 /* Parses flags, creates the communicator, runs the sweep, prints the table and
@@ -82,8 +88,18 @@ void bench_fill_input(const bench_ctx_t *ctx, void *buf, size_t count, int rank,
  * as loom.h specifies (accumulate in float32 for 8/16-bit floats, avg divides
  * the sum once by nranks). */
 void bench_fill_reduced(const bench_ctx_t *ctx, void *buf, size_t count, size_t offset);
+/* Element i of a float32/float64/float16/bfloat16 buffer as a double (0 for
+ * other types). */
+double bench_load_float(loomDataType_t dtype, const void *buf, size_t i);
 /* The common init_data: this rank's inputs at indices 0 .. send_count-1. */
 void bench_init_rank_input(const bench_ctx_t *ctx, void *sendbuff);
+
+/* The shape of an all-reduce (all_reduce_perf, echo_perf): count elements in
+ * and out, the exact sum as expected result, algbw bytes count x size and
+ * busbw factor 2(n-1)/n. */
+void bench_allreduce_counts(size_t count, size_t elt_size, int nranks, bench_counts_t *c);
+size_t bench_allreduce_expected(const bench_ctx_t *ctx, void *out);
+void bench_allreduce_bw(size_t count, size_t elt_size, int nranks, double *bytes, double *factor);
 
 /* Element count rounded down to a multiple of 16 bytes (nccl-tests' per-rank
  * rounding for AllGather, ReduceScatter and AlltoAll). */

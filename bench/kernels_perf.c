@@ -20,6 +20,7 @@
 
 #include "dtype.h"
 #include "kernels.h"
+#include "micro.h"
 
 #define MAX_LIST 16
 
@@ -48,37 +49,9 @@ static void usage(FILE *out)
             "  -q  quick: 8K and 256K only, 2 ms trials\n");
 }
 
-static void die(const char *what, const char *hint)
+static void add_type(void *ctx, const char *name)
 {
-    fprintf(stderr, "kernels_perf: %s\nHINT: %s\n", what, hint);
-    exit(2);
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s)
-        die("bad size", "sizes look like 4096, 8K or 64M");
-    if (*end == 'K' || *end == 'k')
-        v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20, end++;
-    if (*end != '\0' || v == 0)
-        die("bad size", "sizes look like 4096, 8K or 64M");
-    return (size_t)v;
-}
-
-/* Splits a comma list in place; calls one(token) for each. */
-static void parse_list(char *s, struct options *o, void (*one)(struct options *, const char *))
-{
-    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save))
-        one(o, tok);
-}
-
-static void add_type(struct options *o, const char *name)
-{
+    struct options *o = ctx;
     if (strcmp(name, "all") == 0) {
         for (int t = 0; t < loomNumTypes && o->ntypes < MAX_LIST; t++)
             o->types[o->ntypes++] = (loomDataType_t)t;
@@ -86,13 +59,15 @@ static void add_type(struct options *o, const char *name)
     }
     int t = loom_dtype_parse(name);
     if (t < 0)
-        die("unknown datatype", "use names like float, half, bfloat16, int32, f8e4m3");
+        micro_die("kernels_perf", "unknown datatype",
+                  "use names like float, half, bfloat16, int32, f8e4m3");
     if (o->ntypes < MAX_LIST)
         o->types[o->ntypes++] = (loomDataType_t)t;
 }
 
-static void add_op(struct options *o, const char *name)
+static void add_op(void *ctx, const char *name)
 {
+    struct options *o = ctx;
     if (strcmp(name, "all") == 0) {
         for (int op = 0; op < loomNumOps && o->nops < MAX_LIST; op++)
             o->ops[o->nops++] = (loomRedOp_t)op;
@@ -100,24 +75,16 @@ static void add_op(struct options *o, const char *name)
     }
     int op = loom_redop_parse(name);
     if (op < 0)
-        die("unknown op", "use sum, prod, max, min or avg");
+        micro_die("kernels_perf", "unknown op", "use sum, prod, max, min or avg");
     if (o->nops < MAX_LIST)
         o->ops[o->nops++] = (loomRedOp_t)op;
 }
 
-static void add_size(struct options *o, const char *s)
+static void add_size(void *ctx, const char *s)
 {
+    struct options *o = ctx;
     if (o->nsizes < MAX_LIST)
-        o->sizes[o->nsizes++] = parse_size(s);
-}
-
-/* CPU time of this thread, not wall time: on a shared machine the time the
- * thread spends descheduled would otherwise count as kernel time. */
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+        o->sizes[o->nsizes++] = micro_parse_size("kernels_perf", s);
 }
 
 /* Values +-1 in the datatype: sums stay small and products stay +-1, so no
@@ -188,37 +155,27 @@ static void run_once(const struct options *o, loomDataType_t dt, loomRedOp_t op,
         loom_reduce_acc(dt, op, a->acc, a->src[1], a->n);
 }
 
-/* Best GB/s of source bytes over five trials of at least min_ms each. The
- * clock is read once per batch of calls sized to take about a millisecond:
- * reading the thread's CPU time is a system call, as long as an L1-sized
- * call itself. */
+struct call {
+    const struct options *o;
+    loomDataType_t dt;
+    loomRedOp_t op;
+    const struct arrays *a;
+    int multi;
+};
+
+static void run_call(const void *arg)
+{
+    const struct call *c = arg;
+    run_once(c->o, c->dt, c->op, c->a, c->multi);
+}
+
+/* Best GB/s of source bytes (micro_best_gbps). */
 static double measure(const struct options *o, loomDataType_t dt, loomRedOp_t op,
                       const struct arrays *a, int multi)
 {
     const double bytes = (double)a->n * (double)loom_dtype_size(dt) * (multi ? o->nsrc : 1);
-    long batch = 1;
-    for (;;) {
-        double t0 = now_ms();
-        for (long k = 0; k < batch; k++)
-            run_once(o, dt, op, a, multi);
-        if (now_ms() - t0 >= 1.0 || batch >= (1L << 24))
-            break;
-        batch *= 2;
-    }
-    double best = 0;
-    for (int trial = 0; trial < 5; trial++) {
-        long iters = 0;
-        double t0 = now_ms(), t;
-        do {
-            for (long k = 0; k < batch; k++)
-                run_once(o, dt, op, a, multi);
-            iters += batch;
-            t = now_ms() - t0;
-        } while (t < o->min_ms);
-        double gbps = bytes * (double)iters / (t * 1e6);
-        best = gbps > best ? gbps : best;
-    }
-    return best;
+    const struct call c = {o, dt, op, a, multi};
+    return micro_best_gbps(bytes, o->min_ms, run_call, &c);
 }
 
 static void run_row(const struct options *o, loomDataType_t dt, loomRedOp_t op, size_t bytes)
@@ -229,13 +186,13 @@ static void run_row(const struct options *o, loomDataType_t dt, loomRedOp_t op, 
     for (int j = 0; j < o->nsrc; j++) {
         a.src[j] = aligned_alloc(64, a.n * loom_dtype_size(dt) + 64);
         if (a.src[j] == NULL)
-            die("out of memory", "use smaller -s sizes or fewer -n sources");
+            micro_die("kernels_perf", "out of memory", "use smaller -s sizes or fewer -n sources");
         fill_ones(dt, a.src[j], a.n, (unsigned)j);
     }
     a.acc = aligned_alloc(64, a.n * loom_acc_size(dt) + 64);
     a.dst = aligned_alloc(64, a.n * loom_dtype_size(dt) + 64);
     if (a.acc == NULL || a.dst == NULL)
-        die("out of memory", "use smaller -s sizes or fewer -n sources");
+        micro_die("kernels_perf", "out of memory", "use smaller -s sizes or fewer -n sources");
 
     double acc_gbps[LOOM_KERNELS_NUM_ISA], multi_gbps[LOOM_KERNELS_NUM_ISA];
     loom_kernels_isa_t prev = loom_kernels_isa();
@@ -274,23 +231,24 @@ int main(int argc, char **argv)
     while ((opt = getopt(argc, argv, "t:o:s:n:m:qh")) != -1) {
         switch (opt) {
         case 't':
-            parse_list(optarg, &o, add_type);
+            micro_each(optarg, &o, add_type);
             break;
         case 'o':
-            parse_list(optarg, &o, add_op);
+            micro_each(optarg, &o, add_op);
             break;
         case 's':
-            parse_list(optarg, &o, add_size);
+            micro_each(optarg, &o, add_size);
             break;
         case 'n':
             o.nsrc = atoi(optarg);
             if (o.nsrc < 2 || o.nsrc > 64)
-                die("bad -n", "loom_reduce_multi is measured with 2 to 64 sources");
+                micro_die("kernels_perf", "bad -n",
+                          "loom_reduce_multi is measured with 2 to 64 sources");
             break;
         case 'm':
             o.min_ms = atof(optarg);
             if (!(o.min_ms > 0))
-                die("bad -m", "give the milliseconds per trial, e.g. -m 50");
+                micro_die("kernels_perf", "bad -m", "give the milliseconds per trial, e.g. -m 50");
             break;
         case 'q':
             quick = 1;
@@ -305,7 +263,7 @@ int main(int argc, char **argv)
     }
     if (o.ntypes == 0) {
         char def[] = "float,double,int32,uint64,half,bfloat16,f8e4m3,f8e5m2";
-        parse_list(def, &o, add_type);
+        micro_each(def, &o, add_type);
     }
     if (o.nops == 0)
         add_op(&o, "sum");

@@ -10,6 +10,7 @@
  */
 #include "common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,40 @@ static void store(loomDataType_t dtype, void *buf, size_t i, double v)
         break;
     default:
         break;
+    }
+}
+
+double bench_load_float(loomDataType_t dtype, const void *buf, size_t i)
+{
+    const char *p = (const char *)buf + i * bench_type_size(dtype);
+    float f32;
+    double f64;
+    uint16_t h;
+    uint32_t u;
+    switch (dtype) {
+    case loomFloat32:
+        memcpy(&f32, p, 4);
+        return f32;
+    case loomFloat64:
+        memcpy(&f64, p, 8);
+        return f64;
+    case loomBfloat16:
+        memcpy(&h, p, 2);
+        u = (uint32_t)h << 16;
+        memcpy(&f32, &u, 4);
+        return f32;
+    case loomFloat16: {
+        memcpy(&h, p, 2);
+        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        const double sign = (h & 0x8000) ? -1.0 : 1.0;
+        if (e == 0)
+            return sign * ldexp((double)m, -24);
+        if (e == 31)
+            return m ? NAN : sign * INFINITY;
+        return sign * ldexp((double)(m | 0x400), e - 25);
+    }
+    default:
+        return 0.0;
     }
 }
 
@@ -304,4 +339,24 @@ void bench_fill_reduced(const bench_ctx_t *ctx, void *buf, size_t count, size_t 
     for (size_t i = 0; i < count; i++)
         store(ctx->dtype, buf, i, reduce_one(ctx, &g, keys, offset + i));
     free(keys);
+}
+
+void bench_allreduce_counts(size_t count, size_t elt_size, int nranks, bench_counts_t *c)
+{
+    (void)elt_size;
+    (void)nranks;
+    *c = (bench_counts_t){.send_count = count, .recv_count = count, .param_count = count};
+}
+
+size_t bench_allreduce_expected(const bench_ctx_t *ctx, void *out)
+{
+    bench_fill_reduced(ctx, out, ctx->counts.recv_count, 0);
+    return ctx->counts.recv_count;
+}
+
+/* Every rank sends and receives 2(n-1)/n of the data in the best algorithm. */
+void bench_allreduce_bw(size_t count, size_t elt_size, int nranks, double *bytes, double *factor)
+{
+    *bytes = (double)count * (double)elt_size;
+    *factor = 2.0 * (nranks - 1) / nranks;
 }

@@ -4,9 +4,11 @@
 # check_includes.py - enforces who may include whom (docs/ARCHITECTURE.md):
 # core sees only core; transport sees core and transport; collectives see
 # core, collectives and the transport layer's p2p.h/transport.h (never a
-# transport's own files); api sees everything; bench, examples and tests/coll
-# see only the public header and their own folder's headers. Run by the lint
-# suite; prints each violation and exits 1 if there is any.
+# transport's own files); quant (the 4-bit codec) sees core and the
+# collectives' kernels; echo sees those, quant and the transport layer; api
+# sees everything; bench, examples, tests/coll and tests/echo see only the
+# public headers and their own folder's headers. Run by the lint suite;
+# prints each violation and exits 1 if there is any.
 import os
 import re
 import sys
@@ -19,8 +21,11 @@ ALLOWED = {
     "core": {"core"},
     "transport": {"core", "transport", "transport-api"},
     "collectives": {"core", "collectives", "transport-api"},
-    "api": {"core", "transport", "transport-api", "collectives", "api"},
+    "quant": {"core", "collectives", "quant"},
+    "echo": {"core", "transport-api", "collectives", "quant", "echo"},
+    "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "api"},
 }
+PUBLIC = ("loom.h", "loom_echo.h")
 
 
 def header_index():
@@ -48,7 +53,7 @@ def check_src(idx):
                 path = os.path.join(dirpath, f)
                 for n, line in enumerate(open(path, encoding="utf-8"), 1):
                     m = INCLUDE.match(line)
-                    if not m or m.group(1) == "loom.h":
+                    if not m or m.group(1) in PUBLIC:
                         continue
                     name = os.path.basename(m.group(1))
                     owner = idx.get(name)
@@ -61,7 +66,8 @@ def check_src(idx):
 
 
 # Files outside src/ that measure library internals and may include these headers.
-INTERNAL_OK = {"bench/kernels_perf.c": ("kernels.h", "dtype.h")}
+INTERNAL_OK = {"bench/kernels_perf.c": ("kernels.h", "dtype.h"),
+               "bench/q4_perf.c": ("q4.h", "kernels.h", "dtype.h")}
 
 
 def check_public_only(folder, extra_ok=()):
@@ -78,12 +84,12 @@ def check_public_only(folder, extra_ok=()):
                 if not m:
                     continue
                 inc = m.group(1)
-                if inc == "loom.h" or inc in local or os.path.basename(inc) in extra_ok:
+                if inc in PUBLIC or inc in local or os.path.basename(inc) in extra_ok:
                     continue
                 if inc in INTERNAL_OK.get(os.path.relpath(path, ROOT), ()):
                     continue
-                bad.append(f"{os.path.relpath(path, ROOT)}:{n}: {folder} may include only loom.h, "
-                           f"not {inc}")
+                bad.append(f"{os.path.relpath(path, ROOT)}:{n}: {folder} may include only the "
+                           f"public headers, not {inc}")
     return bad
 
 
@@ -92,6 +98,7 @@ def main():
     bad += check_public_only("bench")
     bad += check_public_only("examples")
     bad += check_public_only("tests/coll", extra_ok=("mp_fixture.h", "verify.h"))
+    bad += check_public_only("tests/echo", extra_ok=("mp_fixture.h", "verify.h"))
     for b in bad:
         print(b)
     return 1 if bad else 0

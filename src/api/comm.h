@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "coll.h"
+#include "echo.h"
 #include "loom.h"
 #include "p2p.h"
 
@@ -35,6 +36,7 @@ struct loomComm {
     loom_peer_info_t *peers; /* [nranks] */
     loom_p2p_t *p2p;
     loom_coll_ctx_t coll;
+    loom_echo_ctx_t *echo;   /* Echo's engine, made at first use (atomic pointer) */
     volatile int abort_flag; /* set by loomCommAbort; every wait checks it */
     char net[64];            /* transports allowed (config or LOOM_NET) */
 
@@ -53,11 +55,12 @@ struct loomComm {
     char async_msg[256];
 };
 
-typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV } loom_op_kind_t;
+typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_kind_t;
 
 typedef struct {
     loom_op_kind_t kind;
     loom_coll_args_t coll; /* for LOOM_OP_COLL (alltoallv arrays are owned copies) */
+    loom_echo_args_t echo; /* for LOOM_OP_ECHO (holds a reference on its state) */
     const void *sendbuff;  /* send */
     void *recvbuff;        /* recv */
     size_t nbytes;         /* send/recv */
@@ -112,6 +115,10 @@ loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
 loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, const loom_op_t *op);
 /* InvalidArgument unless stream is NULL or a live stream. */
 loomResult_t loom_stream_validate(loomStream_t stream);
+/* The communicator's Echo engine, made on first use; SystemError if out of memory. */
+loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p);
+/* Drops a reference on an Echo state; frees it at zero (echo_api.c). */
+void loom_echo_state_release(struct loomEchoState *state);
 /* Records an asynchronous failure on the communicator. */
 void loom_comm_set_async_error(struct loomComm *comm, loomResult_t res, const char *msg);
 

@@ -65,6 +65,24 @@ static void op_free(loom_op_t *op)
 {
     if (op->kind == LOOM_OP_COLL && op->coll.kind == LOOM_COLL_ALLTOALLV)
         free((void *)op->coll.sendcounts); /* one allocation holds all four arrays */
+    if (op->kind == LOOM_OP_ECHO && op->echo.state)
+        loom_echo_state_release(op->echo.state);
+}
+
+static int op_is_p2p(const loom_op_t *op)
+{
+    return op->kind == LOOM_OP_SEND || op->kind == LOOM_OP_RECV;
+}
+
+/* A collective in its turn: the next sequence number, then its engine. */
+static loomResult_t run_collective(struct loomComm *comm, loom_op_t *op)
+{
+    comm->coll.seq++;
+    if (op->kind == LOOM_OP_COLL)
+        return loom_coll_run(&comm->coll, &op->coll, NULL);
+    loom_echo_ctx_t *echo;
+    LOOM_CHECK(loom_comm_echo(comm, &echo));
+    return loom_echo_run(echo, comm->p2p, comm->coll.seq, &op->echo);
 }
 
 /* Frees what the task's operations own, not the task. */
@@ -104,7 +122,7 @@ static loomResult_t task_run_ops(loom_task_t *t)
     loomResult_t res = loomSuccess;
     int np2p = 0;
     for (int i = 0; i < t->nops; i++)
-        np2p += t->ops[i].kind != LOOM_OP_COLL;
+        np2p += op_is_p2p(&t->ops[i]);
     loom_p2p_req_t reqs_small[4]; /* a Send, a Recv or a small exchange: no allocation */
     loom_p2p_req_t *reqs = reqs_small;
     if (np2p > 4 && (reqs = calloc((size_t)np2p, sizeof(*reqs))) == NULL) {
@@ -127,12 +145,9 @@ static loomResult_t task_run_ops(loom_task_t *t)
                                            LOOM_TAG_P2P, &reqs[nreq++]),
                             res, out);
     }
-    for (int i = 0; i < t->nops; i++) {
-        if (t->ops[i].kind != LOOM_OP_COLL)
-            continue;
-        comm->coll.seq++;
-        LOOM_CHECK_GOTO(loom_coll_run(&comm->coll, &t->ops[i].coll, NULL), res, out);
-    }
+    for (int i = 0; i < t->nops; i++)
+        if (!op_is_p2p(&t->ops[i]))
+            LOOM_CHECK_GOTO(run_collective(comm, &t->ops[i]), res, out);
     if (nreq > 0) {
         loom_p2p_set_context(comm->p2p, "send/recv", comm->coll.seq);
         LOOM_CHECK_GOTO(loom_p2p_wait_all(comm->p2p, reqs, nreq), res, out);

@@ -200,6 +200,7 @@ static void apply_config(struct loomComm *c, const loomConfig_t *config)
 static void comm_free(struct loomComm *c)
 {
     loom_coll_ctx_free(&c->coll);
+    loom_echo_ctx_free(c->echo);
     free(c->peers);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);

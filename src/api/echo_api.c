@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * echo_api.c - the public entry points of Echo (include/loom_echo.h): the
+ * feedback state's life, argument checks, and the queued call, which runs in
+ * its communicator's order like every collective (src/echo/echo_run.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "dtype.h"
+#include "echo.h"
+#include "loom_echo.h"
+#include "q4.h"
+
+loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p)
+{
+    loom_echo_ctx_t *ctx = __atomic_load_n(&comm->echo, __ATOMIC_ACQUIRE);
+    if (ctx == NULL) {
+        loom_echo_ctx_t *made = NULL;
+        LOOM_CHECK(loom_echo_ctx_create(comm->peers, comm->nranks, comm->rank, &made));
+        if (__atomic_compare_exchange_n(&comm->echo, &ctx, made, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            ctx = made;
+        else
+            loom_echo_ctx_free(made); /* another thread made it first: ctx is theirs */
+    }
+    *ctx_p = ctx;
+    return loomSuccess;
+}
+
+static void state_free(struct loomEchoState *s)
+{
+    s->magic = 0;
+    free(s->e1);
+    free(s->e2);
+    free(s);
+}
+
+void loom_echo_state_release(struct loomEchoState *s)
+{
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        state_free(s);
+}
+
+static loomResult_t check_state(loomEchoState_t s, const char *fn)
+{
+    if (s == NULL || s->magic != LOOM_ECHO_STATE_MAGIC) {
+        LOOM_WARN("%s: state %p is not a live Echo state", fn, (void *)s);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t check_dtype(loomDataType_t dt, const char *fn)
+{
+    if (!loom_q4_dtype_ok(dt)) {
+        LOOM_WARN("%s: datatype %d is not float32, float16 or bfloat16", fn, (int)dt);
+        return loomInvalidArgument;
+    }
+    return loomSuccess;
+}
+
+static loomResult_t echo_create(loomComm_t comm, size_t count, loomDataType_t dt,
+                                loomEchoState_t *state)
+{
+    const char *fn = "loomEchoCreate";
+    if (state == NULL) {
+        LOOM_WARN("%s: state is NULL", fn);
+        return loomInvalidArgument;
+    }
+    *state = NULL;
+    LOOM_CHECK(check_dtype(dt, fn));
+    if (count > SIZE_MAX / 2 / sizeof(float)) {
+        LOOM_WARN("%s: count %zu overflows the address space", fn, count);
+        return loomInvalidArgument;
+    }
+    loom_echo_ctx_t *ctx;
+    LOOM_CHECK(loom_comm_echo(comm, &ctx));
+    struct loomEchoState *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto oom;
+    s->magic = LOOM_ECHO_STATE_MAGIC;
+    s->comm = comm;
+    s->count = count;
+    s->dt = dt;
+    s->refs = 1;
+    (void)loom_echo_own_chunk(&ctx->lay, count, &s->own_off, &s->own_len);
+    s->e1 = calloc(count ? count : 1, sizeof(float));
+    s->e2 = calloc(s->own_len ? s->own_len : 1, sizeof(float));
+    if (s->e1 == NULL || s->e2 == NULL) {
+        state_free(s);
+        goto oom;
+    }
+    *state = s;
+    return loomSuccess;
+oom:
+    LOOM_WARN("%s: out of memory for the residuals of %zu values", fn, count);
+    return loomSystemError;
+}
+
+LOOM_API loomResult_t loomEchoCreate(loomComm_t comm, size_t count, loomDataType_t datatype,
+                                     loomEchoState_t *state)
+{
+    LOOM_WITH_COMM(comm, "loomEchoCreate", echo_create(comm, count, datatype, state));
+}
+
+LOOM_API loomResult_t loomEchoReset(loomEchoState_t state)
+{
+    LOOM_CHECK(check_state(state, "loomEchoReset"));
+    memset(state->e1, 0, state->count * sizeof(float));
+    memset(state->e2, 0, state->own_len * sizeof(float));
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomEchoDestroy(loomEchoState_t state)
+{
+    if (state == NULL)
+        return loomSuccess;
+    LOOM_CHECK(check_state(state, "loomEchoDestroy"));
+    loom_echo_state_release(state);
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomEchoResidual(loomEchoState_t state, float *residual)
+{
+    LOOM_CHECK(check_state(state, "loomEchoResidual"));
+    if (residual == NULL && state->count > 0) {
+        LOOM_WARN("loomEchoResidual: residual is NULL");
+        return loomInvalidArgument;
+    }
+    if (state->count > 0)
+        memcpy(residual, state->e1, state->count * sizeof(float));
+    for (size_t i = 0; i < state->own_len; i++)
+        residual[state->own_off + i] += state->e2[i];
+    return loomSuccess;
+}
+
+static loomResult_t echo_all_reduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    loomDataType_t dt, loomComm_t comm, loomEchoState_t state,
+                                    loomStream_t stream)
+{
+    const char *fn = "loomEchoAllReduce";
+    LOOM_CHECK(loom_stream_validate(stream));
+    LOOM_CHECK(check_dtype(dt, fn));
+    const size_t es = loom_dtype_size(dt);
+    if (count > SIZE_MAX / es) {
+        LOOM_WARN("%s: count %zu overflows the address space", fn, count);
+        return loomInvalidArgument;
+    }
+    const size_t bytes = count * es;
+    if (bytes > 0 && (sendbuff == NULL || recvbuff == NULL)) {
+        LOOM_WARN("%s: %s is NULL with %zu bytes to move", fn,
+                  sendbuff == NULL ? "sendbuff" : "recvbuff", bytes);
+        return loomInvalidArgument;
+    }
+    uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
+    if (bytes > 0 && s != r && s < r + bytes && r < s + bytes) {
+        LOOM_WARN("%s: send buffer %p and receive buffer %p overlap without being equal", fn,
+                  sendbuff, recvbuff);
+        return loomInvalidArgument;
+    }
+    if (state != NULL) {
+        LOOM_CHECK(check_state(state, fn));
+        if (state->comm != comm || state->count != count || state->dt != dt) {
+            LOOM_WARN("%s: the state was made for %zu values of datatype %d on communicator %p, "
+                      "the call has %zu of datatype %d on %p",
+                      fn, state->count, (int)state->dt, state->comm, count, (int)dt, (void *)comm);
+            return loomInvalidArgument;
+        }
+    }
+    loom_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.kind = LOOM_OP_ECHO;
+    op.echo = (loom_echo_args_t){
+        .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .dt = dt, .state = state};
+    if (state != NULL)
+        __atomic_add_fetch(&state->refs, 1, __ATOMIC_ACQ_REL);
+    return loom_enqueue(comm, &op, stream);
+}
+
+LOOM_API loomResult_t loomEchoAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                        loomDataType_t datatype, loomComm_t comm,
+                                        loomEchoState_t state, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomEchoAllReduce",
+                   echo_all_reduce(sendbuff, recvbuff, count, datatype, comm, state, stream));
+}
+
+static loomResult_t get_counters(loomComm_t comm, loomEchoCounters_t *c)
+{
+    if (c == NULL) {
+        LOOM_WARN("loomEchoGetCounters: counters is NULL");
+        return loomInvalidArgument;
+    }
+    memset(c, 0, sizeof(*c));
+    loom_echo_ctx_t *ctx = __atomic_load_n(&comm->echo, __ATOMIC_ACQUIRE);
+    if (ctx == NULL)
+        return loomSuccess;
+    c->calls = __atomic_load_n(&ctx->counters.calls, __ATOMIC_RELAXED);
+    c->bytes_sent = __atomic_load_n(&ctx->counters.bytes_sent, __ATOMIC_RELAXED);
+    c->values_sent_q4 = __atomic_load_n(&ctx->counters.values_sent_q4, __ATOMIC_RELAXED);
+    c->values_owner_q4 = __atomic_load_n(&ctx->counters.values_owner_q4, __ATOMIC_RELAXED);
+    c->values_exact = __atomic_load_n(&ctx->counters.values_exact, __ATOMIC_RELAXED);
+    c->hierarchical = __atomic_load_n(&ctx->counters.hierarchical, __ATOMIC_RELAXED);
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomEchoGetCounters(loomComm_t comm, loomEchoCounters_t *counters)
+{
+    LOOM_WITH_COMM(comm, "loomEchoGetCounters", get_counters(comm, counters));
+}

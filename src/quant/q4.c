@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * q4.c - the entry points of q4.h and the scalar reference codec. The entry
+ * points pick the instruction set loom_kernels_isa() names (so LOOM_KERNELS
+ * and loom_kernels_use() steer the codec and the reduction kernels alike);
+ * the vector codecs live in q4_avx2.c and q4_avx512.c and must give this
+ * file's bytes and values. The reference is written for clarity, one block
+ * at a time, with the formula of q4.h step by step; it is also what runs on
+ * machines without AVX2.
+ */
+#include "q4.h"
+
+#include "q4_impl.h"
+
+int loom_q4_dtype_ok(loomDataType_t dt)
+{
+    return dt == loomFloat32 || dt == loomFloat16 || dt == loomBfloat16;
+}
+
+// ---- Scalar reference -------------------------------------------------------
+
+/* 1.5 * 2^23: adding it rounds any |v| < 2^22 to an integer (to nearest even
+ * in the default rounding mode, as rintf does, but without a libm call), and
+ * subtracting it again is exact. */
+#define ROUND_MAGIC 12582912.0f
+
+/* One block: u holds the 32 values (zeros past the m real ones); writes 16
+ * code bytes, the scale's two bytes and, if err_out, m residuals. */
+static void encode_block(const float *u, size_t m, float *err_out, uint8_t *codes,
+                         uint8_t *scale_le)
+{
+    uint32_t amax = 0;
+    for (int j = 0; j < LOOM_Q4_BLOCK; j++) {
+        uint32_t a = loom_f32_to_bits(u[j]) & 0x7fffffffu;
+        amax = a > amax ? a : amax;
+    }
+    const uint32_t sb = q4_scale_bits(amax);
+    scale_le[0] = (uint8_t)(sb & 0xffu);
+    scale_le[1] = (uint8_t)(sb >> 8);
+    const float scale = loom_bf16_decode((uint16_t)sb);
+
+    int c[LOOM_Q4_BLOCK] = {0};
+    if (!q4_block_special(amax)) {
+        const float inv = 1.0f / scale;
+        for (int j = 0; j < LOOM_Q4_BLOCK; j++) {
+            float v = u[j] * inv;
+            float r = (v + ROUND_MAGIC) - ROUND_MAGIC;
+            r = r < -7.0f ? -7.0f : r > 7.0f ? 7.0f : r;
+            c[j] = (int)r;
+        }
+    }
+    for (int k = 0; k < LOOM_Q4_BLOCK / 2; k++)
+        codes[k] = (uint8_t)((c[2 * k] & 0xf) | (c[2 * k + 1] & 0xf) << 4);
+    for (size_t j = 0; err_out != NULL && j < m; j++) {
+        /* Two statements: the product is exact, the subtraction rounds once. */
+        float d = (float)c[j] * scale;
+        err_out[j] = u[j] - d;
+    }
+}
+
+static void encode_scalar(const void *src, loomDataType_t dt, const float *err_in, float *err_out,
+                          size_t n, uint8_t *dst)
+{
+    const size_t nblocks = loom_q4_bytes(n) / LOOM_Q4_TILE_BYTES * Q4_BLOCKS_PER_TILE;
+    for (size_t k = 0; k < nblocks; k++) {
+        const size_t i0 = k * LOOM_Q4_BLOCK;
+        const size_t m = i0 >= n ? 0 : n - i0 < LOOM_Q4_BLOCK ? n - i0 : LOOM_Q4_BLOCK;
+        float u[LOOM_Q4_BLOCK] = {0};
+        for (size_t j = 0; j < m; j++)
+            u[j] = q4_load(src, dt, i0 + j);
+        for (size_t j = 0; err_in != NULL && j < m; j++)
+            u[j] = u[j] + err_in[i0 + j];
+        encode_block(u, m, err_out != NULL ? err_out + i0 : NULL, dst + q4_codes_off(k),
+                     dst + q4_scale_off(k));
+    }
+}
+
+/* The 32 values D(code) of block k into d. */
+static void decode_block(const uint8_t *src, size_t k, float *d)
+{
+    const uint8_t *codes = src + q4_codes_off(k), *s = src + q4_scale_off(k);
+    const float scale = loom_bf16_decode((uint16_t)(s[0] | s[1] << 8));
+    for (int j = 0; j < LOOM_Q4_BLOCK / 2; j++) {
+        d[2 * j] = (float)(((codes[j] & 0xf) ^ 8) - 8) * scale;
+        d[2 * j + 1] = (float)(((codes[j] >> 4) ^ 8) - 8) * scale;
+    }
+}
+
+static void decode_scalar(const uint8_t *src, size_t n, void *dst, loomDataType_t dt)
+{
+    for (size_t i0 = 0; i0 < n; i0 += LOOM_Q4_BLOCK) {
+        float d[LOOM_Q4_BLOCK];
+        decode_block(src, i0 / LOOM_Q4_BLOCK, d);
+        for (size_t j = 0; j < LOOM_Q4_BLOCK && i0 + j < n; j++)
+            q4_store(dst, dt, i0 + j, d[j]);
+    }
+}
+
+static void decode_acc_scalar(const uint8_t *src, size_t n, float *acc)
+{
+    for (size_t i0 = 0; i0 < n; i0 += LOOM_Q4_BLOCK) {
+        float d[LOOM_Q4_BLOCK];
+        decode_block(src, i0 / LOOM_Q4_BLOCK, d);
+        for (size_t j = 0; j < LOOM_Q4_BLOCK && i0 + j < n; j++)
+            acc[i0 + j] += d[j];
+    }
+}
+
+const struct loom_q4_ops loom_q4_scalar_ops = {
+    .encode = encode_scalar,
+    .decode = decode_scalar,
+    .decode_acc = decode_acc_scalar,
+};
+
+// ---- Dispatch ---------------------------------------------------------------
+
+static const struct loom_q4_ops *ops_of(loom_kernels_isa_t isa)
+{
+#if defined(__x86_64__)
+    if (isa != LOOM_KERNELS_SCALAR && loom_kernels_isa_available(isa))
+        return isa == LOOM_KERNELS_AVX512 ? &loom_q4_avx512_ops : &loom_q4_avx2_ops;
+#else
+    (void)isa;
+#endif
+    return &loom_q4_scalar_ops;
+}
+
+void loom_q4_encode_isa(loom_kernels_isa_t isa, const void *src, loomDataType_t dt,
+                        const float *err_in, float *err_out, size_t n, uint8_t *dst)
+{
+    if (loom_q4_dtype_ok(dt) && n > 0)
+        ops_of(isa)->encode(src, dt, err_in, err_out, n, dst);
+}
+
+void loom_q4_decode_isa(loom_kernels_isa_t isa, const uint8_t *src, size_t n, void *dst,
+                        loomDataType_t dt)
+{
+    if (loom_q4_dtype_ok(dt) && n > 0)
+        ops_of(isa)->decode(src, n, dst, dt);
+}
+
+void loom_q4_decode_acc_isa(loom_kernels_isa_t isa, const uint8_t *src, size_t n, float *acc)
+{
+    if (n > 0)
+        ops_of(isa)->decode_acc(src, n, acc);
+}
+
+void loom_q4_encode(const void *src, loomDataType_t dt, const float *err_in, float *err_out,
+                    size_t n, uint8_t *dst)
+{
+    loom_q4_encode_isa(loom_kernels_isa(), src, dt, err_in, err_out, n, dst);
+}
+
+void loom_q4_decode(const uint8_t *src, size_t n, void *dst, loomDataType_t dt)
+{
+    loom_q4_decode_isa(loom_kernels_isa(), src, n, dst, dt);
+}
+
+void loom_q4_decode_acc(const uint8_t *src, size_t n, float *acc)
+{
+    loom_q4_decode_acc_isa(loom_kernels_isa(), src, n, acc);
+}
