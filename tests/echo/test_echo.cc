@@ -71,11 +71,24 @@ __attribute__((format(printf, 2, 3))) void Say(int rank, const char *fmt, ...)
     std::fclose(f);
 }
 
+// The seed of rank r's input of call t; failure messages name the calls, this names the seeds.
+uint64_t Seed(int rank, uint64_t call)
+{
+    return 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1) + call * 7919u + 17u;
+}
+
+std::string Seeds(uint64_t first_call, uint64_t last_call)
+{
+    return " (inputs: std::mt19937_64 seeded with Seed(rank, call), calls " +
+           std::to_string(first_call) + ".." + std::to_string(last_call) + "; rank 0 call " +
+           std::to_string(first_call) + ": seed " + std::to_string(Seed(0, first_call)) + ")";
+}
+
 // Rank r's input of call t: N(0,1) values (or one fixed vector when constant), with optional
 // outlier channels (2 of every 512 scaled by 50, as LLM activations have).
 std::vector<float> Input(int rank, uint64_t call, size_t n, bool outliers = false)
 {
-    std::mt19937_64 gen(0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1) + call * 7919u + 17u);
+    std::mt19937_64 gen(Seed(rank, call));
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> v(n);
     for (size_t i = 0; i < n; i++) {
@@ -170,8 +183,8 @@ TEST(Echo, OneCallErrorIsBoundedAndEqualOnEveryRank)
                 for (size_t count : {1ul, 31ul, 2049ul, 100003ul, 65536ul * 4}) {
                     const double err = OneCall(rank, n, comm, count, count);
                     Say(rank, "echo ranks %d count %zu: relative error %.4f\n", n, count, err);
-                    XT_CHECK_MSG(err <= 0.16, "relative error " + std::to_string(err) +
-                                                  " (seed: call " + std::to_string(count) + ")");
+                    XT_CHECK_MSG(err <= 0.16,
+                                 "relative error " + std::to_string(err) + Seeds(count, count));
                 }
             },
             o));
@@ -212,7 +225,7 @@ TEST(Echo, HalfPrecisionInputs)
             const double err = RelErr(got, want);
             Say(rank, "echo %s: relative error %.4f\n", dt == loomBfloat16 ? "bfloat16" : "float16",
                 err);
-            XT_CHECK_MSG(err <= 0.16, "relative error " + std::to_string(err));
+            XT_CHECK_MSG(err <= 0.16, "relative error " + std::to_string(err) + Seeds(5, 5));
         }
     }));
 }
@@ -280,7 +293,7 @@ TEST(Echo, FeedbackTelescopes)
             d[i] = sum_y[i] - sum_s[i] + total[i]; /* E_0 = 0 */
         const double gap = Norm(d) / Norm(s1);
         Say(rank, "echo telescoping over %d calls: %.2e\n", K, gap);
-        XT_CHECK_MSG(gap <= 1e-5, "telescoping gap " + std::to_string(gap));
+        XT_CHECK_MSG(gap <= 1e-5, "telescoping gap " + std::to_string(gap) + Seeds(1000, 1199));
         XT_CHECK_LOOM(loomEchoDestroy(st));
     }));
 }
@@ -321,7 +334,8 @@ TEST(Echo, FeedbackBoundsTheAccumulatedError)
                     Say(rank, "echo K=%d %s inputs, feedback %s: worst %.3f, at K %.3f\n", K,
                         fresh ? "fresh" : "constant", fb ? "on" : "off", worst, last);
                     if (fb)
-                        XT_CHECK_MSG(worst <= 0.2, "with feedback " + std::to_string(worst));
+                        XT_CHECK_MSG(worst <= 0.2,
+                                     "with feedback " + std::to_string(worst) + Seeds(5000, 5199));
                     else
                         XT_CHECK_MSG(last >= (fresh ? 1.0 : 10.0),
                                      "without feedback only " + std::to_string(last));
@@ -373,7 +387,8 @@ TEST(Echo, ResidualStreamErrorDoesNotGrowWithDepth)
                 "%.3f %.3f, on %.3f %.3f %.3f\n",
                 err[0][0], err[0][1], err[0][2], err[1][0], err[1][1], err[1][2]);
             for (int m = 0; m < 3; m++)
-                XT_CHECK_MSG(err[1][m] <= 0.25, "with feedback " + std::to_string(err[1][m]));
+                XT_CHECK_MSG(err[1][m] <= 0.25,
+                             "with feedback " + std::to_string(err[1][m]) + Seeds(90001, 90128));
             XT_CHECK(err[1][2] / err[1][1] <= 1.2);
             XT_CHECK(err[0][2] / err[0][1] >= 1.6);
         },
@@ -401,7 +416,8 @@ TEST(Echo, PerHostVariantOverModelledHosts)
                     XT_CHECK_LOOM(loomEchoGetCounters(comm, &c1));
                     Say(rank, "echo %d hosts x %d ranks, count %zu: relative error %.4f\n", hosts,
                         per_host, count, err);
-                    XT_CHECK_MSG(err <= 0.16, "relative error " + std::to_string(err));
+                    XT_CHECK_MSG(err <= 0.16, "relative error " + std::to_string(err) +
+                                                  Seeds(77 + count, 77 + count));
                     XT_CHECK_EQ(c1.hierarchical - c0.hierarchical, 1u);
                     // Exact inside hosts (every rank sends the other slices); one first
                     // quantization per other host's contribution.
