@@ -21,8 +21,10 @@
 #include "dtype.h"
 #include "kernels_impl.h"
 
-#define KFN  static __attribute__((target("avx2,f16c")))
-#define KINL static inline __attribute__((target("avx2,f16c"), always_inline))
+#define KFN             static __attribute__((target("avx2,f16c")))
+#define KINL            static inline __attribute__((target("avx2,f16c"), always_inline))
+#define SIMD_BF16_WIDTH 256
+#include "simd_bf16.h"
 
 /* ---- Accumulator vectors --------------------------------------------------- */
 
@@ -266,22 +268,9 @@ KINL __m256 bf16_load(const uint16_t *p)
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-/* loom_bf16_encode on eight lanes: round the low half to nearest even, NaNs
- * keep their top payload bits and become quiet. */
 KINL void bf16_store(uint16_t *p, __m256 v)
 {
-    __m256i x = _mm256_castps_si256(v);
-    __m256i hi = _mm256_srli_epi32(x, 16);
-    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-    __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                       _mm256_set1_epi32(0x7f800000));
-    __m256i b = _mm256_blendv_epi8(r, nan, isnan);
-    /* Every lane is below 2^16, so the saturating pack only narrows. */
-    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    _mm_storeu_si128((__m128i *)p, packed);
+    _mm_storeu_si128((__m128i *)p, bf16_encode8(v));
 }
 #define bf16_load_q bf16_load
 #define bf16_sload  loom_bf16_decode

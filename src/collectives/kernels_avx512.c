@@ -23,6 +23,8 @@
 #define KINL                                                                                       \
     static inline                                                                                  \
         __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"), always_inline))
+#define SIMD_BF16_WIDTH 512
+#include "simd_bf16.h"
 
 /* ---- Accumulator vectors --------------------------------------------------- */
 
@@ -263,19 +265,9 @@ KINL __m512 bf16_load(const uint16_t *p)
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
-/* loom_bf16_encode on sixteen lanes: round the low half to nearest even,
- * NaNs keep their top payload bits and become quiet. */
 KINL void bf16_store(uint16_t *p, __m512 v)
 {
-    __m512i x = _mm512_castps_si512(v);
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __mmask16 isnan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                              _mm512_set1_epi32(0x7f800000));
-    __m512i b = _mm512_mask_mov_epi32(r, isnan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(b));
+    _mm256_storeu_si256((__m256i *)p, bf16_encode16(v));
 }
 #define bf16_load_q bf16_load
 #define bf16_sload  loom_bf16_decode

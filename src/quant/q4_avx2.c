@@ -17,8 +17,10 @@
 
 #include "q4_impl.h"
 
-#define KFN  static __attribute__((target("avx2,f16c")))
-#define KINL static inline __attribute__((target("avx2,f16c"), always_inline))
+#define KFN             static __attribute__((target("avx2,f16c")))
+#define KINL            static inline __attribute__((target("avx2,f16c"), always_inline))
+#define SIMD_BF16_WIDTH 256
+#include "simd_bf16.h"
 
 #define GROUP        256 /* values per encode group: 8 blocks */
 #define GROUP_BLOCKS 8
@@ -37,21 +39,6 @@ KINL __m256 load8(const void *src, int fmt, size_t i)
     if (fmt == SRC_F16)
         return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* loom_bf16_encode on eight lanes. */
-KINL __m128i bf16_encode8(__m256 v)
-{
-    __m256i x = _mm256_castps_si256(v);
-    __m256i hi = _mm256_srli_epi32(x, 16);
-    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-    /* Every lane is below 2^16, so the unsigned saturation keeps it. */
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
 // ---- Encode -------------------------------------------------------------------

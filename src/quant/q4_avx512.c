@@ -32,6 +32,8 @@
 #define KINL                                                                                       \
     static inline                                                                                  \
         __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c"), always_inline))
+#define SIMD_BF16_WIDTH 512
+#include "simd_bf16.h"
 
 #define GROUP        512 /* values per encode group: 16 blocks */
 #define GROUP_BLOCKS 16
@@ -54,21 +56,6 @@ KINL __m512 load16(const void *src, int fmt, size_t i)
     if (fmt == SRC_F16)
         return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* loom_bf16_encode on sixteen lanes: round the low half to nearest even;
- * NaNs keep their top payload bits and become quiet. */
-KINL __m256i bf16_encode16(__m512 v)
-{
-    __m512i x = _mm512_castps_si512(v);
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    return _mm512_cvtepi32_epi16(r);
 }
 
 // ---- Encode -------------------------------------------------------------------
