@@ -14,8 +14,8 @@
 #include "dtype.h"
 
 /* Common checks: stream, datatype, and count*esize*mult fits. */
-static loomResult_t check_common(loomStream_t stream, loomDataType_t dt, size_t count, size_t mult,
-                                 const char *fn, size_t *bytes_p)
+loomResult_t loom_check_common(loomStream_t stream, loomDataType_t dt, size_t count, size_t mult,
+                               const char *fn, size_t *bytes_p)
 {
     LOOM_CHECK(loom_stream_validate(stream));
     if (!loom_dtype_valid(dt)) {
@@ -41,7 +41,7 @@ static loomResult_t check_op(loomRedOp_t op, const char *fn)
     return loomSuccess;
 }
 
-static loomResult_t check_buf(const void *p, size_t bytes, const char *what, const char *fn)
+loomResult_t loom_check_buf(const void *p, size_t bytes, const char *what, const char *fn)
 {
     if (p == NULL && bytes > 0) {
         LOOM_WARN("%s: %s is NULL with %zu bytes to move", fn, what, bytes);
@@ -60,8 +60,8 @@ static loomResult_t check_root(loomComm_t comm, int root, const char *fn)
 }
 
 /* send [s, s+sn) and recv [r, r+rn) must be disjoint unless s == inplace_at. */
-static loomResult_t check_overlap(const void *s, size_t sn, const void *r, size_t rn,
-                                  const void *inplace_at, const char *fn)
+loomResult_t loom_check_overlap(const void *s, size_t sn, const void *r, size_t rn,
+                                const void *inplace_at, const char *fn)
 {
     uintptr_t a = (uintptr_t)s, b = (uintptr_t)r;
     if (sn == 0 || rn == 0 || s == NULL || r == NULL)
@@ -95,11 +95,11 @@ static loomResult_t all_reduce(const void *sendbuff, void *recvbuff, size_t coun
 {
     const char *fn = "loomAllReduce";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
-    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
-    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
-    LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     loom_coll_args_t a = {.kind = LOOM_COLL_ALLREDUCE,
                           .sendbuff = sendbuff,
                           .recvbuff = recvbuff,
@@ -114,11 +114,12 @@ static loomResult_t all_gather(const void *sendbuff, void *recvbuff, size_t send
 {
     const char *fn = "loomAllGather";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, sendcount, (size_t)comm->nranks, fn, &bytes));
-    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
-    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_common(stream, datatype, sendcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
     const void *inplace = recvbuff ? (const uint8_t *)recvbuff + (size_t)comm->rank * bytes : NULL;
-    LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks, inplace, fn));
+    LOOM_CHECK(
+        loom_check_overlap(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks, inplace, fn));
     loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHER,
                           .sendbuff = sendbuff,
                           .recvbuff = recvbuff,
@@ -133,14 +134,15 @@ static loomResult_t reduce_scatter(const void *sendbuff, void *recvbuff, size_t 
 {
     const char *fn = "loomReduceScatter";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, recvcount, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, recvcount, (size_t)comm->nranks, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
-    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
-    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
     /* In place: recvbuff == sendbuff + rank*recvcount; check_overlap compares the
      * send pointer, so swap roles: the receive block sits inside the send range. */
     const void *inplace = sendbuff ? (const uint8_t *)sendbuff + (size_t)comm->rank * bytes : NULL;
-    LOOM_CHECK(check_overlap(recvbuff, bytes, sendbuff, bytes * (size_t)comm->nranks, inplace, fn));
+    LOOM_CHECK(
+        loom_check_overlap(recvbuff, bytes, sendbuff, bytes * (size_t)comm->nranks, inplace, fn));
     loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE_SCATTER,
                           .sendbuff = sendbuff,
                           .recvbuff = recvbuff,
@@ -156,13 +158,13 @@ static loomResult_t broadcast(const void *sendbuff, void *recvbuff, size_t count
 {
     const char *fn = "loomBroadcast";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_root(comm, root, fn));
     if (comm->rank == root) {
-        LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff (on the root)", fn));
-        LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+        LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff (on the root)", fn));
+        LOOM_CHECK(loom_check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     }
-    LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
     loom_coll_args_t a = {.kind = LOOM_COLL_BCAST,
                           .sendbuff = sendbuff,
                           .recvbuff = recvbuff,
@@ -178,13 +180,13 @@ static loomResult_t reduce(const void *sendbuff, void *recvbuff, size_t count,
 {
     const char *fn = "loomReduce";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, count, 1, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, count, 1, fn, &bytes));
     LOOM_CHECK(check_op(op, fn));
     LOOM_CHECK(check_root(comm, root, fn));
-    LOOM_CHECK(check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff", fn));
     if (comm->rank == root) {
-        LOOM_CHECK(check_buf(recvbuff, bytes, "recvbuff (on the root)", fn));
-        LOOM_CHECK(check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+        LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff (on the root)", fn));
+        LOOM_CHECK(loom_check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     }
     loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE,
                           .sendbuff = sendbuff,
@@ -201,11 +203,11 @@ static loomResult_t all_to_all(const void *sendbuff, void *recvbuff, size_t coun
 {
     const char *fn = "loomAllToAll";
     size_t bytes;
-    LOOM_CHECK(check_common(stream, datatype, count, (size_t)comm->nranks, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, count, (size_t)comm->nranks, fn, &bytes));
     size_t total = bytes * (size_t)comm->nranks;
-    LOOM_CHECK(check_buf(sendbuff, total, "sendbuff", fn));
-    LOOM_CHECK(check_buf(recvbuff, total, "recvbuff", fn));
-    LOOM_CHECK(check_overlap(sendbuff, total, recvbuff, total, NULL, fn));
+    LOOM_CHECK(loom_check_buf(sendbuff, total, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, total, "recvbuff", fn));
+    LOOM_CHECK(loom_check_overlap(sendbuff, total, recvbuff, total, NULL, fn));
     loom_coll_args_t a = {.kind = LOOM_COLL_ALLTOALL,
                           .sendbuff = sendbuff,
                           .recvbuff = recvbuff,
@@ -239,7 +241,7 @@ static loomResult_t all_to_allv(const void *sendbuff, const size_t sendcounts[],
 {
     const char *fn = "loomAllToAllv";
     size_t es_bytes;
-    LOOM_CHECK(check_common(stream, datatype, 1, 1, fn, &es_bytes));
+    LOOM_CHECK(loom_check_common(stream, datatype, 1, 1, fn, &es_bytes));
     if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
         LOOM_WARN("%s: counts and displacements must not be NULL", fn);
         return loomInvalidArgument;
@@ -248,9 +250,9 @@ static loomResult_t all_to_allv(const void *sendbuff, const size_t sendcounts[],
     size_t sbytes, rbytes;
     LOOM_CHECK(v_extent(sendcounts, sdispls, n, es_bytes, "send", &sbytes));
     LOOM_CHECK(v_extent(recvcounts, rdispls, n, es_bytes, "receive", &rbytes));
-    LOOM_CHECK(check_buf(sendbuff, sbytes, "sendbuff", fn));
-    LOOM_CHECK(check_buf(recvbuff, rbytes, "recvbuff", fn));
-    LOOM_CHECK(check_overlap(sendbuff, sbytes, recvbuff, rbytes, NULL, fn));
+    LOOM_CHECK(loom_check_buf(sendbuff, sbytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, rbytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_overlap(sendbuff, sbytes, recvbuff, rbytes, NULL, fn));
     size_t *v = malloc(4 * (size_t)n * sizeof(size_t));
     if (v == NULL) {
         LOOM_WARN("%s: out of memory copying %d counts", fn, n);
@@ -283,12 +285,12 @@ static loomResult_t p2p_enqueue(loom_op_kind_t kind, const void *sbuf, void *rbu
                                 const char *fn)
 {
     size_t bytes;
-    LOOM_CHECK(check_common(stream, dt, count, 1, fn, &bytes));
+    LOOM_CHECK(loom_check_common(stream, dt, count, 1, fn, &bytes));
     if (peer < 0 || peer >= comm->nranks) {
         LOOM_WARN("%s: peer %d out of range [0, %d)", fn, peer, comm->nranks);
         return loomInvalidArgument;
     }
-    LOOM_CHECK(check_buf(kind == LOOM_OP_SEND ? sbuf : rbuf, bytes, "buffer", fn));
+    LOOM_CHECK(loom_check_buf(kind == LOOM_OP_SEND ? sbuf : rbuf, bytes, "buffer", fn));
     loom_op_t op;
     memset(&op, 0, sizeof(op));
     op.kind = kind;

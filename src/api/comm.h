@@ -115,6 +115,16 @@ loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
 loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, const loom_op_t *op);
 /* InvalidArgument unless stream is NULL or a live stream. */
 loomResult_t loom_stream_validate(loomStream_t stream);
+/* Argument checks shared by the entry points (coll_api.c); each gives
+ * InvalidArgument with a message naming fn. check_common: a valid stream and
+ * datatype, and count * size * mult fits (*bytes_p = count * size).
+ * check_buf: p may be NULL only when bytes is 0. check_overlap: send
+ * [s, s+sn) and recv [r, r+rn) are disjoint unless s == inplace_at. */
+loomResult_t loom_check_common(loomStream_t stream, loomDataType_t dt, size_t count, size_t mult,
+                               const char *fn, size_t *bytes_p);
+loomResult_t loom_check_buf(const void *p, size_t bytes, const char *what, const char *fn);
+loomResult_t loom_check_overlap(const void *s, size_t sn, const void *r, size_t rn,
+                                const void *inplace_at, const char *fn);
 /* The communicator's Echo engine, made on first use; SystemError if out of memory. */
 loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p);
 /* Drops a reference on an Echo state; frees it at zero (echo_api.c). */

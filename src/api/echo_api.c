@@ -9,7 +9,6 @@
 
 #include "check.h"
 #include "comm.h"
-#include "dtype.h"
 #include "echo.h"
 #include "loom_echo.h"
 #include "q4.h"
@@ -142,25 +141,12 @@ static loomResult_t echo_all_reduce(const void *sendbuff, void *recvbuff, size_t
                                     loomStream_t stream)
 {
     const char *fn = "loomEchoAllReduce";
-    LOOM_CHECK(loom_stream_validate(stream));
+    size_t bytes;
     LOOM_CHECK(check_dtype(dt, fn));
-    const size_t es = loom_dtype_size(dt);
-    if (count > SIZE_MAX / es) {
-        LOOM_WARN("%s: count %zu overflows the address space", fn, count);
-        return loomInvalidArgument;
-    }
-    const size_t bytes = count * es;
-    if (bytes > 0 && (sendbuff == NULL || recvbuff == NULL)) {
-        LOOM_WARN("%s: %s is NULL with %zu bytes to move", fn,
-                  sendbuff == NULL ? "sendbuff" : "recvbuff", bytes);
-        return loomInvalidArgument;
-    }
-    uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
-    if (bytes > 0 && s != r && s < r + bytes && r < s + bytes) {
-        LOOM_WARN("%s: send buffer %p and receive buffer %p overlap without being equal", fn,
-                  sendbuff, recvbuff);
-        return loomInvalidArgument;
-    }
+    LOOM_CHECK(loom_check_common(stream, dt, count, 1, fn, &bytes));
+    LOOM_CHECK(loom_check_buf(sendbuff, bytes, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
+    LOOM_CHECK(loom_check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     if (state != NULL) {
         LOOM_CHECK(check_state(state, fn));
         if (state->comm != comm || state->count != count || state->dt != dt) {
