@@ -6,8 +6,9 @@
 # core, collectives and the transport layer's p2p.h/transport.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer; api
-# sees everything; bench, examples, tests/coll and tests/echo see only the
-# public headers and their own folder's headers. Run by the lint suite;
+# sees everything; bench, examples, trainer, tests/coll and tests/echo see only
+# the public headers and their own folder's headers (tests/trainer: and the
+# trainer's kernels, ops.h). Run by the lint suite;
 # prints each violation and exits 1 if there is any.
 import os
 import re
@@ -99,6 +100,8 @@ def main():
     bad += check_public_only("examples")
     bad += check_public_only("tests/coll", extra_ok=("mp_fixture.h", "verify.h"))
     bad += check_public_only("tests/echo", extra_ok=("mp_fixture.h", "verify.h"))
+    bad += check_public_only("trainer")
+    bad += check_public_only("tests/trainer", extra_ok=("ops.h",))
     for b in bad:
         print(b)
     return 1 if bad else 0

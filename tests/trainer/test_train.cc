@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_train.cc - loom-train end to end, through loomrun: every parallel mode and the listed
+// combinations against one process (losses at every step and final parameters), what each mode
+// holds per rank and which collectives it calls, checkpoint resume, Echo on the TP all-reduces,
+// the PyTorch reference (when torch is installed) and bad options. The programs' paths come in
+// LOOMRUN, LOOM_TRAIN and TORCH_REF.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// The tiny model every test trains: L2 C32 H4 T16, batch 8, 5 steps, one validation batch.
+constexpr int kL = 2, kC = 32, kV = 256, kT = 16, kSteps = 5;
+const std::string kModel = "--layers 2 --d 32 --heads 4 --ctx 16 --batch 8 --val-batches 1";
+
+size_t EmbFloats()
+{
+    return size_t(kV) * kC + size_t(kT) * kC;
+}
+size_t BlockFloats()
+{
+    return 4 * size_t(kC) + 12 * size_t(kC) * kC;
+}
+size_t GlobalFloats()
+{
+    return EmbFloats() + kL * BlockFloats() + 2 * kC;
+}
+
+std::string TmpDir()
+{
+    static std::string dir;
+    if (dir.empty()) {
+        const char *t = getenv("TMPDIR");
+        std::string templ = std::string(t ? t : "/tmp") + "/loomtrain.XXXXXX";
+        std::vector<char> buf(templ.begin(), templ.end());
+        buf.push_back('\0');
+        if (!mkdtemp(buf.data()))
+            return "/tmp";
+        dir = buf.data();
+    }
+    return dir;
+}
+
+std::string Slurp(const std::string &path)
+{
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// One finished loom-train run.
+struct TrainRun {
+    int rc = -1;
+    std::string log;            // stdout and stderr
+    std::vector<double> losses; // per step
+    std::string summary;        // the JSON summary line
+    std::vector<float> params;  // the final global parameter vector
+    std::string name;
+};
+
+double JsonNum(const std::string &line, const std::string &key)
+{
+    size_t p = line.find("\"" + key + "\":");
+    if (p == std::string::npos)
+        return NAN;
+    return strtod(line.c_str() + p + key.size() + 3, nullptr);
+}
+
+// "purpose.kind":[calls,bytes] from the summary; {0, 0} when absent.
+std::pair<double, double> Comm(const TrainRun &r, const std::string &key)
+{
+    size_t p = r.summary.find("\"" + key + "\":[");
+    if (p == std::string::npos)
+        return {0, 0};
+    const char *s = r.summary.c_str() + p + key.size() + 4;
+    char *end;
+    double calls = strtod(s, &end);
+    double bytes = strtod(end + 1, nullptr);
+    return {calls, bytes};
+}
+
+// Per rank: {params, grads, optimizer, peak temporaries, activations (bytes), local floats}.
+std::vector<std::vector<double>> Mem(const TrainRun &r)
+{
+    std::vector<std::vector<double>> out;
+    size_t p = r.summary.find("\"mem\":[");
+    if (p == std::string::npos)
+        return out;
+    const char *s = r.summary.c_str() + p + 7;
+    while (*s == '[' || *s == ',') {
+        if (*s == ',') {
+            s++;
+            continue;
+        }
+        s++;
+        std::vector<double> row;
+        char *end;
+        for (int i = 0; i < 6; i++) {
+            row.push_back(strtod(s, &end));
+            s = end + 1;
+        }
+        out.push_back(row);
+    }
+    return out;
+}
+
+TrainRun Train(const std::string &name, int nranks, const std::string &args,
+               const std::string &extra_env = "")
+{
+    TrainRun r;
+    r.name = name;
+    const char *loomrun = getenv("LOOMRUN"), *train = getenv("LOOM_TRAIN");
+    if (!loomrun || !train) {
+        ADD_FAILURE() << "LOOMRUN and LOOM_TRAIN must name the programs";
+        return r;
+    }
+    std::string d = TmpDir() + "/" + name;
+    std::string cmd = extra_env + " timeout 300 " + loomrun + " -n " + std::to_string(nranks) +
+                      " " + train + " " + kModel + " --steps " + std::to_string(kSteps) +
+                      " --quiet --log-json " + d + ".json --dump-params " + d + ".bin " + args +
+                      " > " + d + ".log 2>&1";
+    int st = system(cmd.c_str());
+    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.log = Slurp(d + ".log");
+    std::istringstream js(Slurp(d + ".json"));
+    for (std::string line; std::getline(js, line);) {
+        if (line.find("\"summary\"") != std::string::npos)
+            r.summary = line;
+        else if (line.find("\"step\"") != std::string::npos)
+            r.losses.push_back(JsonNum(line, "loss"));
+    }
+    std::string bin = Slurp(d + ".bin");
+    r.params.resize(bin.size() / sizeof(float));
+    if (!r.params.empty())
+        memcpy(r.params.data(), bin.data(), r.params.size() * sizeof(float));
+    return r;
+}
+
+// The single-process run every mode is compared with (and one with matching accumulation).
+const TrainRun &Reference(int micro = 1)
+{
+    static std::map<int, TrainRun> refs;
+    if (!refs.count(micro))
+        refs[micro] = Train("ref" + std::to_string(micro), 1, "--micro " + std::to_string(micro));
+    return refs[micro];
+}
+
+struct Diff {
+    double loss_rel = 0;  // worst relative loss difference over the steps
+    double param_rel = 0; // ||a - b|| / ||b|| over the parameter vector
+    double param_abs = 0; // max |a - b|
+    bool bitwise = false;
+};
+
+Diff Compare(const TrainRun &a, const TrainRun &b)
+{
+    Diff d;
+    for (size_t i = 0; i < a.losses.size() && i < b.losses.size(); i++)
+        d.loss_rel =
+            std::max(d.loss_rel, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.params.size() && i < b.params.size(); i++) {
+        double e = double(a.params[i]) - double(b.params[i]);
+        num += e * e;
+        den += double(b.params[i]) * b.params[i];
+        d.param_abs = std::max(d.param_abs, std::fabs(e));
+    }
+    d.param_rel = den > 0 ? std::sqrt(num / den) : INFINITY;
+    d.bitwise = a.params.size() == b.params.size() &&
+                memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)) == 0;
+    return d;
+}
+
+// The run finished and produced every step and the full parameter vector.
+::testing::AssertionResult Complete(const TrainRun &r)
+{
+    if (r.rc != 0)
+        return ::testing::AssertionFailure() << r.name << " exited " << r.rc << ":\n" << r.log;
+    if (r.losses.size() != size_t(kSteps) || r.params.size() != GlobalFloats() || r.summary.empty())
+        return ::testing::AssertionFailure()
+               << r.name << ": " << r.losses.size() << " steps, " << r.params.size()
+               << " parameters (want " << GlobalFloats() << ")\n"
+               << r.log;
+    for (double l : r.losses)
+        if (!std::isfinite(l))
+            return ::testing::AssertionFailure() << r.name << ": a loss is not finite";
+    return ::testing::AssertionSuccess();
+}
+
+struct Mode {
+    const char *name;
+    int ranks;
+    const char *args;
+    int ref_micro; // the reference with the same gradient accumulation
+};
+
+class Equivalence : public ::testing::TestWithParam<Mode> {};
+
+// Each mode, from the same initialisation on the same global batches, gives the losses and the
+// final parameters of one process within 1e-5 relative. Reduction order is the only difference:
+// a split sum adds each part before the parts (float rounding), so they are not bitwise equal.
+TEST_P(Equivalence, SameLossesAndParametersAsOneProcess)
+{
+    const Mode &m = GetParam();
+    const TrainRun &ref = Reference(m.ref_micro);
+    ASSERT_TRUE(Complete(ref));
+    TrainRun r = Train(m.name, m.ranks, m.args);
+    ASSERT_TRUE(Complete(r));
+    Diff d = Compare(r, ref);
+    printf("[ measured ] %-10s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", m.name,
+           d.loss_rel, d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
+    EXPECT_LE(d.loss_rel, 1e-5);
+    EXPECT_LE(d.param_rel, 1e-5);
+    EXPECT_LE(d.param_abs, 1e-5);
+    // Training moved the parameters: the comparison is not between two initialisations.
+    static const TrainRun init = Train("init", 1, "--steps 0");
+    ASSERT_EQ(init.rc, 0) << init.log;
+    EXPECT_GT(Compare(r, init).param_rel, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, Equivalence,
+    ::testing::Values(
+        Mode{"dp2", 2, "--dp 2", 2}, Mode{"zero1x2", 2, "--zero 1", 2},
+        Mode{"zero2x2", 2, "--zero 2", 2}, Mode{"zero3x2", 2, "--zero 3", 2},
+        Mode{"tp2", 2, "--tp 2", 1}, Mode{"pp2_1f1b", 2, "--pp 2 --micro 4 --schedule 1f1b", 4},
+        Mode{"pp2_gpipe", 2, "--pp 2 --micro 4 --schedule gpipe", 4}, Mode{"cp2", 2, "--cp 2", 1},
+        Mode{"dp2xtp2", 4, "--dp 2 --tp 2", 2}, Mode{"tp2xpp2", 4, "--tp 2 --pp 2 --micro 4", 4},
+        Mode{"dp2xpp2", 4, "--dp 2 --pp 2 --micro 2", 4}, Mode{"cp2xtp2", 4, "--cp 2 --tp 2", 1},
+        Mode{"zero3_cp2", 4, "--zero 3 --dp 2 --cp 2", 2},
+        Mode{"dp2tp2pp2", 8, "--dp 2 --tp 2 --pp 2 --micro 2", 4}),
+    [](const ::testing::TestParamInfo<Mode> &i) { return std::string(i.param.name); });
+
+// GPipe and 1F1B run the same backwards in the same order: bitwise equal results.
+TEST(Trainer, GPipeAnd1F1BAreBitwiseEqual)
+{
+    TrainRun a = Train("sched-1f1b", 2, "--pp 2 --micro 4 --schedule 1f1b");
+    TrainRun b = Train("sched-gpipe", 2, "--pp 2 --micro 4 --schedule gpipe");
+    ASSERT_TRUE(Complete(a));
+    ASSERT_TRUE(Complete(b));
+    EXPECT_TRUE(Compare(a, b).bitwise);
+    EXPECT_EQ(a.losses, b.losses);
+}
+
+// Reducing gradients on a stream during the backward changes when, not what: bitwise equal.
+TEST(Trainer, OverlapDoesNotChangeResults)
+{
+    TrainRun a = Train("overlap", 2, "--dp 2");
+    TrainRun b = Train("no-overlap", 2, "--dp 2 --no-overlap");
+    ASSERT_TRUE(Complete(a));
+    ASSERT_TRUE(Complete(b));
+    EXPECT_TRUE(Compare(a, b).bitwise);
+}
+
+// ---- What each mode holds per rank --------------------------------------------------------------
+
+double Near(double x, double want, double slack)
+{
+    return std::fabs(x - want) <= slack;
+}
+
+TEST(Distribution, EachModeHoldsItsShare)
+{
+    const TrainRun &ref = Reference();
+    ASSERT_TRUE(Complete(ref));
+    auto rm = Mem(ref);
+    ASSERT_EQ(rm.size(), 1u);
+    const double P = double(GlobalFloats()) * 4, slack = 4.0 * 4 * (kL + 2) * 8;
+    EXPECT_EQ(rm[0][0], P);
+    EXPECT_EQ(rm[0][1], P);
+    EXPECT_EQ(rm[0][2], 2 * P);
+
+    struct Case {
+        const char *name, *args;
+        double params, grads, opt; // fractions of one process's
+    };
+    for (const Case &c :
+         {Case{"mem-zero1", "--zero 1", 1, 1.5, 0.5}, Case{"mem-zero2", "--zero 2", 1, 0.5, 0.5},
+          Case{"mem-zero3", "--zero 3", 0.5, 0.5, 0.5}}) {
+        TrainRun r = Train(c.name, 2, c.args);
+        ASSERT_TRUE(Complete(r));
+        auto m = Mem(r);
+        ASSERT_EQ(m.size(), 2u);
+        for (int k = 0; k < 2; k++) {
+            EXPECT_TRUE(Near(m[k][0], c.params * P, slack))
+                << c.name << " rank " << k << " params " << m[k][0];
+            EXPECT_TRUE(Near(m[k][1], c.grads * P, slack))
+                << c.name << " rank " << k << " grads " << m[k][1];
+            EXPECT_TRUE(Near(m[k][2], c.opt * 2 * P, slack))
+                << c.name << " rank " << k << " opt " << m[k][2];
+            // ZeRO-2/3 hold a whole unit only while it is in use: at most the embedding (kept
+            // from its use to the tied head), one block and the final LayerNorm at once, for
+            // parameters (ZeRO-3) and for gradients.
+            double units = (EmbFloats() + BlockFloats() + 2.0 * kC) * 4;
+            if (c.params < 1 || c.grads < 1) {
+                EXPECT_GT(m[k][3], 0) << c.name;
+                EXPECT_LE(m[k][3], (c.params < 1 ? 2 : 1) * units + slack) << c.name;
+            }
+        }
+    }
+    // TP: the split matrices are halved, the embeddings and LayerNorms replicated.
+    TrainRun tp = Train("mem-tp2", 2, "--tp 2");
+    ASSERT_TRUE(Complete(tp));
+    size_t split = size_t(kL) * 12 * kC * kC;
+    for (auto &m : Mem(tp))
+        EXPECT_EQ(m[5], double(GlobalFloats() - split + split / 2));
+    // PP: each stage holds its layers; the last one also the final LayerNorm and wte's copy.
+    TrainRun pp = Train("mem-pp2", 2, "--pp 2 --micro 2");
+    ASSERT_TRUE(Complete(pp));
+    auto pm = Mem(pp);
+    ASSERT_EQ(pm.size(), 2u);
+    EXPECT_EQ(pm[0][5], double(EmbFloats() + BlockFloats()));
+    EXPECT_EQ(pm[1][5], double(BlockFloats() + 2 * kC + size_t(kV) * kC));
+    // CP: each rank's activations are those of its half of every sequence.
+    TrainRun cp = Train("mem-cp2", 2, "--cp 2");
+    ASSERT_TRUE(Complete(cp));
+    for (auto &m : Mem(cp))
+        EXPECT_EQ(m[4], rm[0][4] / 2);
+}
+
+// ---- Which collectives each mode calls (rank 0's counters over 5 steps + 1 validation) ----------
+
+TEST(Collectives, EachModeCallsWhatItMust)
+{
+    const double units = kL + 2, steps = kSteps;
+    struct Want {
+        const char *key;
+        double calls;
+    };
+    struct Case {
+        const char *name;
+        int ranks;
+        const char *args;
+        std::vector<Want> want;
+    };
+    const std::vector<Case> cases = {
+        {"coll-dp2",
+         2,
+         "--dp 2",
+         {{"data.allreduce", steps * units}, {"misc.allreduce", 2 * steps + 1}}},
+        {"coll-zero1",
+         2,
+         "--zero 1",
+         {{"data.reducescatter", steps * units},
+          {"data.allgather", steps * units},
+          {"data.allreduce", 0}}},
+        {"coll-zero2",
+         2,
+         "--zero 2 --micro 2",
+         {{"data.reducescatter", 2 * steps * units}, {"data.allgather", steps * units}}},
+        // ZeRO-3 gathers every unit before its forward and before its backward (and for the
+        // validation forward); the embedding stays gathered from its use to the tied head.
+        {"coll-zero3",
+         2,
+         "--zero 3",
+         {{"data.allgather", 2 * steps * units + units}, {"data.reducescatter", steps * units}}},
+        // TP: one all-reduce per row-parallel layer forward, one per column-parallel input
+        // backward: 2 + 2 per block and step; 2 per block for the validation forward.
+        {"coll-tp2", 2, "--tp 2", {{"tp.allreduce", steps * 4 * kL + 2 * kL}, {"tp.echo", 0}}},
+        {"coll-tp2-echo",
+         2,
+         "--tp 2 --tp-allreduce echo",
+         {{"tp.echo", steps * 2 * kL}, {"tp.allreduce", steps * 2 * kL + 2 * kL}}},
+        // PP with 4 micro-batches: the first stage sends 4 activations and receives 4
+        // gradients per step; the tied embedding is summed once per step.
+        {"coll-pp2",
+         2,
+         "--pp 2 --micro 4",
+         {{"pp.send", steps * 4 + 4}, {"pp.recv", steps * 4}, {"tie.allreduce", steps}}},
+        // CP ring: per block, 1 key/value block forward; 2 turns (keys/values and their
+        // gradients) backward; 1 for the validation forward.
+        {"coll-cp2",
+         2,
+         "--cp 2",
+         {{"cp.send", steps * kL * 5 + kL}, {"cp.recv", steps * kL * 5 + kL}}},
+    };
+    for (const Case &c : cases) {
+        TrainRun r = Train(c.name, c.ranks, c.args);
+        ASSERT_TRUE(Complete(r));
+        for (const Want &w : c.want)
+            EXPECT_EQ(Comm(r, w.key).first, w.calls) << c.name << " " << w.key << "\n" << r.summary;
+    }
+    // Bytes: plain DP all-reduces every gradient once per step.
+    TrainRun dp = Train("coll-dp2-bytes", 2, "--dp 2");
+    ASSERT_TRUE(Complete(dp));
+    EXPECT_TRUE(
+        Near(Comm(dp, "data.allreduce").second, steps * GlobalFloats() * 4, steps * units * 4))
+        << Comm(dp, "data.allreduce").second;
+}
+
+// ---- Checkpoints
+// ---------------------------------------------------------------------------------
+
+TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
+{
+    for (const std::string grid : {"", "--zero 3 --dp 2", "--tp 2"}) {
+        int n = grid.empty() ? 1 : 2;
+        std::string tag = grid.empty()                             ? "one"
+                          : grid.find("zero") != std::string::npos ? "zero3"
+                                                                   : "tp2";
+        std::string ck = TmpDir() + "/ckpt-" + tag;
+        TrainRun whole = Train("ck-whole-" + tag, n, grid);
+        TrainRun first = Train("ck-first-" + tag, n, grid + " --steps 3 --save " + ck);
+        TrainRun rest = Train("ck-rest-" + tag, n, grid + " --resume " + ck);
+        ASSERT_TRUE(Complete(whole));
+        ASSERT_EQ(first.rc, 0) << first.log;
+        ASSERT_EQ(rest.rc, 0) << rest.log;
+        ASSERT_EQ(rest.losses.size(), 2u) << rest.log;
+        EXPECT_EQ(rest.losses[0], whole.losses[3]) << tag;
+        EXPECT_EQ(rest.losses[1], whole.losses[4]) << tag;
+        EXPECT_TRUE(Compare(rest, whole).bitwise) << tag;
+    }
+    // A checkpoint of another layout is refused with a message, not loaded.
+    std::string ck = TmpDir() + "/ckpt-one";
+    TrainRun wrong = Train("ck-wrong", 1, "--d 64 --resume " + ck);
+    EXPECT_NE(wrong.rc, 0);
+    EXPECT_NE(wrong.log.find("another model or parallel layout"), std::string::npos) << wrong.log;
+}
+
+// ---- Echo on the TP all-reduces -----------------------------------------------------------------
+
+TEST(Echo, TwoHundredStepsOfTp2EndWithinTwoPercentOfFp32)
+{
+    const std::string args = "--tp 2 --steps 200 --layers 2 --d 64 --ctx 32 --val-batches 4";
+    TrainRun fp = Train("echo-fp32", 2, args);
+    TrainRun ec = Train("echo-echo", 2, args + " --tp-allreduce echo");
+    ASSERT_EQ(fp.rc, 0) << fp.log;
+    ASSERT_EQ(ec.rc, 0) << ec.log;
+    ASSERT_EQ(fp.losses.size(), 200u);
+    ASSERT_EQ(ec.losses.size(), 200u);
+    auto tail = [](const TrainRun &r) {
+        double s = 0;
+        for (size_t i = 180; i < 200; i++)
+            s += r.losses[i];
+        return s / 20;
+    };
+    for (double l : ec.losses)
+        ASSERT_TRUE(std::isfinite(l) && l < 6.0) << "Echo diverged";
+    double vf = JsonNum(fp.summary, "val_loss"), ve = JsonNum(ec.summary, "val_loss");
+    double tf = tail(fp), te = tail(ec);
+    printf("[ measured ] 200 steps tp2: val loss fp32 %.4f echo %.4f (%+.2f%%); mean loss of the "
+           "last 20 steps fp32 %.4f echo %.4f (%+.2f%%)\n",
+           vf, ve, 100 * (ve - vf) / vf, tf, te, 100 * (te - tf) / tf);
+    EXPECT_LT(tf, 0.75 * fp.losses[0]) << "fp32 did not train";
+    EXPECT_LE(std::fabs(ve - vf) / vf, 0.02);
+    EXPECT_LE(std::fabs(te - tf) / tf, 0.02);
+    EXPECT_GT(Comm(ec, "tp.echo").first, 0);
+}
+
+// ---- The PyTorch reference --------------------------------------------------------------------
+
+TEST(TorchReference, LossAndGradientsMatchInEveryMode)
+{
+    const char *ref = getenv("TORCH_REF");
+    ASSERT_NE(ref, nullptr) << "TORCH_REF must name tests/trainer/torch_ref.py";
+    // The first Python that has torch: the PATH's, else the system's (python3-torch).
+    std::string py;
+    for (const char *cand : {"python3", "/usr/bin/python3"})
+        if (py.empty() &&
+            system((std::string(cand) + " -c 'import torch' > /dev/null 2>&1").c_str()) == 0)
+            py = cand;
+    if (py.empty())
+        GTEST_SKIP() << "PyTorch is not installed (python3-torch): the torch comparison is skipped";
+    std::string d = TmpDir();
+    TrainRun init = Train("torch-init", 1, "--steps 0");
+    ASSERT_EQ(init.rc, 0) << init.log;
+    for (auto [name, n, args] :
+         std::vector<std::tuple<std::string, int, std::string>>{{"one", 1, ""},
+                                                                {"tp2", 2, "--tp 2"},
+                                                                {"cp2", 2, "--cp 2"},
+                                                                {"pp2", 2, "--pp 2 --micro 4"},
+                                                                {"zero3", 2, "--zero 3"}}) {
+        std::string p = d + "/torch-" + name;
+        TrainRun r = Train("torch-" + name, n,
+                           args + " --steps 1 --dump-grads " + p + ".g --dump-batch " + p + ".b");
+        ASSERT_EQ(r.rc, 0) << r.log;
+        std::string cmd = py + " " + ref + " --layers 2 --d 32 --heads 4 --ctx 16 " +
+                          "--batch 8 --params " + d + "/torch-init.bin --batch-file " + p +
+                          ".b --grads " + p + ".g --log " + d + "/torch-" + name + ".json > " + p +
+                          ".out 2>&1";
+        int st = system(cmd.c_str());
+        std::string out = Slurp(p + ".out");
+        size_t verdict = out.rfind("torch reference");
+        if (verdict != std::string::npos)
+            printf("[ measured ] %s: %s", name.c_str(), out.substr(verdict).c_str());
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << name << "\n" << out;
+    }
+}
+
+// ---- Bad options
+// ---------------------------------------------------------------------------------
+
+TEST(Options, BadOptionsGetAClearErrorAndNoCrash)
+{
+    struct Case {
+        int ranks;
+        const char *args, *message;
+    };
+    for (const Case &c : {
+             Case{2, "--tp 3", "must equal the 2 ranks"},
+             Case{2, "--tp 2 --heads 3 --d 33", "must divide --heads"},
+             Case{1, "--heads 5", "not a multiple of --heads"},
+             Case{2, "--pp 2 --zero 2", "not supported"},
+             Case{1, "--layers 2 --pp 1 --batch 3 --micro 2", "must be a multiple of"},
+             Case{2, "--cp 2 --ctx 6", "multiple of 2 * --cp"},
+             Case{1, "--data /nonexistent/corpus", "cannot open the corpus"},
+             Case{1, "--lr -1", "bad value '-1' for --lr"},
+             Case{1, "--zero 7", "--zero 0..3"},
+             Case{1, "--schedule zigzag", "bad value 'zigzag' for --schedule"},
+             Case{1, "--frobnicate", "unrecognized option"},
+         }) {
+        TrainRun r = Train("bad", c.ranks, c.args);
+        EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.log;
+        EXPECT_NE(r.log.find(c.message), std::string::npos) << c.args << "\n" << r.log;
+    }
+    // A corpus too small for one sequence.
+    std::string tiny = TmpDir() + "/tiny.txt";
+    FILE *f = fopen(tiny.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("too short", f);
+    fclose(f);
+    TrainRun r = Train("bad-tiny", 1, "--data " + tiny);
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_NE(r.log.find("too small"), std::string::npos) << r.log;
+}
+
+} // namespace

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * train.h - the pieces of loom-train and how they meet: options, the grid of communicators,
+ * the parameter engine (DP, ZeRO-1/2/3), one micro-batch's activations, the stage's forward and
+ * backward, the pipeline schedules, data and checkpoints. Each .c file owns one of them.
+ */
+#ifndef LOOM_TRAINER_TRAIN_H
+#define LOOM_TRAINER_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom.h"
+#include "loom_echo.h"
+#include "model.h"
+
+/* ---- Options (main.c) ---------------------------------------------------------------------- */
+
+enum schedule { SCHED_1F1B, SCHED_GPIPE };
+enum tp_reduce { TP_FP32, TP_ECHO };
+
+typedef struct {
+    model_cfg_t model;
+    int dp, tp, pp, cp;
+    int zero;  /* 0 (plain DP), 1, 2, 3 */
+    int batch; /* global batch, in sequences */
+    int micro; /* micro-batches per step on each rank */
+    int steps;
+    int schedule;
+    int tp_reduce;
+    int overlap; /* DP/ZeRO-1 gradient reduction on a stream during the backward */
+    double lr, beta1, beta2, eps, wd, clip;
+    int warmup;       /* steps of linear learning-rate warmup */
+    const char *data; /* corpus file */
+    double val_frac;  /* tail of the corpus kept for validation */
+    int val_every, val_batches;
+    const char *save, *resume, *log_json, *dump_params;
+    const char *dump_grads, *dump_batch; /* the first step's gradients and global batch */
+    int quiet;
+} opts_t;
+
+/* ---- Communicators and counters (comm.c) --------------------------------------------------- */
+
+enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_COUNT };
+enum ckind { K_ALLREDUCE, K_ECHO, K_REDUCESCATTER, K_ALLGATHER, K_SEND, K_RECV, K_COUNT };
+
+typedef struct {
+    loomComm_t world, tp, cp, data, tie; /* tie: first and last stage (NULL elsewhere or pp 1) */
+    int rank, size;
+    grid_pos_t g;
+    int data_rank, data_size; /* position in the data group (dp x cp) */
+    int pp_prev, pp_next;     /* world ranks of the neighbouring stages, -1 if none */
+    int cp_prev, cp_next;     /* ranks in cp */
+    loomStream_t stream;      /* gradient reduction during the backward */
+    int use_echo;             /* TP_ECHO: row-parallel outputs go through Echo */
+    loomEchoState_t echo;     /* the residual stream's feedback state */
+    size_t echo_count;
+    uint64_t calls[P_COUNT][K_COUNT], bytes[P_COUNT][K_COUNT];
+    double comm_s;    /* seconds spent waiting in communication */
+    double pp_wait_s; /* of which waiting on the pipeline neighbours */
+} tcomm_t;
+
+/* Exits the process with the loom error after printing what failed. */
+void tc_check(loomResult_t r, const tcomm_t *c, const char *what);
+int tc_init(tcomm_t *c, const opts_t *o);
+void tc_free(tcomm_t *c);
+double tc_now(void);
+/* Blocking (stream NULL) or queued collectives on float32, counted under purpose p. */
+void tc_allreduce(tcomm_t *c, int p, loomComm_t comm, float *buf, size_t n, loomStream_t s);
+void tc_allreduce_d(tcomm_t *c, int p, loomComm_t comm, double *buf, size_t n);
+void tc_reduce_scatter(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv,
+                       size_t recvcount, loomStream_t s);
+void tc_allgather(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv,
+                  size_t sendcount);
+/* The TP all-reduce of a row-parallel layer's output (fp32 or Echo) / of an input gradient. */
+void tc_tp_forward(tcomm_t *c, float *buf, size_t n, int eval);
+void tc_tp_backward(tcomm_t *c, float *buf, size_t n);
+/* One grouped exchange: sends (s1, s2) to peer `to` and receives (r1, r2) from `from`, each
+ * n floats; s2/r2 may be NULL. pp chooses the counters and the pipeline wait clock. */
+void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, const float *s2,
+                 int from, float *r1, float *r2, size_t n);
+/* Pipeline point to point (world ranks); either side may be absent (-1 / NULL). */
+void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *recv, size_t rn);
+void tc_stream_sync(tcomm_t *c);
+
+/* ---- Parameters, gradients and optimizer (engine.c) ---------------------------------------- */
+
+typedef struct {
+    const opts_t *o;
+    layout_t lay;
+    tcomm_t *c;
+    int zero, shards, srank;
+    float *params;     /* full local vector (zero < 3) or the rank's shards (zero 3) */
+    float *grads;      /* full local vector (zero < 2) or the rank's shards (zero 2, 3) */
+    float *gshard;     /* zero 1: the reduced gradients of the rank's shards */
+    float *m, *v;      /* optimizer moments: full (zero 0) or shards */
+    size_t pn, gn, on; /* their lengths */
+    /* Per unit: gathered parameters (zero 3) and gradient accumulators (zero 2, 3), with counts
+     * of their current users; NULL while not resident. */
+    float **ugath, **ugrad;
+    int *uref, *ugref;
+    size_t peak_tmp, cur_tmp; /* floats of temporary unit buffers: peak and now */
+    int64_t step;
+    double last_norm;
+    int dumped_grads;
+} engine_t;
+
+int eng_init(engine_t *e, const opts_t *o, tcomm_t *c);
+void eng_free(engine_t *e);
+/* The unit's full local parameters, gathered if they are sharded; pair with eng_release. */
+float *eng_acquire(engine_t *e, const unit_t *u);
+void eng_release(engine_t *e, const unit_t *u);
+/* The unit's gradient accumulator; pair with eng_grad_end. When the last user of the last
+ * micro-batch ends it, the unit's reduction starts (DP/ZeRO-1: on the stream). */
+float *eng_grad_begin(engine_t *e, const unit_t *u);
+void eng_grad_end(engine_t *e, const unit_t *u, int last_micro);
+void eng_zero_grads(engine_t *e);
+/* Finishes the reductions, clips by the global norm, runs AdamW, re-gathers parameters. */
+void eng_step(engine_t *e, double lr);
+/* Writes the global parameter vector (or, with grads, the reduced gradients before clipping, as
+ * eng_step does on the run's first step with --dump-grads) to
+ * path on world rank 0. Collective over the world; returns 0 or -1. */
+int eng_dump(engine_t *e, const char *path, int grads);
+/* Checkpoint of this rank's state; returns 0 or -1 with a message. */
+int eng_save(engine_t *e, const char *path, uint64_t data_step, char *err, size_t errlen);
+int eng_load(engine_t *e, const char *path, uint64_t *data_step, char *err, size_t errlen);
+
+/* ---- Activations and the stage's forward/backward (stage.c, block.c) ----------------------- */
+
+typedef struct {
+    float *h1, *mean1, *rstd1;
+    float *qkv; /* [3][n][cl]: q, k, v */
+    float *att; /* [n][cl] */
+    float *lse; /* [n][hl] */
+    float *x2;  /* [n][C] */
+    float *h2, *mean2, *rstd2;
+    float *up, *gel; /* [n][fl] */
+} block_acts_t;
+
+typedef struct {
+    int n, nseq, tl; /* local tokens, sequences, local tokens per sequence */
+    int nl;          /* blocks on this stage */
+    uint8_t *tok, *tgt;
+    int32_t *pos;
+    float *x;        /* [nl + 1][n][C]: the residual stream at each block boundary */
+    block_acts_t *b; /* per local layer */
+    float *hf, *meanf, *rstdf, *dlogits; /* last stage */
+    double loss;                         /* this micro-batch's share of the step's loss */
+    size_t floats;                       /* its size, for the memory report */
+} mb_acts_t;
+
+typedef struct {
+    engine_t *e;
+    tcomm_t *c;
+    const opts_t *o;
+    const layout_t *lay;
+    int32_t **cppos; /* [cp][tl]: the positions held by each CP rank (zigzag chunks) */
+    int eval;        /* forward only (validation): plain fp32 TP all-reduces */
+    /* scratch, sized for one micro-batch */
+    float *ml, *kvbuf[2], *dkvbuf[2], *dx, *dh, *dtmp, *dqkv, *datt, *dup, *delta, *logits;
+} stage_t;
+
+int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
+void stage_free(stage_t *s);
+int mb_alloc(mb_acts_t *a, const layout_t *lay, int nseq, int tl);
+void mb_free(mb_acts_t *a);
+/* Forward of the stage for one micro-batch; its input is a->x (filled by the caller for a stage
+ * that is not the first). On the last stage the loss and dlogits are computed. */
+void stage_forward(stage_t *s, mb_acts_t *a, double scale);
+/* Backward; dx holds the gradient of the stage's output on entry (ignored on the last stage)
+ * and of its input on return. */
+void stage_backward(stage_t *s, mb_acts_t *a, float *dx, int last_micro);
+void block_forward(stage_t *s, int layer, const float *P, mb_acts_t *a, const float *x,
+                   float *xout);
+void block_backward(stage_t *s, int layer, const float *P, float *G, mb_acts_t *a, const float *x,
+                    float *dx);
+
+/* ---- Schedules (schedule.c) ---------------------------------------------------------------- */
+
+/* Runs the forward and backward of every micro-batch of this rank (or the forward only), per
+ * the schedule; mbs[i] holds micro-batch i's tokens. Returns the global mean loss. */
+double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale);
+
+/* ---- Data (data.c) ------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *bytes;
+    size_t len, train_len; /* [0, train_len) trains, the rest validates */
+} corpus_t;
+
+int corpus_load(corpus_t *cp, const char *path, double val_frac, int ctx, char *err, size_t n);
+void corpus_free(corpus_t *cp);
+/* Fills micro-batch a (sequences [seq0, seq0 + a->nseq) of the global batch of step `step`) with
+ * this CP rank's tokens, targets and positions. val: from the validation part, batch `step`. */
+/* Where sequence g of step `step`'s global batch starts in the corpus. */
+size_t corpus_start(const corpus_t *cp, const opts_t *o, uint64_t step, uint64_t g, int val);
+/* Writes a step's global batch: the tokens of every sequence, then their targets. */
+int corpus_dump_batch(const corpus_t *cp, const opts_t *o, uint64_t step, const char *path);
+void corpus_fill(const corpus_t *cp, const opts_t *o, const stage_t *s, mb_acts_t *a, uint64_t step,
+                 int seq0, int val);
+
+#endif
