@@ -23,11 +23,13 @@ ROOT=$(dirname "$HERE")
 CLANG=${CLANG:-clang}
 
 # name and the library sources it links, relative to the repository root
-HARNESSES=(bootstrap_wire frame env_parsers)
+HARNESSES=(bootstrap_wire frame env_parsers topo_json topo_file)
 declare -A SOURCES=(
     [bootstrap_wire]="src/core/bootstrap_wire.c"
     [frame]="src/transport/stream.c src/core/debug.c src/core/param.c"
     [env_parsers]="src/core/param.c src/core/debug.c src/core/socket.c src/core/bootstrap_wire.c"
+    [topo_json]="src/topology/json.c"
+    [topo_file]="src/topology/topo_file.c src/topology/json.c"
 )
 
 # True if $CLANG links a libFuzzer program with both sanitizers.

@@ -5,8 +5,8 @@
 # core sees only core; transport sees core and transport; collectives see
 # core, collectives and the transport layer's p2p.h/transport.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
-# collectives' kernels; echo sees those, quant and the transport layer; api
-# sees everything; bench, examples, trainer, tests/coll and tests/echo see only
+# collectives' kernels; echo sees those, quant and the transport layer;
+# topology sees core; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;
 # prints each violation and exits 1 if there is any.
@@ -24,7 +24,8 @@ ALLOWED = {
     "collectives": {"core", "collectives", "transport-api"},
     "quant": {"core", "collectives", "quant"},
     "echo": {"core", "transport-api", "collectives", "quant", "echo"},
-    "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "api"},
+    "topology": {"core", "topology"},
+    "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "topology", "api"},
 }
 PUBLIC = ("loom.h", "loom_echo.h")
 

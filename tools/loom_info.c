@@ -18,14 +18,17 @@
 #include "loom.h"
 #include "param.h"
 #include "shm_coll.h"
+#include "topo.h"
 #include "transport.h"
 
 static void usage(void)
 {
-    printf("usage: loom_info [-v] [-p] [-a] [-d [-c shm|tcp] [-n NRANKS]] [-h]\n"
+    printf("usage: loom_info [-v] [-p] [-a] [-t] [-d [-c shm|tcp] [-n NRANKS]] [-h]\n"
            "  -v  version and build (default)\n"
            "  -p  every LOOM_* parameter: value, default, documentation\n"
            "  -a  algorithms per collective (in tie-break order)\n"
+           "  -t  topology: LOOM_TOPO_FILE's if set, else this host as detected (packages,\n"
+           "      NUMA nodes, NICs with state and speed, RDMA ports, GPUs) and this process\n"
            "  -d  decision table: the algorithm the cost model picks per collective and size\n"
            "      (8 B to 1 GiB, float32), for link classes shm and tcp and 2, 4, 8 ranks;\n"
            "      -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
@@ -136,11 +139,37 @@ static void print_algos(void)
     }
 }
 
+/* LOOM_TOPO_FILE's description, or this host and this process as detected. */
+static int print_topology(void)
+{
+    loom_topo_t t = {0};
+    const char *path = loom_param_TOPO_FILE();
+    if (path && *path) {
+        char err[512];
+        if (loom_topo_read(path, &t, err, sizeof(err))) {
+            fprintf(stderr, "loom_info: LOOM_TOPO_FILE %s\n", err);
+            return 2;
+        }
+        printf("topology from LOOM_TOPO_FILE %s: ", path);
+    } else {
+        if (loom_topo_alloc(&t, 1, 1)) {
+            fprintf(stderr, "loom_info: out of memory\n");
+            return 2;
+        }
+        loom_topo_detect_host(&t.hosts[0], NULL);
+        loom_topo_detect_rank(&t.ranks[0], NULL);
+        printf("topology detected (this process as rank 0): ");
+    }
+    loom_topo_print(&t, stdout);
+    loom_topo_free(&t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int opt, any = 0, decisions = 0, nranks = 0, have_cls = 0;
     loom_link_class_t cls = LOOM_LINK_SHM;
-    while ((opt = getopt(argc, argv, "vpadc:n:h")) != -1) {
+    while ((opt = getopt(argc, argv, "vpatdc:n:h")) != -1) {
         any = 1;
         switch (opt) {
         case 'd':
@@ -172,6 +201,10 @@ int main(int argc, char **argv)
             break;
         case 'a':
             print_algos();
+            break;
+        case 't':
+            if (print_topology())
+                return 2;
             break;
         case 'h':
             usage();

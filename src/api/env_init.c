@@ -154,5 +154,5 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm)
         }
         LOOM_CHECK(loom_bootstrap_root_start(fd, id.secret, loom_param_TIMEOUT_MS()));
     }
-    return loom_comm_create(comm, nranks, &id, rank, NULL);
+    return loom_comm_create(comm, nranks, &id, rank, NULL, 1);
 }

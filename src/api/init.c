@@ -275,7 +275,7 @@ static int64_t stream_spin_ns(int local_size)
 }
 
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
-                              const loomConfig_t *config)
+                              const loomConfig_t *config, int topo)
 {
     uint64_t t0 = loom_now_ns();
     loomResult_t res = loomSuccess;
@@ -301,6 +301,11 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     LOOM_CHECK_GOTO(loom_bootstrap_join(id, rank, nranks, c->timeout_ms, &bs), res, err_free);
     loom_peer_info_t me;
     loom_identity_fill(&me, rank);
+    if (topo) {
+        const char *file = loom_param_TOPO_FILE(), *dump = loom_param_TOPO_DUMP_FILE();
+        me.topo_flags =
+            (file && *file ? LOOM_TOPO_FLAG_FILE : 0) | (dump && *dump ? LOOM_TOPO_FLAG_DUMP : 0);
+    }
     LOOM_CHECK_GOTO(loom_bootstrap_allgather(bs, &me, sizeof(me), c->peers), res, err_leave);
     for (int r = 0; r < nranks; r++) {
         if (c->peers[r].rank != r) {
@@ -312,6 +317,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         c->peers[r].hostname[LOOM_HOST_ID_MAX - 1] = '\0';
     }
     count_local(c);
+    LOOM_CHECK_GOTO(loom_topo_at_init(c, bs), res, err_leave);
     c->spin_ns = stream_spin_ns(c->local_size);
     loom_tp_init_args_t args = {.rank = rank,
                                 .nranks = nranks,
@@ -346,6 +352,12 @@ err_free:
 LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomUniqueId commId,
                                              int rank, loomConfig_t *config)
 {
+    return loom_comm_init_checked(comm, nranks, commId, rank, config, 1);
+}
+
+loomResult_t loom_comm_init_checked(loomComm_t *comm, int nranks, loomUniqueId commId, int rank,
+                                    const loomConfig_t *config, int topo)
+{
     if (comm == NULL) {
         LOOM_WARN("loomCommInitRank: comm pointer is NULL");
         return loomInvalidArgument;
@@ -362,7 +374,7 @@ LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomU
     LOOM_CHECK(check_config(config));
     loom_id_t id;
     LOOM_CHECK(loom_id_decode(&commId, &id));
-    return loom_comm_create(comm, nranks, &id, rank, config);
+    return loom_comm_create(comm, nranks, &id, rank, config, topo);
 }
 
 LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)

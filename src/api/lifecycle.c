@@ -246,8 +246,8 @@ static loomResult_t split(loomComm_t comm, int color, int key, loomComm_t *newco
     loomConfig_t inherited = LOOM_CONFIG_INITIALIZER;
     inherited.timeout_ms = (int)comm->timeout_ms;
     inherited.net = comm->net;
-    res =
-        loomCommInitRankConfig(newcomm, members, ids[first], newrank, config ? config : &inherited);
+    res = loom_comm_init_checked(newcomm, members, ids[first], newrank,
+                                 config ? config : &inherited, 0);
 out:
     free(all);
     free(ids);

@@ -33,7 +33,11 @@ typedef struct {
                               says */
     char host_id[LOOM_HOST_ID_MAX]; /* printable host identity (hostname or LOOM_HOST_ID) */
     char hostname[LOOM_HOST_ID_MAX];
+    int32_t topo_flags; /* LOOM_TOPO_FLAG_*: what this rank asks of the topology at init */
+    int32_t pad;
 } loom_peer_info_t;
+#define LOOM_TOPO_FLAG_FILE 1 /* LOOM_TOPO_FILE is set */
+#define LOOM_TOPO_FLAG_DUMP 2 /* LOOM_TOPO_DUMP_FILE is set */
 
 typedef struct {
     int rank; /* this rank */

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * topo_init.c - the topology at communicator creation: LOOM_TOPO_FILE is read and checked
+ * against the ranks that joined; with LOOM_TOPO_DUMP_FILE, every rank's host and binding go
+ * through the bootstrap and one rank writes the whole description. Communicators made by
+ * loomCommSplit skip both: their ranks were described when their parent was made.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "comm.h"
+#include "debug.h"
+#include "init.h"
+#include "param.h"
+#include "topo.h"
+
+typedef struct {
+    loom_topo_host_t host;
+    loom_topo_rank_t rank;
+} topo_record_t;
+
+/* Hosts in order of their first rank, and each rank's host and local index. */
+static int topo_from_records(const struct loomComm *c, const topo_record_t *recs, loom_topo_t *t)
+{
+    int *host_of = malloc((size_t)c->nranks * sizeof(int)), nhosts = 0;
+    if (!host_of)
+        return -1;
+    for (int r = 0; r < c->nranks; r++) {
+        host_of[r] = -1;
+        for (int q = 0; q < r && host_of[r] < 0; q++)
+            if (c->peers[q].host_hash == c->peers[r].host_hash)
+                host_of[r] = host_of[q];
+        if (host_of[r] < 0)
+            host_of[r] = nhosts++;
+    }
+    if (loom_topo_alloc(t, nhosts, c->nranks)) {
+        free(host_of);
+        return -1;
+    }
+    int *local = calloc((size_t)nhosts, sizeof(int));
+    for (int r = 0; local && r < c->nranks; r++) {
+        int h = host_of[r];
+        if (local[h] == 0) {
+            t->hosts[h] = recs[r].host;
+            /* loom's name for the host: LOOM_HOST_ID where it models several on one machine */
+            snprintf(t->hosts[h].hostname, sizeof(t->hosts[h].hostname), "%s", c->peers[r].host_id);
+        }
+        t->ranks[r] = recs[r].rank;
+        t->ranks[r].host = h;
+        t->ranks[r].local_rank = local[h]++;
+    }
+    int rc = local ? 0 : -1;
+    free(local);
+    free(host_of);
+    if (rc)
+        loom_topo_free(t);
+    return rc;
+}
+
+/* The file must describe these ranks: as many, on as many hosts, grouped the same way. */
+static loomResult_t check_file(const struct loomComm *c, const loom_topo_t *file,
+                               const loom_topo_t *seen, const char *path)
+{
+    if (file->nranks == 0)
+        return loomSuccess; /* a machine description without ranks applies to any */
+    if (file->nranks != c->nranks || file->nhosts != seen->nhosts) {
+        LOOM_WARN("LOOM_TOPO_FILE %s describes %d ranks on %d hosts, but %d ranks on %d "
+                  "hosts joined",
+                  path, file->nranks, file->nhosts, c->nranks, seen->nhosts);
+        return loomInvalidArgument;
+    }
+    for (int r = 0; r < c->nranks; r++)
+        if (file->ranks[r].host != seen->ranks[r].host) {
+            LOOM_WARN("LOOM_TOPO_FILE %s puts rank %d on host %d, but it shares "
+                      "memory with the ranks of host %d",
+                      path, r, file->ranks[r].host, seen->ranks[r].host);
+            return loomInvalidArgument;
+        }
+    return loomSuccess;
+}
+
+loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
+{
+    int want = 0, writer = -1;
+    for (int r = 0; r < c->nranks; r++) {
+        want |= c->peers[r].topo_flags != 0;
+        if (writer < 0 && (c->peers[r].topo_flags & LOOM_TOPO_FLAG_DUMP))
+            writer = r;
+    }
+    if (!want)
+        return loomSuccess;
+    topo_record_t *recs = calloc((size_t)c->nranks, sizeof(*recs)), me;
+    if (!recs) {
+        LOOM_WARN("out of memory for %d topology records", c->nranks);
+        return loomSystemError;
+    }
+    loom_topo_detect_host(&me.host, NULL);
+    loom_topo_detect_rank(&me.rank, NULL);
+    loomResult_t res = loom_bootstrap_allgather(bs, &me, sizeof(me), recs);
+    loom_topo_t seen = {0}, file = {0};
+    if (res == loomSuccess && topo_from_records(c, recs, &seen)) {
+        LOOM_WARN("out of memory building the topology of %d ranks", c->nranks);
+        res = loomSystemError;
+    }
+    free(recs);
+    const char *path = loom_param_TOPO_FILE();
+    if (res == loomSuccess && path && *path) {
+        char err[512];
+        if (loom_topo_read(path, &file, err, sizeof(err))) {
+            LOOM_WARN("LOOM_TOPO_FILE %s", err);
+            res = loomInvalidArgument;
+        } else {
+            res = check_file(c, &file, &seen, path);
+        }
+    }
+    if (res == loomSuccess && writer == c->rank) {
+        /* A file's description wins over detection, as it does everywhere else. */
+        loom_topo_t *out = file.nhosts ? &file : &seen;
+        if (file.nhosts && file.nranks == 0) {
+            free(file.ranks);
+            file.ranks = seen.ranks;
+            file.nranks = seen.nranks;
+            seen.ranks = NULL;
+        }
+        const char *dump = loom_param_TOPO_DUMP_FILE();
+        FILE *f = fopen(dump, "w");
+        int bad = !f || loom_topo_write(out, f);
+        if (f && fclose(f))
+            bad = 1;
+        if (bad) {
+            LOOM_WARN("LOOM_TOPO_DUMP_FILE %s: cannot write it", dump);
+            res = loomSystemError;
+        } else {
+            LOOM_INFO(LOOM_LOG_INIT, "topology of %d ranks on %d hosts written to %s", c->nranks,
+                      out->nhosts, dump);
+        }
+    }
+    loom_topo_free(&seen);
+    loom_topo_free(&file);
+    return res;
+}

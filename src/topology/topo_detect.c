@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * topo_detect.c - the host as Linux describes it in sysfs: CPUs, cores and packages
+ * (devices/system/cpu), NUMA nodes (devices/system/node), network interfaces (class/net), RDMA
+ * ports (class/infiniband) and NVIDIA GPUs (bus/pci). The only file of loom that reads /sys. A
+ * sysroot prefix lets tests describe machines that are not here.
+ */
+#include "topo.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_CPUS 4096
+
+/* snprintf for paths and names built from directory entries; a result that does not fit is
+ * cut, which at worst makes a read fail (an unknown value), never overflows. */
+__attribute__((format(printf, 3, 4))) static void pathf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        buf[0] = '\0';
+}
+
+/* Reads the first line of root/rel into buf (newline removed); -1 if it cannot be read. */
+static int read_line(const char *root, const char *rel, char *buf, size_t len)
+{
+    char path[1024];
+    pathf(path, sizeof(path), "%s%s", root, rel);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *ok = fgets(buf, (int)len, f);
+    fclose(f);
+    if (!ok)
+        return -1;
+    buf[strcspn(buf, "\n")] = '\0';
+    return 0;
+}
+
+static long read_long(const char *root, const char *rel, long dflt)
+{
+    char buf[64], *end;
+    if (read_line(root, rel, buf, sizeof(buf)))
+        return dflt;
+    long v = strtol(buf, &end, 0);
+    return end == buf ? dflt : v;
+}
+
+/* Parses a kernel CPU list ("0-3,8") into set[MAX_CPUS]; returns the count, -1 if malformed. */
+static int cpulist_parse(const char *s, unsigned char *set)
+{
+    memset(set, 0, MAX_CPUS);
+    int n = 0;
+    while (*s) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s || a < 0 || a >= MAX_CPUS)
+            return -1;
+        s = end;
+        if (*s == '-') {
+            b = strtol(s + 1, &end, 10);
+            if (end == s + 1 || b < a || b >= MAX_CPUS)
+                return -1;
+            s = end;
+        }
+        for (long c = a; c <= b; c++)
+            if (!set[c]) {
+                set[c] = 1;
+                n++;
+            }
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return -1;
+    }
+    return n;
+}
+
+/* The inverse: "0-3,8". Truncated lists end in "..." rather than overflow. */
+static void cpulist_format(const unsigned char *set, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int c = 0; c < MAX_CPUS; c++) {
+        if (!set[c])
+            continue;
+        int e = c;
+        while (e + 1 < MAX_CPUS && set[e + 1])
+            e++;
+        char part[32];
+        int n = e > c ? snprintf(part, sizeof(part), "%s%d-%d", used ? "," : "", c, e)
+                      : snprintf(part, sizeof(part), "%s%d", used ? "," : "", c);
+        if (used + (size_t)n + 4 >= len) {
+            snprintf(out + used, len - used, "...");
+            return;
+        }
+        memcpy(out + used, part, (size_t)n + 1);
+        used += (size_t)n;
+        c = e;
+    }
+}
+
+static void detect_cpus(loom_topo_host_t *h, const char *root)
+{
+    char buf[4096];
+    unsigned char *online = malloc(MAX_CPUS);
+    int32_t *pkg = malloc(MAX_CPUS * sizeof(int32_t)), *core = malloc(MAX_CPUS * sizeof(int32_t));
+    if (!online || !pkg || !core)
+        goto out;
+    if (read_line(root, "/sys/devices/system/cpu/online", buf, sizeof(buf)) ||
+        (h->cpus = cpulist_parse(buf, online)) <= 0) {
+        long n = root && *root ? -1 : sysconf(_SC_NPROCESSORS_ONLN);
+        h->cpus = n > 0 ? (int32_t)n : -1;
+        goto out;
+    }
+    int n = 0;
+    for (int c = 0; c < MAX_CPUS; c++) {
+        if (!online[c])
+            continue;
+        char rel[128];
+        pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        long p = read_long(root, rel, 0);
+        pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+        long k = read_long(root, rel, c);
+        pkg[n] = (int32_t)p, core[n] = (int32_t)k;
+        n++;
+    }
+    /* distinct packages, and distinct (package, core) pairs */
+    h->packages = h->cores = 0;
+    for (int i = 0; i < n; i++) {
+        int new_pkg = 1, new_core = 1;
+        for (int j = 0; j < i; j++) {
+            if (pkg[j] == pkg[i]) {
+                new_pkg = 0;
+                if (core[j] == core[i])
+                    new_core = 0;
+            }
+        }
+        h->packages += new_pkg;
+        h->cores += new_core;
+    }
+out:
+    free(online);
+    free(pkg);
+    free(core);
+}
+
+static int numa_of_cpu(const loom_topo_host_t *h, int cpu, unsigned char *set)
+{
+    for (int i = 0; i < h->nnuma; i++)
+        if (cpulist_parse(h->numa[i].cpulist, set) > 0 && set[cpu])
+            return h->numa[i].id;
+    return -1;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+static void detect_numa(loom_topo_host_t *h, const char *root)
+{
+    char dir[1024];
+    pathf(dir, sizeof(dir), "%s/sys/devices/system/node", root);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int ids[LOOM_TOPO_MAX_NUMA], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < LOOM_TOPO_MAX_NUMA) {
+        char *end;
+        if (strncmp(e->d_name, "node", 4) || !e->d_name[4])
+            continue;
+        long id = strtol(e->d_name + 4, &end, 10);
+        if (*end || id < 0 || id > 1 << 20)
+            continue;
+        ids[n++] = (int)id;
+    }
+    closedir(d);
+    qsort(ids, (size_t)n, sizeof(int), cmp_int);
+    unsigned char *set = malloc(MAX_CPUS);
+    for (int i = 0; i < n && set; i++) {
+        loom_topo_numa_t *m = &h->numa[h->nnuma];
+        char rel[128], buf[256];
+        m->id = ids[i];
+        pathf(rel, sizeof(rel), "/sys/devices/system/node/node%d/cpulist", ids[i]);
+        if (read_line(root, rel, m->cpulist, sizeof(m->cpulist)))
+            m->cpulist[0] = '\0';
+        m->cpus = m->cpulist[0] ? cpulist_parse(m->cpulist, set) : 0;
+        if (m->cpus < 0)
+            m->cpus = 0;
+        m->mem_mb = -1;
+        pathf(rel, sizeof(rel), "/sys/devices/system/node/node%d/meminfo", ids[i]);
+        char path[1024];
+        pathf(path, sizeof(path), "%s%s", root, rel);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(buf, sizeof(buf), f)) {
+            char *p = strstr(buf, "MemTotal:");
+            if (p) {
+                m->mem_mb = strtoll(p + 9, NULL, 10) / 1024;
+                break;
+            }
+        }
+        if (f)
+            fclose(f);
+        h->nnuma++;
+    }
+    free(set);
+}
+
+/* Entries of root/rel in name order, at most max of them, each at most LOOM_TOPO_NAME - 1 long. */
+static int list_dir(const char *root, const char *rel, char (*names)[LOOM_TOPO_NAME], int max)
+{
+    char dir[1024];
+    pathf(dir, sizeof(dir), "%s%s", root, rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= LOOM_TOPO_NAME)
+            continue;
+        pathf(names[n++], LOOM_TOPO_NAME, "%s", e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, LOOM_TOPO_NAME, (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+static void detect_nics(loom_topo_host_t *h, const char *root)
+{
+    char names[64][LOOM_TOPO_NAME];
+    int n = list_dir(root, "/sys/class/net", names, 64);
+    for (int i = 0; i < n && h->nnics < LOOM_TOPO_MAX_NICS; i++) {
+        if (!strcmp(names[i], "lo"))
+            continue;
+        loom_topo_nic_t *nic = &h->nics[h->nnics++];
+        char rel[256], state[32];
+        pathf(nic->name, sizeof(nic->name), "%s", names[i]);
+        pathf(rel, sizeof(rel), "/sys/class/net/%s/operstate", names[i]);
+        if (read_line(root, rel, state, sizeof(state)))
+            state[0] = '\0';
+        pathf(rel, sizeof(rel), "/sys/class/net/%s/carrier", names[i]);
+        /* veth and tun report "unknown" while they carry traffic */
+        nic->up =
+            !strcmp(state, "up") || (!strcmp(state, "unknown") && read_long(root, rel, 0) == 1);
+        pathf(rel, sizeof(rel), "/sys/class/net/%s/speed", names[i]);
+        long speed = read_long(root, rel, -1);
+        nic->speed_mbps = speed > 0 && speed < (1L << 30) ? (int32_t)speed : -1;
+        pathf(rel, sizeof(rel), "/sys/class/net/%s/device/numa_node", names[i]);
+        nic->numa = (int32_t)read_long(root, rel, -1);
+    }
+}
+
+static void detect_rdma(loom_topo_host_t *h, const char *root)
+{
+    char devs[32][LOOM_TOPO_NAME];
+    int n = list_dir(root, "/sys/class/infiniband", devs, 32);
+    for (int i = 0; i < n; i++) {
+        char rel[256], ports[16][LOOM_TOPO_NAME];
+        pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/ports", devs[i]);
+        int np = list_dir(root, rel, ports, 16);
+        for (int p = 0; p < np && h->nrdma < LOOM_TOPO_MAX_RDMA; p++) {
+            loom_topo_rdma_t *r = &h->rdma[h->nrdma++];
+            char buf[128];
+            pathf(r->name, sizeof(r->name), "%s", devs[i]);
+            r->port = atoi(ports[p]);
+            pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/ports/%s/link_layer", devs[i],
+                  ports[p]);
+            if (read_line(root, rel, r->link_layer, sizeof(r->link_layer)))
+                pathf(r->link_layer, sizeof(r->link_layer), "unknown");
+            pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/ports/%s/state", devs[i], ports[p]);
+            r->active = !read_line(root, rel, buf, sizeof(buf)) && strstr(buf, "ACTIVE");
+            pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/ports/%s/rate", devs[i], ports[p]);
+            r->rate_gbps = read_line(root, rel, buf, sizeof(buf)) ? -1 : strtod(buf, NULL);
+            pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/device/numa_node", devs[i]);
+            r->numa = (int32_t)read_long(root, rel, -1);
+        }
+    }
+}
+
+/* NVIDIA display and 3D controllers on the PCI bus. NVLink state needs NVML, which loom does not
+ * load: nvlinks stays 0 unless a topology file says otherwise. */
+static void detect_gpus(loom_topo_host_t *h, const char *root)
+{
+    static char devs[512][LOOM_TOPO_NAME];
+    int n = list_dir(root, "/sys/bus/pci/devices", devs, 512);
+    for (int i = 0; i < n && h->ngpus < LOOM_TOPO_MAX_GPUS; i++) {
+        char rel[256];
+        pathf(rel, sizeof(rel), "/sys/bus/pci/devices/%s/vendor", devs[i]);
+        if (read_long(root, rel, 0) != 0x10de)
+            continue;
+        pathf(rel, sizeof(rel), "/sys/bus/pci/devices/%s/class", devs[i]);
+        long cls = read_long(root, rel, 0) >> 8;
+        if (cls != 0x0300 && cls != 0x0302)
+            continue;
+        loom_topo_gpu_t *g = &h->gpus[h->ngpus++];
+        pathf(rel, sizeof(rel), "/sys/bus/pci/devices/%s/device", devs[i]);
+        pathf(g->name, sizeof(g->name), "NVIDIA device 0x%04lx", read_long(root, rel, 0));
+        pathf(g->pci, sizeof(g->pci), "%s", devs[i]);
+        pathf(rel, sizeof(rel), "/sys/bus/pci/devices/%s/numa_node", devs[i]);
+        g->numa = (int32_t)read_long(root, rel, -1);
+    }
+}
+
+void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
+{
+    const char *root = sysroot ? sysroot : "";
+    memset(h, 0, sizeof(*h));
+    if (*root) {
+        if (read_line(root, "/proc/sys/kernel/hostname", h->hostname, sizeof(h->hostname)))
+            pathf(h->hostname, sizeof(h->hostname), "unknown");
+    } else if (gethostname(h->hostname, sizeof(h->hostname) - 1)) {
+        pathf(h->hostname, sizeof(h->hostname), "unknown");
+    }
+    detect_cpus(h, root);
+    detect_numa(h, root);
+    if (h->packages <= 0)
+        h->packages = 1;
+    if (h->cores <= 0)
+        h->cores = h->cpus;
+    detect_nics(h, root);
+    detect_rdma(h, root);
+    detect_gpus(h, root);
+}
+
+void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot)
+{
+    loom_topo_host_t *h = calloc(1, sizeof(*h));
+    unsigned char *set = calloc(MAX_CPUS, 1);
+    r->numa = -1;
+    r->cpus[0] = '\0';
+    cpu_set_t cs;
+    CPU_ZERO(&cs);
+    if (!h || !set || sched_getaffinity(0, sizeof(cs), &cs))
+        goto out;
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && c < MAX_CPUS; c++)
+        if (CPU_ISSET(c, &cs)) {
+            set[c] = 1;
+            if (first < 0)
+                first = c;
+        }
+    cpulist_format(set, r->cpus, sizeof(r->cpus));
+    detect_numa(h, sysroot ? sysroot : "");
+    if (first >= 0)
+        r->numa = numa_of_cpu(h, first, set);
+out:
+    free(h);
+    free(set);
+}
