@@ -6,7 +6,7 @@
 # core, collectives and the transport layer's p2p.h/transport.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer;
-# topology sees core; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
+# topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;
 # prints each violation and exits 1 if there is any.
@@ -25,6 +25,7 @@ ALLOWED = {
     "quant": {"core", "collectives", "quant"},
     "echo": {"core", "transport-api", "collectives", "quant", "echo"},
     "topology": {"core", "topology"},
+    "plugin": {"topology", "plugin"},
     "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "topology", "api"},
 }
 PUBLIC = ("loom.h", "loom_echo.h")
