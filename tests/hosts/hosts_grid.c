@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * hosts_grid.c - every collective of loom.h, checked exactly, for the multi-host tests
+ * (tests/hosts/run): AllReduce (sum, max; float, int32, bfloat16), AllGather, ReduceScatter,
+ * Broadcast and Reduce from every root, AllToAll, AllToAllv, a Send/Recv ring and Barrier, at
+ * 8 B, 64 KiB and 4 MiB per rank. Values are small integers, so every sum is exact in every
+ * order and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first wrong value.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom.h"
+
+static int g_rank, g_n;
+static long g_checks;
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        loomResult_t r_ = (call);                                                                  \
+        if (r_ != loomSuccess) {                                                                   \
+            fprintf(stderr, "rank %d: %s: %s (%s)\n", g_rank, #call, loomGetErrorString(r_),       \
+                    loomGetLastError(NULL));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void expect(double got, double want, const char *what, size_t count, size_t i)
+{
+    g_checks++;
+    if (got != want) {
+        fprintf(stderr, "rank %d: %s count %zu: element %zu is %g, want %g\n", g_rank, what, count,
+                i, got, want);
+        exit(1);
+    }
+}
+
+/* The value rank r contributes at index i: a small integer. */
+static int val(int r, size_t i)
+{
+    return (int)((i * 7 + (size_t)r * 13) % 31) - 15;
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16); /* exact for small integers */
+}
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void allreduce(loomComm_t c, size_t n)
+{
+    float *f = malloc(n * 4), *fo = malloc(n * 4);
+    int32_t *k = malloc(n * 4), *ko = malloc(n * 4);
+    uint16_t *b = malloc(n * 2), *bo = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)val(g_rank, i);
+        k[i] = val(g_rank, i);
+        b[i] = to_bf16((float)val(g_rank, i));
+    }
+    CHECK(loomAllReduce(f, fo, n, loomFloat32, loomSum, c, NULL));
+    CHECK(loomAllReduce(k, ko, n, loomInt32, loomMax, c, NULL));
+    CHECK(loomAllReduce(b, bo, n, loomBfloat16, loomSum, c, NULL));
+    for (size_t i = 0; i < n; i++) {
+        int sum = 0, max = -1000;
+        for (int r = 0; r < g_n; r++) {
+            sum += val(r, i);
+            max = val(r, i) > max ? val(r, i) : max;
+        }
+        expect(fo[i], sum, "AllReduce float sum", n, i);
+        expect(ko[i], max, "AllReduce int32 max", n, i);
+        expect(from_bf16(bo[i]), sum, "AllReduce bfloat16 sum", n, i);
+    }
+    free(f), free(fo), free(k), free(ko), free(b), free(bo);
+}
+
+static void gather_scatter(loomComm_t c, size_t n)
+{
+    size_t all = n * (size_t)g_n;
+    float *s = malloc(all * 4), *o = malloc(all * 4);
+    for (size_t i = 0; i < all; i++)
+        s[i] = (float)val(g_rank, i);
+    CHECK(loomAllGather(s, o, n, loomFloat32, c, NULL));
+    for (int r = 0; r < g_n; r++)
+        for (size_t i = 0; i < n; i++)
+            expect(o[(size_t)r * n + i], val(r, i), "AllGather", n, (size_t)r * n + i);
+    CHECK(loomReduceScatter(s, o, n, loomFloat32, loomSum, c, NULL));
+    for (size_t i = 0; i < n; i++) {
+        int sum = 0;
+        for (int r = 0; r < g_n; r++)
+            sum += val(r, (size_t)g_rank * n + i);
+        expect(o[i], sum, "ReduceScatter", n, i);
+    }
+    CHECK(loomAllToAll(s, o, n, loomFloat32, c, NULL));
+    for (int r = 0; r < g_n; r++)
+        for (size_t i = 0; i < n; i++)
+            expect(o[(size_t)r * n + i], val(r, (size_t)g_rank * n + i), "AllToAll", n, i);
+    /* AllToAllv: rank r sends j+1 (mod n+1) elements of block j to rank j */
+    size_t *sc = malloc((size_t)g_n * sizeof(size_t)), *sd = malloc((size_t)g_n * sizeof(size_t));
+    size_t *rc = malloc((size_t)g_n * sizeof(size_t)), *rd = malloc((size_t)g_n * sizeof(size_t));
+    for (int j = 0; j < g_n; j++) {
+        sc[j] = ((size_t)j + (size_t)g_rank + 1) % (n + 1);
+        sd[j] = (size_t)j * n;
+        rc[j] = ((size_t)g_rank + (size_t)j + 1) % (n + 1);
+        rd[j] = (size_t)j * n;
+    }
+    CHECK(loomAllToAllv(s, sc, sd, o, rc, rd, loomFloat32, c, NULL));
+    for (int r = 0; r < g_n; r++)
+        for (size_t i = 0; i < rc[r]; i++)
+            expect(o[rd[r] + i], val(r, (size_t)g_rank * n + i), "AllToAllv", n, i);
+    free(sc), free(sd), free(rc), free(rd), free(s), free(o);
+}
+
+static void rooted(loomComm_t c, size_t n)
+{
+    float *s = malloc(n * 4), *o = malloc(n * 4);
+    for (int root = 0; root < g_n; root++) {
+        for (size_t i = 0; i < n; i++)
+            s[i] = (float)val(g_rank, i), o[i] = -99;
+        CHECK(loomBroadcast(s, o, n, loomFloat32, root, c, NULL));
+        for (size_t i = 0; i < n; i++)
+            expect(o[i], val(root, i), "Broadcast", n, i);
+        CHECK(loomReduce(s, o, n, loomFloat32, loomSum, root, c, NULL));
+        for (size_t i = 0; g_rank == root && i < n; i++) {
+            int sum = 0;
+            for (int r = 0; r < g_n; r++)
+                sum += val(r, i);
+            expect(o[i], sum, "Reduce", n, i);
+        }
+    }
+    /* a ring of Send/Recv, in a group */
+    int next = (g_rank + 1) % g_n, prev = (g_rank + g_n - 1) % g_n;
+    for (size_t i = 0; i < n; i++)
+        s[i] = (float)val(g_rank, i);
+    CHECK(loomGroupStart());
+    CHECK(loomSend(s, n, loomFloat32, next, c, NULL));
+    CHECK(loomRecv(o, n, loomFloat32, prev, c, NULL));
+    CHECK(loomGroupEnd());
+    for (size_t i = 0; i < n; i++)
+        expect(o[i], val(prev, i), "Send/Recv ring", n, i);
+    CHECK(loomBarrier(c, NULL));
+    free(s), free(o);
+}
+
+int main(void)
+{
+    loomComm_t c;
+    CHECK(loomCommInitFromEnv(&c));
+    loomCommUserRank(c, &g_rank);
+    loomCommCount(c, &g_n);
+    const size_t counts[] = {2, 16384, 1 << 20}; /* 8 B, 64 KiB and 4 MiB of float32 */
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        allreduce(c, counts[k]);
+        gather_scatter(c, counts[k] / (size_t)g_n + 1);
+        rooted(c, counts[k]);
+    }
+    CHECK(loomCommDestroy(c));
+    if (g_rank == 0)
+        printf("grid ok: %d ranks, %ld checks\n", g_n, g_checks);
+    return 0;
+}
