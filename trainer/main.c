@@ -377,14 +377,14 @@ int main(int argc, char **argv)
         return 1;
     }
     tc_check(loomAllGather(mem, all, 6, loomFloat64, c.world, NULL), &c, "loomAllGather");
-    /* Every rank's counters, so that a test can check what each mode calls. */
+    /* Rank 0 reports; its collective counters let a test check what each mode calls. */
     if (c.rank == 0) {
         double tps = timed ? (double)o.batch * o.model.ctx * timed / t_total : 0;
         if (!o.quiet)
             printf("loom-train: done: %lld steps, loss %.4f, val loss %.4f, %.0f tok/s, "
-                   "comm %.1f%% of step time%s\n",
+                   "comm %.1f%% of step time\n",
                    (long long)(o.steps - first_step), loss, val, tps,
-                   t_total > 0 ? 100.0 * comm_total / t_total : 0.0, g.pp > 1 ? "" : "");
+                   t_total > 0 ? 100.0 * comm_total / t_total : 0.0);
         if (g.pp > 1 && !o.quiet)
             printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; 1F1B's "
                    "ideal bubble is (pp-1)/(m+pp-1) = %.1f%%\n",

@@ -15,6 +15,7 @@
 #define TOPO_VERSION 1
 #define MAX_HOSTS    4096
 #define MAX_RANKS    (1 << 20)
+#define MAX_CPU_ID   (1L << 20) /* a CPU list's ids: far beyond any machine, and no overflow */
 
 int loom_topo_alloc(loom_topo_t *t, int nhosts, int nranks)
 {
@@ -236,13 +237,14 @@ static int read_host(rd_t *r, const loom_json_t *o, loom_topo_host_t *h, size_t 
         for (const char *s = m->cpulist; *s;) {
             char *end;
             long x = strtol(s, &end, 10), y = x;
-            if (end == s || x < 0)
-                return fail(r, "\"cpus\" must be a CPU list like \"0-3,8\"");
+            if (end == s || x < 0 || x >= MAX_CPU_ID)
+                return fail(r, "\"cpus\" must be a CPU list like \"0-3,8\" of ids below 2^20");
             if (*end == '-') {
                 s = end + 1;
                 y = strtol(s, &end, 10);
-                if (end == s || y < x)
-                    return fail(r, "\"cpus\" must be a CPU list like \"0-3,8\"");
+                if (end == s || y < x || y >= MAX_CPU_ID)
+                    return fail(r, "\"cpus\" must be a CPU list like \"0-3,8\" of ids below "
+                                   "2^20");
             }
             m->cpus += (int32_t)(y - x + 1);
             s = *end == ',' ? end + 1 : end;

@@ -216,6 +216,10 @@ TEST(Topo, BadFilesAreRefusedWithTheFieldNamed)
             {R"({"loom_topology": 1, "hosts": [{)" + host +
                  R"(, "numa": [{"id": 0, "cpus": "3-1"}]}]})",
              "CPU list"},
+            // found by fuzz_topo_file: a range this wide overflowed the CPU count
+            {R"({"loom_topology": 1, "hosts": [{)" + host +
+                 R"(, "numa": [{"id": 0, "cpus": "0-9223372036854775807"}]}]})",
+             "ids below 2^20"},
             {R"({"loom_topology": 1, "hosts": [{)" + host +
                  R"(}], "ranks": [{"host": 1, "local_rank": 0}]})",
              "ranks[0]"},
