@@ -21,19 +21,47 @@ typedef struct {
     loom_topo_rank_t rank;
 } topo_record_t;
 
-/* Hosts in order of their first rank, and each rank's host and local index. */
-static int topo_from_records(const struct loomComm *c, const topo_record_t *recs, loom_topo_t *t)
+/* Each rank's host index, hosts numbered in order of their first rank; the count, or -1 when
+ * out of memory. A hash table keyed by host hash keeps it linear in the rank count. */
+static int number_hosts(const struct loomComm *c, int *host_of)
 {
-    int *host_of = malloc((size_t)c->nranks * sizeof(int)), nhosts = 0;
-    if (!host_of)
+    size_t cap = 16;
+    while (cap < 2 * (size_t)c->nranks)
+        cap *= 2;
+    int *slot = malloc(cap * sizeof(int)), nhosts = 0;
+    if (!slot)
         return -1;
+    for (size_t i = 0; i < cap; i++)
+        slot[i] = -1; /* the first rank seen on that host */
     for (int r = 0; r < c->nranks; r++) {
-        host_of[r] = -1;
-        for (int q = 0; q < r && host_of[r] < 0; q++)
-            if (c->peers[q].host_hash == c->peers[r].host_hash)
-                host_of[r] = host_of[q];
-        if (host_of[r] < 0)
+        uint64_t key = c->peers[r].host_hash;
+        size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull) & (cap - 1);
+        while (slot[i] >= 0 && c->peers[slot[i]].host_hash != key)
+            i = (i + 1) & (cap - 1);
+        if (slot[i] < 0) {
+            slot[i] = r;
             host_of[r] = nhosts++;
+        } else {
+            host_of[r] = host_of[slot[i]];
+        }
+    }
+    free(slot);
+    return nhosts;
+}
+
+/* Hosts in order of their first rank, and each rank's host and local index. The records come
+ * from other processes: they are made safe before use. */
+static int topo_from_records(const struct loomComm *c, topo_record_t *recs, loom_topo_t *t)
+{
+    int *host_of = malloc((size_t)c->nranks * sizeof(int));
+    int nhosts = host_of ? number_hosts(c, host_of) : -1;
+    if (nhosts < 0) {
+        free(host_of);
+        return -1;
+    }
+    for (int r = 0; r < c->nranks; r++) {
+        loom_topo_sanitize_host(&recs[r].host);
+        loom_topo_sanitize_rank(&recs[r].rank);
     }
     if (loom_topo_alloc(t, nhosts, c->nranks)) {
         free(host_of);

@@ -96,6 +96,10 @@ int loom_topo_parse(const char *text, size_t len, loom_topo_t *t, char *err, siz
 void loom_topo_free(loom_topo_t *t);
 /* A human-readable summary (loom_info). */
 void loom_topo_print(const loom_topo_t *t, FILE *f);
+/* Makes a record received from another process safe to use: counts clamped to the arrays,
+ * every string terminated. */
+void loom_topo_sanitize_host(loom_topo_host_t *h);
+void loom_topo_sanitize_rank(loom_topo_rank_t *r);
 /* Allocates hosts and ranks (zeroed); -1 on allocation failure. */
 int loom_topo_alloc(loom_topo_t *t, int nhosts, int nranks);
 

@@ -30,6 +30,38 @@ int loom_topo_alloc(loom_topo_t *t, int nhosts, int nranks)
     return 0;
 }
 
+#define TERMINATE(s) ((s)[sizeof(s) - 1] = '\0')
+static int32_t clamp_count(int32_t n, int32_t max)
+{
+    return n < 0 ? 0 : n > max ? max : n;
+}
+
+void loom_topo_sanitize_host(loom_topo_host_t *h)
+{
+    TERMINATE(h->hostname);
+    h->nnuma = clamp_count(h->nnuma, LOOM_TOPO_MAX_NUMA);
+    h->nnics = clamp_count(h->nnics, LOOM_TOPO_MAX_NICS);
+    h->nrdma = clamp_count(h->nrdma, LOOM_TOPO_MAX_RDMA);
+    h->ngpus = clamp_count(h->ngpus, LOOM_TOPO_MAX_GPUS);
+    for (int i = 0; i < LOOM_TOPO_MAX_NUMA; i++)
+        TERMINATE(h->numa[i].cpulist);
+    for (int i = 0; i < LOOM_TOPO_MAX_NICS; i++)
+        TERMINATE(h->nics[i].name);
+    for (int i = 0; i < LOOM_TOPO_MAX_RDMA; i++) {
+        TERMINATE(h->rdma[i].name);
+        TERMINATE(h->rdma[i].link_layer);
+    }
+    for (int i = 0; i < LOOM_TOPO_MAX_GPUS; i++) {
+        TERMINATE(h->gpus[i].name);
+        TERMINATE(h->gpus[i].pci);
+    }
+}
+
+void loom_topo_sanitize_rank(loom_topo_rank_t *r)
+{
+    TERMINATE(r->cpus);
+}
+
 void loom_topo_free(loom_topo_t *t)
 {
     free(t->hosts);

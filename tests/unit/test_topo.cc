@@ -191,6 +191,34 @@ TEST(Topo, FixturesReadAndWriteBackUnchanged)
     loom_topo_free(&t);
 }
 
+// Records from other ranks arrive as raw bytes: whatever they hold, once sanitized they are
+// safe to print and write.
+TEST(Topo, SanitizedRecordsAreSafeWhateverTheyHeld)
+{
+    loom_topo_t t;
+    ASSERT_EQ(loom_topo_alloc(&t, 1, 1), 0);
+    memset(t.hosts, 'x', sizeof(*t.hosts)); // no terminators, absurd counts
+    memset(t.ranks, 'y', sizeof(*t.ranks));
+    t.hosts[0].nnics = 1000;
+    t.hosts[0].ngpus = -5;
+    loom_topo_sanitize_host(&t.hosts[0]);
+    loom_topo_sanitize_rank(&t.ranks[0]);
+    t.ranks[0].host = 0;
+    EXPECT_EQ(t.hosts[0].nnics, LOOM_TOPO_MAX_NICS);
+    EXPECT_EQ(t.hosts[0].ngpus, 0);
+    EXPECT_EQ(strlen(t.hosts[0].hostname), size_t(LOOM_TOPO_NAME - 1));
+    EXPECT_EQ(strlen(t.ranks[0].cpus), size_t(LOOM_TOPO_CPULIST - 1));
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    loom_topo_print(&t, f);
+    EXPECT_EQ(loom_topo_write(&t, f), 0);
+    fclose(f);
+    EXPECT_GT(len, 0u);
+    free(buf);
+    loom_topo_free(&t);
+}
+
 TEST(Topo, BadFilesAreRefusedWithTheFieldNamed)
 {
     const std::string host = R"("hostname": "h", "packages": 1, "cores": 2, "cpus": 2)";
