@@ -292,7 +292,6 @@ void eng_step(engine_t *e, double lr)
 /* ---- Dump and checkpoints ------------------------------------------------------------------ */
 
 typedef struct {
-    engine_t *e;
     float *out;
     const float *p;
     size_t pd;
@@ -317,7 +316,7 @@ int eng_dump(engine_t *e, const char *path, int grads)
     size_t n = e->lay.global_len;
     float *out = falloc(n);
     int sharded = grads ? e->zero >= 1 : e->zero >= 3;
-    dump_t d = {.e = e, .out = out};
+    dump_t d = {.out = out};
     d.p = !grads ? e->params : e->zero == 1 ? e->gshard : e->grads;
     if (!sharded) {
         d.all = c->data_rank == 0;
@@ -352,7 +351,7 @@ typedef struct {
     uint64_t magic;
     int32_t size, dp, tp, pp, cp, zero, rank;
     int32_t vocab, ctx, d, heads, layers;
-    uint64_t seed, pn, on, step, data_step;
+    uint64_t seed, pn, on, step; /* the data position is the step: batches depend on it alone */
 } ckpt_hdr_t;
 
 static void fill_hdr(const engine_t *e, ckpt_hdr_t *h)
@@ -372,14 +371,14 @@ static void rank_path(char *buf, size_t n, const char *path, int rank)
     snprintf(buf, n, "%s.rank%d", path, rank);
 }
 
-int eng_save(engine_t *e, const char *path, uint64_t data_step, char *err, size_t errlen)
+int eng_save(engine_t *e, const char *path, char *err, size_t errlen)
 {
     char p[4096], tmp[4200];
     rank_path(p, sizeof(p), path, e->c->rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", p);
     ckpt_hdr_t h;
     fill_hdr(e, &h);
-    h.step = (uint64_t)e->step, h.data_step = data_step;
+    h.step = (uint64_t)e->step;
     FILE *f = fopen(tmp, "wb");
     int ok = f && fwrite(&h, sizeof(h), 1, f) == 1 &&
              fwrite(e->params, sizeof(float), e->pn, f) == e->pn &&
@@ -396,7 +395,7 @@ int eng_save(engine_t *e, const char *path, uint64_t data_step, char *err, size_
     return 0;
 }
 
-int eng_load(engine_t *e, const char *path, uint64_t *data_step, char *err, size_t errlen)
+int eng_load(engine_t *e, const char *path, char *err, size_t errlen)
 {
     char p[4096];
     rank_path(p, sizeof(p), path, e->c->rank);
@@ -409,8 +408,8 @@ int eng_load(engine_t *e, const char *path, uint64_t *data_step, char *err, size
     fill_hdr(e, &want);
     int ok = fread(&h, sizeof(h), 1, f) == 1;
     if (ok) {
-        uint64_t step = h.step, ds = h.data_step;
-        h.step = h.data_step = 0;
+        uint64_t step = h.step;
+        h.step = 0;
         if (memcmp(&h, &want, sizeof(h))) {
             snprintf(err, errlen, "checkpoint %s was written by another model or parallel layout",
                      p);
@@ -421,7 +420,6 @@ int eng_load(engine_t *e, const char *path, uint64_t *data_step, char *err, size
              fread(e->m, sizeof(float), e->on, f) == e->on &&
              fread(e->v, sizeof(float), e->on, f) == e->on;
         e->step = (int64_t)step;
-        *data_step = ds;
     }
     fclose(f);
     if (!ok) {

@@ -288,8 +288,7 @@ int main(int argc, char **argv)
     }
     if (o.resume) {
         /* Every rank learns whether every rank could load, so that all stop together. */
-        uint64_t ds;
-        double failed = eng_load(&e, o.resume, &ds, err, sizeof(err)) ? 1 : 0;
+        double failed = eng_load(&e, o.resume, err, sizeof(err)) ? 1 : 0;
         if (failed)
             fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
         tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomSum, c.world, NULL), &c,
@@ -411,7 +410,7 @@ int main(int argc, char **argv)
     }
     free(all);
     int rc = 0;
-    if (o.save && eng_save(&e, o.save, (uint64_t)e.step, err, sizeof(err))) {
+    if (o.save && eng_save(&e, o.save, err, sizeof(err))) {
         fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
         rc = 1;
     }

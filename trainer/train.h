@@ -122,8 +122,8 @@ void eng_step(engine_t *e, double lr);
  * path on world rank 0. Collective over the world; returns 0 or -1. */
 int eng_dump(engine_t *e, const char *path, int grads);
 /* Checkpoint of this rank's state; returns 0 or -1 with a message. */
-int eng_save(engine_t *e, const char *path, uint64_t data_step, char *err, size_t errlen);
-int eng_load(engine_t *e, const char *path, uint64_t *data_step, char *err, size_t errlen);
+int eng_save(engine_t *e, const char *path, char *err, size_t errlen);
+int eng_load(engine_t *e, const char *path, char *err, size_t errlen);
 
 /* ---- Activations and the stage's forward/backward (stage.c, block.c) ----------------------- */
 
