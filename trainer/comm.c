@@ -51,10 +51,11 @@ int tc_init(tcomm_t *c, const opts_t *o)
     g->tp = o->tp, g->pp = o->pp, g->cp = o->cp;
     g->dp = o->dp > 0 ? o->dp : c->size / (o->tp * o->pp * o->cp);
     if (g->dp < 1 || g->dp * g->tp * g->pp * g->cp != c->size) {
-        if (c->rank == 0)
-            fprintf(stderr,
-                    "loom-train: dp %d x --tp %d x --pp %d x --cp %d must equal the %d ranks\n",
-                    g->dp, o->tp, o->pp, o->cp, c->size);
+        /* every rank says it: the launcher may stop the others as soon as one exits */
+        fprintf(
+            stderr,
+            "loom-train: rank %d: dp %d x --tp %d x --pp %d x --cp %d must equal the %d ranks\n",
+            c->rank, g->dp, o->tp, o->pp, o->cp, c->size);
         loomCommDestroy(c->world);
         return -1;
     }

@@ -263,8 +263,8 @@ int main(int argc, char **argv)
     if (!bad && corpus_load(&corpus, o.data, o.val_frac, o.model.ctx, err, sizeof(err)))
         bad = 1;
     if (bad) {
-        if (c.rank == 0)
-            fprintf(stderr, "loom-train: %s\n", err);
+        /* every rank says it: the launcher may stop the others as soon as one exits */
+        fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
         tc_free(&c);
         return 2;
     }
