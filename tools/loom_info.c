@@ -23,7 +23,7 @@
 
 static void usage(void)
 {
-    printf("usage: loom_info [-v] [-p] [-a] [-t] [-d [-c shm|tcp] [-n NRANKS]] [-h]\n"
+    printf("usage: loom_info [-v] [-p] [-a] [-t] [-d [-c shm|tcp] [-n NRANKS] [-H HOSTS]] [-h]\n"
            "  -v  version and build (default)\n"
            "  -p  every LOOM_* parameter: value, default, documentation\n"
            "  -a  algorithms per collective (in tie-break order)\n"
@@ -32,7 +32,9 @@ static void usage(void)
            "  -d  decision table: the algorithm the cost model picks per collective and size\n"
            "      (8 B to 1 GiB, float32), for link classes shm and tcp and 2, 4, 8 ranks;\n"
            "      -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
-           "      LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator\n");
+           "      LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator. -H spreads\n"
+           "      the ranks over HOSTS hosts (NRANKS / HOSTS each, tcp between them, shm\n"
+           "      inside), where the hierarchical algorithms compete\n");
 }
 
 static void print_version(void)
@@ -79,17 +81,18 @@ static void size_text(double b, char *buf, size_t len)
     snprintf(buf, len, "%.0f %s", b, unit[u]);
 }
 
-static void print_decisions(loom_link_class_t cls, int nranks)
+static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
 {
     loom_link_cost_t link = loom_link_cost_default(cls);
+    const int ppn = nhosts > 1 && nranks % nhosts == 0 ? nranks / nhosts : 0;
     size_t chunk = (size_t)loom_param_CHUNK_BYTES();
     if (chunk < 4096)
         chunk = 4096;
     printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
-           "ranks; chunk %zu bytes; cells: algorithm and predicted time (shm: the variant, not "
-           "modelled)\n",
+           "ranks on %d host(s); chunk %zu bytes; cells: algorithm and predicted time (shm: the "
+           "variant, not modelled)\n",
            loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
-           link.gamma_ns, nranks, chunk);
+           link.gamma_ns, nranks, nhosts, chunk);
     printf("# %10s", "bytes");
     for (size_t k = 0; k < NKINDS; k++)
         printf(" %-24s", loom_coll_name(decision_kinds[k]));
@@ -107,7 +110,10 @@ static void print_decisions(loom_link_class_t cls, int nranks)
                                  .nbytes = bytes,
                                  .acc_ratio = 1.0,
                                  .chunk_bytes = chunk,
-                                 .ring_depth = loom_ring_depth(cls, nranks)};
+                                 .ring_depth = loom_ring_depth(cls, nranks),
+                                 .nhosts = nhosts,
+                                 .ppn = ppn,
+                                 .intra = loom_link_cost_default(LOOM_LINK_SHM)};
         for (size_t k = 0; k < NKINDS; k++) {
             double us = 0;
             const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);
@@ -165,11 +171,23 @@ static int print_topology(void)
     return 0;
 }
 
+/* A count of 1 to 2^20 from an option's argument, or -1 (reported). */
+static int parse_count(const char *arg, const char *opt, const char *what)
+{
+    char *end = NULL;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end != '\0' || v < 1 || v > 1 << 20) {
+        fprintf(stderr, "loom_info: %s wants a %s count >= 1, not '%s'\n", opt, what, arg);
+        return -1;
+    }
+    return (int)v;
+}
+
 int main(int argc, char **argv)
 {
-    int opt, any = 0, decisions = 0, nranks = 0, have_cls = 0;
+    int opt, any = 0, decisions = 0, nranks = 0, have_cls = 0, nhosts = 1;
     loom_link_class_t cls = LOOM_LINK_SHM;
-    while ((opt = getopt(argc, argv, "vpatdc:n:h")) != -1) {
+    while ((opt = getopt(argc, argv, "vpatdc:n:H:h")) != -1) {
         any = 1;
         switch (opt) {
         case 'd':
@@ -183,16 +201,14 @@ int main(int argc, char **argv)
             }
             have_cls = 1;
             break;
-        case 'n': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 1 || v > 1 << 20) {
-                fprintf(stderr, "loom_info: -n wants a rank count >= 1, not '%s'\n", optarg);
+        case 'n':
+            if ((nranks = parse_count(optarg, "-n", "rank")) < 0)
                 return 2;
-            }
-            nranks = (int)v;
             break;
-        }
+        case 'H':
+            if ((nhosts = parse_count(optarg, "-H", "host")) < 0)
+                return 2;
+            break;
         case 'v':
             print_version();
             break;
@@ -214,7 +230,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (decisions) {
+    if (decisions && nhosts > 1) {
+        /* Several hosts: the communicator's class is tcp, shm inside each host. */
+        int n = nranks > 0 ? nranks : 2 * nhosts;
+        if (n % nhosts != 0) {
+            fprintf(stderr, "loom_info: -H %d does not divide %d ranks\n", nhosts, n);
+            return 2;
+        }
+        print_decisions(LOOM_LINK_TCP, n, nhosts);
+    } else if (decisions) {
         const int counts[] = {2, 4, 8};
         for (int c = 0; c < LOOM_LINK_NUM; c++) {
             if (have_cls && (loom_link_class_t)c != cls)
@@ -222,7 +246,7 @@ int main(int argc, char **argv)
             for (int i = 0; i < 3; i++) {
                 if (nranks > 0 && i > 0)
                     break;
-                print_decisions((loom_link_class_t)c, nranks > 0 ? nranks : counts[i]);
+                print_decisions((loom_link_class_t)c, nranks > 0 ? nranks : counts[i], 1);
                 printf("\n");
             }
         }

@@ -328,7 +328,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
     bs = NULL;
-    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks), res, err_p2p);
+    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers), res, err_p2p);
     c->magic = LOOM_COMM_MAGIC;
     LOOM_CHECK_GOTO(live_add(c), res, err_p2p);
     LOOM_INFO(LOOM_LOG_INIT,

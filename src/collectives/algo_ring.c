@@ -126,7 +126,7 @@ static loomResult_t post_send(ring_t *g, size_t k, int t, int j)
     }
     int right = (g->ctx->rank + 1) % g->ctx->nranks;
     uint32_t tag = loom_tag_coll(g->ctx->seq, t < p->rs_steps ? 1 : 2);
-    return loom_p2p_isend(g->ctx->p2p, right, src, nbytes, tag, &g->q[j][1]);
+    return loom_coll_isend(g->ctx, right, src, nbytes, tag, &g->q[j][1]);
 }
 
 static loomResult_t post_recv(ring_t *g, size_t k, int t, int j)
@@ -154,7 +154,7 @@ static loomResult_t post_recv(ring_t *g, size_t k, int t, int j)
     }
     int left = mod(g->ctx->rank - 1, g->ctx->nranks);
     uint32_t tag = loom_tag_coll(g->ctx->seq, t < p->rs_steps ? 1 : 2);
-    return loom_p2p_irecv(g->ctx->p2p, left, dst, nbytes, tag, &g->q[j][0]);
+    return loom_coll_irecv(g->ctx, left, dst, nbytes, tag, &g->q[j][0]);
 }
 
 /* Adds this rank's contribution to the partial that arrived in step t (and, on

@@ -83,6 +83,11 @@ static const loom_algo_t algos[] = {
     {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck},
     {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_only},
     {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only},
+    /* Hierarchical (algo_hier.c): only across hosts with equal ranks per host. */
+    {LOOM_COLL_ALLREDUCE, "hier", loom_allreduce_hier, loom_cost_allreduce_hier},
+    {LOOM_COLL_REDUCE_SCATTER, "hier", loom_reduce_scatter_hier, loom_cost_reduce_scatter_hier},
+    {LOOM_COLL_ALLGATHER, "hier", loom_allgather_hier, loom_cost_allgather_hier},
+    {LOOM_COLL_BCAST, "hier", loom_bcast_hier, loom_cost_bcast_hier},
 };
 
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
@@ -138,8 +143,20 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
         .nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0.0 : (double)loom_coll_bytes(a, ctx->nranks),
         .acc_ratio = es ? (double)accsz / (double)es : 1.0,
         .chunk_bytes = ctx->chunk_bytes,
-        .ring_depth = ctx->ring_depth};
+        .ring_depth = ctx->ring_depth,
+        .nhosts = ctx->group ? 1 : ctx->hosts.nhosts,
+        .ppn = ctx->group ? 0 : ctx->hosts.ppn,
+        .intra = ctx->intra};
     return c;
+}
+
+const loom_algo_t *loom_algo_pick_flat(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    loom_cost_call_t call = loom_coll_cost_call(ctx, a);
+    call.nhosts = 1;
+    call.ppn = 0;
+    return loom_algo_pick(algos + shm_rows(), NALGOS - shm_rows(), a->kind, &call, &ctx->link,
+                          NULL);
 }
 
 const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,

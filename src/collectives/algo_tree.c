@@ -99,14 +99,13 @@ loomResult_t loom_bcast_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     loom_p2p_req_t rq[2], sq[2][MAX_CHILDREN];
     int nsq[2] = {0, 0};
     if (!is_root)
-        LOOM_CHECK(loom_p2p_irecv(ctx->p2p, t.parent, dst, m > 1 ? seg : bytes, tag, &rq[0]));
+        LOOM_CHECK(loom_coll_irecv(ctx, t.parent, dst, m > 1 ? seg : bytes, tag, &rq[0]));
     for (size_t j = 0; j < m; j++) {
         size_t off = j * seg, len = bytes - off < seg ? bytes - off : seg;
         if (!is_root) {
             if (j + 1 < m) {
                 size_t noff = off + seg, nlen = bytes - noff < seg ? bytes - noff : seg;
-                LOOM_CHECK(
-                    loom_p2p_irecv(ctx->p2p, t.parent, dst + noff, nlen, tag, &rq[(j + 1) % 2]));
+                LOOM_CHECK(loom_coll_irecv(ctx, t.parent, dst + noff, nlen, tag, &rq[(j + 1) % 2]));
             }
             LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, &rq[j % 2], 1));
         }
@@ -115,7 +114,7 @@ loomResult_t loom_bcast_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
             LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, sq[!g], nsq[!g]));
         nsq[!g] = 0;
         for (int c = t.nchild - 1; c >= 0; c--) /* largest subtree first */
-            LOOM_CHECK(loom_p2p_isend(ctx->p2p, t.child[c], src + off, len, tag, &sq[g][nsq[g]++]));
+            LOOM_CHECK(loom_coll_isend(ctx, t.child[c], src + off, len, tag, &sq[g][nsq[g]++]));
     }
     for (int g = 0; g < 2; g++)
         if (nsq[g] > 0)
@@ -152,14 +151,14 @@ loomResult_t loom_bcast_scatter_allgather(loom_coll_ctx_t *ctx, const loom_coll_
         for (int d = 1; d < n; d++) {
             int b = (me + d) % n;
             if (v[n + b] > 0)
-                LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, b, recv + v[b] * es, v[n + b] * es, tag,
-                                               &reqs[nreq++]),
-                                res, out);
+                LOOM_CHECK_GOTO(
+                    loom_coll_isend(ctx, b, recv + v[b] * es, v[n + b] * es, tag, &reqs[nreq++]),
+                    res, out);
         }
     } else if (v[n + me] > 0) {
-        LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, a->root, recv + v[me] * es, v[n + me] * es, tag,
-                                       &reqs[nreq++]),
-                        res, out);
+        LOOM_CHECK_GOTO(
+            loom_coll_irecv(ctx, a->root, recv + v[me] * es, v[n + me] * es, tag, &reqs[nreq++]),
+            res, out);
     }
     if (nreq > 0)
         LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
@@ -196,8 +195,8 @@ static loomResult_t post_child_recvs(reduce_tree_t *r, size_t j)
     size_t len = seg_len(r, j);
     for (int c = 0; c < r->t.nchild; c++) {
         size_t nbytes = len * (r->t.child_leaf[c] ? r->es : r->accsz);
-        LOOM_CHECK(loom_p2p_irecv(r->ctx->p2p, r->t.child[c], r->from[j % 2][c], nbytes, tag,
-                                  &r->rq[j % 2][c]));
+        LOOM_CHECK(loom_coll_irecv(r->ctx, r->t.child[c], r->from[j % 2][c], nbytes, tag,
+                                   &r->rq[j % 2][c]));
     }
     return loomSuccess;
 }
@@ -235,7 +234,7 @@ static loomResult_t reduce_segment(reduce_tree_t *r, size_t j, size_t nseg)
     const uint32_t tag = loom_tag_coll(r->ctx->seq, STEP_TREE);
     const void *src = r->t.nchild > 0 ? (const void *)r->part[g] : (const void *)own;
     size_t nbytes = len * (r->t.nchild > 0 ? r->accsz : r->es);
-    LOOM_CHECK(loom_p2p_isend(r->ctx->p2p, r->t.parent, src, nbytes, tag, &r->sq));
+    LOOM_CHECK(loom_coll_isend(r->ctx, r->t.parent, src, nbytes, tag, &r->sq));
     r->sq_posted = 1;
     return loomSuccess;
 }

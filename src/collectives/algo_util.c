@@ -52,7 +52,7 @@ loomResult_t loom_reqs_send(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, cons
     if (nbytes == 0)
         return loomSuccess;
     LOOM_CHECK(reqs_room(ctx, q));
-    LOOM_CHECK(loom_p2p_isend(ctx->p2p, peer, buf, nbytes, tag, &q->r[q->n]));
+    LOOM_CHECK(loom_coll_isend(ctx, peer, buf, nbytes, tag, &q->r[q->n]));
     q->n++;
     return loomSuccess;
 }
@@ -63,7 +63,7 @@ loomResult_t loom_reqs_recv(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, void
     if (nbytes == 0)
         return loomSuccess;
     LOOM_CHECK(reqs_room(ctx, q));
-    LOOM_CHECK(loom_p2p_irecv(ctx->p2p, peer, buf, nbytes, tag, &q->r[q->n]));
+    LOOM_CHECK(loom_coll_irecv(ctx, peer, buf, nbytes, tag, &q->r[q->n]));
     q->n++;
     return loomSuccess;
 }

@@ -38,13 +38,11 @@ loomResult_t loom_allgather_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t 
     for (int d = 1; d < n; d++) {
         int p = (me - d + n) % n;
         LOOM_CHECK_GOTO(
-            loom_p2p_irecv(ctx->p2p, p, recv + (size_t)p * bytes, bytes, tag, &reqs[nreq++]), res,
-            out);
+            loom_coll_irecv(ctx, p, recv + (size_t)p * bytes, bytes, tag, &reqs[nreq++]), res, out);
     }
     for (int d = 1; d < n; d++) {
         int p = (me + d) % n;
-        LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, p, a->sendbuff, bytes, tag, &reqs[nreq++]), res,
-                        out);
+        LOOM_CHECK_GOTO(loom_coll_isend(ctx, p, a->sendbuff, bytes, tag, &reqs[nreq++]), res, out);
     }
     res = loom_p2p_wait_all(ctx->p2p, reqs, nreq);
 out:

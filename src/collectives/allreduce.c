@@ -63,14 +63,14 @@ loomResult_t loom_allreduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t 
         for (int d = 1; d < n; d++) {
             int p = (me - d + n) % n;
             if (spans[p].len > 0)
-                LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, p, recv + spans[p].off * es,
-                                               spans[p].len * es, tag, &reqs[nreq++]),
+                LOOM_CHECK_GOTO(loom_coll_irecv(ctx, p, recv + spans[p].off * es, spans[p].len * es,
+                                                tag, &reqs[nreq++]),
                                 res, out);
         }
         for (int d = 1; d < n && spans[me].len > 0; d++) {
             int p = (me + d) % n;
-            LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, p, recv + spans[me].off * es,
-                                           spans[me].len * es, tag, &reqs[nreq++]),
+            LOOM_CHECK_GOTO(loom_coll_isend(ctx, p, recv + spans[me].off * es, spans[me].len * es,
+                                            tag, &reqs[nreq++]),
                             res, out);
         }
         LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);

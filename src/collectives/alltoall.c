@@ -47,14 +47,12 @@ static loomResult_t alltoall_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         int p = (me - d + n) % n;
         /* A NULL buffer is legal when the count is 0: never offset it. */
         void *dst = rcount[p] ? recv + rdispl[p] * es : NULL;
-        LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, p, dst, rcount[p] * es, tag, &reqs[nreq++]), res,
-                        out);
+        LOOM_CHECK_GOTO(loom_coll_irecv(ctx, p, dst, rcount[p] * es, tag, &reqs[nreq++]), res, out);
     }
     for (int d = 1; d < n; d++) {
         int p = (me + d) % n;
         const void *src = scount[p] ? send + sdispl[p] * es : NULL;
-        LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, p, src, scount[p] * es, tag, &reqs[nreq++]), res,
-                        out);
+        LOOM_CHECK_GOTO(loom_coll_isend(ctx, p, src, scount[p] * es, tag, &reqs[nreq++]), res, out);
     }
     LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
     for (int i = 0; i < n - 1; i++) {

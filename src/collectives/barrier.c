@@ -17,8 +17,8 @@ loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_ar
     for (int dist = 1; dist < n; dist <<= 1, step++) {
         loom_p2p_req_t reqs[2];
         uint32_t tag = loom_tag_coll(ctx->seq, step);
-        LOOM_CHECK(loom_p2p_irecv(ctx->p2p, (me - dist + n) % n, NULL, 0, tag, &reqs[0]));
-        LOOM_CHECK(loom_p2p_isend(ctx->p2p, (me + dist) % n, NULL, 0, tag, &reqs[1]));
+        LOOM_CHECK(loom_coll_irecv(ctx, (me - dist + n) % n, NULL, 0, tag, &reqs[0]));
+        LOOM_CHECK(loom_coll_isend(ctx, (me + dist) % n, NULL, 0, tag, &reqs[1]));
         LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, reqs, 2));
     }
     return loomSuccess;

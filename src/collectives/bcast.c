@@ -23,7 +23,7 @@ loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
         return loomSuccess;
     if (me != a->root) {
         loom_p2p_req_t req;
-        LOOM_CHECK(loom_p2p_irecv(ctx->p2p, a->root, a->recvbuff, bytes, tag, &req));
+        LOOM_CHECK(loom_coll_irecv(ctx, a->root, a->recvbuff, bytes, tag, &req));
         return loom_p2p_wait_all(ctx->p2p, &req, 1);
     }
     if (a->sendbuff != a->recvbuff)
@@ -38,9 +38,8 @@ loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     loomResult_t res = loomSuccess;
     int nreq = 0;
     for (int d = 1; d < n; d++)
-        LOOM_CHECK_GOTO(
-            loom_p2p_isend(ctx->p2p, (me + d) % n, a->recvbuff, bytes, tag, &reqs[nreq++]), res,
-            out);
+        LOOM_CHECK_GOTO(loom_coll_isend(ctx, (me + d) % n, a->recvbuff, bytes, tag, &reqs[nreq++]),
+                        res, out);
     res = loom_p2p_wait_all(ctx->p2p, reqs, nreq);
 out:
     free(reqs);

@@ -63,9 +63,9 @@ static loomResult_t exchange(loom_coll_ctx_t *ctx, uint8_t *sbuf, uint8_t *rbuf,
         loom_p2p_req_t r[2 * CAL_MSGS];
         for (int k = 0; k < msgs; k++) {
             int d = 1 + k % (n - 1);
-            LOOM_CHECK(loom_p2p_irecv(ctx->p2p, (me - d + n) % n, rbuf + (size_t)k * nbytes, nbytes,
-                                      tag, &r[2 * k]));
-            LOOM_CHECK(loom_p2p_isend(ctx->p2p, (me + d) % n, sbuf, nbytes, tag, &r[2 * k + 1]));
+            LOOM_CHECK(loom_coll_irecv(ctx, (me - d + n) % n, rbuf + (size_t)k * nbytes, nbytes,
+                                       tag, &r[2 * k]));
+            LOOM_CHECK(loom_coll_isend(ctx, (me + d) % n, sbuf, nbytes, tag, &r[2 * k + 1]));
         }
         LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, r, 2 * msgs));
         t[i] = loom_now_ns() - t0;
@@ -136,11 +136,36 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx)
     return loomSuccess;
 }
 
-loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks)
+/* The class of the links inside this rank's host: shm unless a peer on the
+ * host is reached another way (LOOM_NET=tcp). Equal on every rank whenever
+ * the transports' choice is, which the layout's hierarchy relies on. */
+static loom_link_class_t intra_class(loom_p2p_t *p2p, const loom_hosts_t *h, int rank, int nranks)
+{
+    for (int peer = 0; peer < nranks; peer++)
+        if (peer != rank && h->host_of[peer] == h->host &&
+            strcmp(loom_p2p_transport_name(p2p, peer), "shm") != 0)
+            return LOOM_LINK_TCP;
+    return LOOM_LINK_SHM;
+}
+
+loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
+                                const loom_peer_info_t *peers)
 {
     ctx->p2p = p2p;
     ctx->rank = rank;
     ctx->nranks = nranks;
+    ctx->group = NULL;
+    uint64_t *hash = calloc((size_t)nranks, sizeof(*hash));
+    if (hash == NULL) {
+        LOOM_WARN("out of memory for %d host hashes", nranks);
+        return loomSystemError;
+    }
+    for (int r = 0; r < nranks; r++)
+        hash[r] = peers[r].host_hash;
+    loomResult_t res = loom_hosts_init(&ctx->hosts, hash, nranks, rank);
+    free(hash);
+    LOOM_CHECK(res);
+    ctx->intra = loom_link_cost_default(intra_class(p2p, &ctx->hosts, rank, nranks));
     ctx->seq = 0; /* calibration runs as collective 0; user collectives start at 1 */
     memset(ctx->memo, 0, sizeof(ctx->memo));
     ctx->chunk_bytes = (size_t)loom_param_CHUNK_BYTES();
@@ -152,9 +177,10 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     LOOM_INFO(LOOM_LOG_COLL,
               "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "
-              "us, ring depth %d%s",
+              "us, ring depth %d%s; %d host(s), %d rank(s) per host",
               rank, loom_link_class_name(ctx->link.cls), ctx->link.alpha_ns / 1e3,
               ctx->link.beta_ns, ctx->link.gamma_ns, ctx->link.o_ns / 1e3, ctx->ring_depth,
-              loom_param_CALIBRATE() != 0 ? " (calibrated)" : "");
+              loom_param_CALIBRATE() != 0 ? " (calibrated)" : "", ctx->hosts.nhosts,
+              ctx->hosts.ppn);
     return loomSuccess;
 }

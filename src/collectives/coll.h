@@ -69,11 +69,36 @@ typedef struct {
     unsigned param_gen; /* loom_param_generation() when chosen */
 } loom_algo_memo_t;
 
-/* Per-communicator state shared by all algorithms. */
+/* Where the communicator's ranks live: hosts from the peers' host hashes,
+ * numbered by their first rank, and local indices in rank order. The
+ * hierarchical algorithms (algo_hier.c) run when there are several hosts with
+ * the same number (ppn > 1) of ranks on each. */
+typedef struct {
+    int nhosts;     /* distinct hosts */
+    int ppn;        /* ranks per host when every host has the same number, else 0 */
+    int host;       /* this rank's host */
+    int lrank;      /* this rank's index among its host's ranks */
+    int *host_of;   /* [nranks]: host of each rank */
+    int *rank_of;   /* [nhosts * ppn] when ppn > 0: the rank of local index l on host h at
+                       h * ppn + l; NULL otherwise */
+    int *rail;      /* [nhosts] when ppn > 0: the rank with this rank's local index on each host */
+    int contiguous; /* every host's ranks are consecutive (rank_of[i] == i) */
+} loom_hosts_t;
+
+/* Per-communicator state shared by all algorithms. An algorithm may run on a
+ * part of the communicator (a host's ranks, or one rank per host): its
+ * context then numbers that part's ranks 0..nranks-1 and `group` maps them to
+ * the communicator's ranks; every send and receive goes through
+ * loom_coll_isend / loom_coll_irecv, which apply the map. */
 typedef struct {
     loom_p2p_t *p2p;
     int rank;
     int nranks;
+    const int *group;       /* [nranks] communicator rank of each rank; NULL: the identity */
+    loom_hosts_t hosts;     /* the whole communicator's layout (unused in a part's context) */
+    loom_link_cost_t intra; /* constants of the links inside a host (hierarchical costs) */
+    uint8_t *hier_buf;      /* the hierarchical algorithms' partials, grown on demand */
+    size_t hier_bytes;
     uint64_t seq;     /* sequence number of the running collective (tags, messages) */
     uint8_t *scratch; /* grows on demand up to scratch_limit */
     size_t scratch_bytes;
@@ -83,6 +108,22 @@ typedef struct {
     int ring_depth;        /* ring segments in flight per step, equal on all ranks */
     loom_algo_memo_t memo[LOOM_COLL_NUM]; /* last choice per collective */
 } loom_coll_ctx_t;
+
+/* Point-to-point within the context's group (peer is a rank of the context). */
+static inline int loom_coll_peer(const loom_coll_ctx_t *ctx, int peer)
+{
+    return ctx->group ? ctx->group[peer] : peer;
+}
+static inline loomResult_t loom_coll_isend(loom_coll_ctx_t *ctx, int peer, const void *buf,
+                                           size_t nbytes, uint32_t tag, loom_p2p_req_t *req)
+{
+    return loom_p2p_isend(ctx->p2p, loom_coll_peer(ctx, peer), buf, nbytes, tag, req);
+}
+static inline loomResult_t loom_coll_irecv(loom_coll_ctx_t *ctx, int peer, void *buf, size_t nbytes,
+                                           uint32_t tag, loom_p2p_req_t *req)
+{
+    return loom_p2p_irecv(ctx->p2p, loom_coll_peer(ctx, peer), buf, nbytes, tag, req);
+}
 
 typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
@@ -120,6 +161,10 @@ loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t
 loomResult_t loom_alltoall_bruck(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoallv_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* Runs one collective with the selected algorithm; *algo_name_p (may be NULL)
  * receives the algorithm's name. */
@@ -139,11 +184,26 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
  * AllToAllv (whose single algorithm ignores it). */
 loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
-/* Fills ctx for a new communicator: rank, size, chunk, the link class (slowest
- * link) and its constants; with LOOM_CALIBRATE=1 measures them and makes every
- * rank adopt the same values (calibrate.c). Collective when calibrating. */
-loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks);
+/* Fills ctx for a new communicator: rank, size, chunk, the host layout from
+ * peers[nranks], the link class (slowest link) and its constants, and the
+ * constants inside a host; with LOOM_CALIBRATE=1 measures the class's and
+ * makes every rank adopt the same values (calibrate.c). Collective when
+ * calibrating. */
+loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
+                                const loom_peer_info_t *peers);
+/* The layout of nranks ranks with the given host hashes, seen from rank
+ * (host_layout.c); SystemError if out of memory. loom_hosts_free frees it. */
+loomResult_t loom_hosts_init(loom_hosts_t *h, const uint64_t *host_hash, int nranks, int rank);
+void loom_hosts_free(loom_hosts_t *h);
 
+/* The network algorithm the model picks for a call on ctx, ignoring the
+ * shared-memory and hierarchical rows (a part of a communicator has no arena
+ * and no hosts of its own); NULL if none can run. */
+const loom_algo_t *loom_algo_pick_flat(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+
+/* Grows *buf (64-byte aligned, *bytes long, contents not kept) to at least need
+ * bytes; what names it in messages. */
+loomResult_t loom_coll_grow(uint8_t **buf, size_t *bytes, size_t need, int rank, const char *what);
 /* Scratch of at least nbytes, kept for later calls. */
 loomResult_t loom_coll_scratch(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p);
 void loom_coll_ctx_free(loom_coll_ctx_t *ctx);
@@ -160,6 +220,13 @@ typedef struct {
  * the reduction, in rank order, to dst. Bounded scratch: (n-1) spans. */
 loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                                         const loom_span_t *spans, void *dst, unsigned step);
+
+/* As loom_coll_reduce_to_owners, but each owner writes its reduction to
+ * acc_dst unfinished, in the accumulator type (loom_acc_size per element, avg
+ * still a sum): a later step combines it further and finishes it. */
+loomResult_t loom_coll_reduce_to_owners_partial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                                const loom_span_t *spans, void *acc_dst,
+                                                unsigned step);
 
 /* Even split of count elements over n parts: part r is [off, off+len). */
 static inline void loom_split(size_t count, int n, int r, size_t *off_p, size_t *len_p)

@@ -19,21 +19,26 @@
 #include "dtype.h"
 #include "kernels.h"
 
-loomResult_t loom_coll_scratch(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p)
+loomResult_t loom_coll_grow(uint8_t **buf, size_t *bytes, size_t need, int rank, const char *what)
 {
-    if (nbytes > ctx->scratch_bytes) {
+    if (need > *bytes) {
         uint8_t *b = NULL;
-        if (posix_memalign((void **)&b, 64, nbytes) != 0) {
-            LOOM_WARN("rank %d: cannot allocate %zu bytes of collective scratch", ctx->rank,
-                      nbytes);
+        if (posix_memalign((void **)&b, 64, need) != 0) {
+            LOOM_WARN("rank %d: cannot allocate %zu bytes of %s", rank, need, what);
             return loomSystemError;
         }
-        free(ctx->scratch);
-        ctx->scratch = b;
-        ctx->scratch_bytes = nbytes;
-        LOOM_INFO(LOOM_LOG_ALLOC, "rank %d: collective scratch is now %zu bytes", ctx->rank,
-                  nbytes);
+        free(*buf);
+        *buf = b;
+        *bytes = need;
+        LOOM_INFO(LOOM_LOG_ALLOC, "rank %d: %s is now %zu bytes", rank, what, need);
     }
+    return loomSuccess;
+}
+
+loomResult_t loom_coll_scratch(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p)
+{
+    LOOM_CHECK(loom_coll_grow(&ctx->scratch, &ctx->scratch_bytes, nbytes, ctx->rank,
+                              "collective scratch"));
     *buf_p = ctx->scratch;
     return loomSuccess;
 }
@@ -43,10 +48,15 @@ void loom_coll_ctx_free(loom_coll_ctx_t *ctx)
     free(ctx->scratch);
     ctx->scratch = NULL;
     ctx->scratch_bytes = 0;
+    free(ctx->hier_buf);
+    ctx->hier_buf = NULL;
+    ctx->hier_bytes = 0;
+    loom_hosts_free(&ctx->hosts);
 }
 
-loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
-                                        const loom_span_t *spans, void *dst, unsigned step)
+/* finish: round into dst in the datatype; else dst takes the accumulator. */
+static loomResult_t reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                     const loom_span_t *spans, void *dst, unsigned step, int finish)
 {
     const int n = ctx->nranks, me = ctx->rank;
     const size_t es = loom_dtype_size(a->dt);
@@ -57,7 +67,8 @@ loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_ar
 
     if (mylen > 0) {
         size_t slot_bytes = mylen * es;
-        size_t need = (size_t)(n - 1) * slot_bytes + mylen * loom_acc_size(a->dt) + 64;
+        size_t need =
+            (size_t)(n - 1) * slot_bytes + (finish ? mylen * loom_acc_size(a->dt) : 0) + 64;
         LOOM_CHECK(loom_coll_scratch(ctx, need, &slots));
         acc = slots + (size_t)(n - 1) * slot_bytes;
         acc += (64 - ((uintptr_t)acc & 63)) & 63;
@@ -74,16 +85,16 @@ loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_ar
     for (int k = 1; k < n && mylen > 0; k++) {
         int p = (me - k + n) % n; /* receive order mirrors the send order below */
         int slot = p < me ? p : p - 1;
-        LOOM_CHECK_GOTO(loom_p2p_irecv(ctx->p2p, p, slots + (size_t)slot * mylen * es, mylen * es,
-                                       tag, &reqs[nreq++]),
+        LOOM_CHECK_GOTO(loom_coll_irecv(ctx, p, slots + (size_t)slot * mylen * es, mylen * es, tag,
+                                        &reqs[nreq++]),
                         res, out);
     }
     for (int k = 1; k < n; k++) {
         int o = (me + k) % n;
         if (spans[o].len == 0)
             continue;
-        LOOM_CHECK_GOTO(loom_p2p_isend(ctx->p2p, o, send + spans[o].off * es, spans[o].len * es,
-                                       tag, &reqs[nreq++]),
+        LOOM_CHECK_GOTO(loom_coll_isend(ctx, o, send + spans[o].off * es, spans[o].len * es, tag,
+                                        &reqs[nreq++]),
                         res, out);
     }
     LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
@@ -92,7 +103,8 @@ loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_ar
         const uint8_t *mine = send + spans[me].off * es;
         /* Accumulate straight into dst unless dst is our own input (in place) or the
          * accumulator is wider than the datatype. */
-        void *target = (loom_acc_is_native(a->dt) && (const uint8_t *)dst != mine) ? dst : acc;
+        void *target =
+            !finish || (loom_acc_is_native(a->dt) && (const uint8_t *)dst != mine) ? dst : acc;
         for (int r = 0; r < n; r++) {
             const void *src = r == me ? mine : slots + (size_t)(r < me ? r : r - 1) * mylen * es;
             if (r == 0)
@@ -100,10 +112,24 @@ loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_ar
             else
                 loom_reduce_acc(a->dt, a->op, target, src, mylen);
         }
-        loom_reduce_finish(a->dt, a->op, dst, target, mylen, n);
+        if (finish)
+            loom_reduce_finish(a->dt, a->op, dst, target, mylen, n);
     }
 out:
     if (reqs != reqs_small)
         free(reqs);
     return res;
+}
+
+loomResult_t loom_coll_reduce_to_owners(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                        const loom_span_t *spans, void *dst, unsigned step)
+{
+    return reduce_to_owners(ctx, a, spans, dst, step, 1);
+}
+
+loomResult_t loom_coll_reduce_to_owners_partial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                                const loom_span_t *spans, void *acc_dst,
+                                                unsigned step)
+{
+    return reduce_to_owners(ctx, a, spans, acc_dst, step, 0);
 }

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * echo_layout.c - which rank owns which chunk in Echo: hosts from the peers'
- * host hashes, local indices in rank order, and the chunk arithmetic shared
- * by the engine and the feedback state.
+ * echo_layout.c - which rank owns which chunk in Echo: hosts and local
+ * indices from the collectives' host layout (host_layout.c), and the chunk
+ * arithmetic shared by the engine and the feedback state.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "coll.h"
 #include "echo.h"
 #include "q4.h"
 
@@ -17,37 +18,29 @@ loomResult_t loom_echo_layout_init(loom_echo_layout_t *lay, const loom_peer_info
     memset(lay, 0, sizeof(*lay));
     lay->rank = rank;
     lay->nranks = nranks;
-    int *host_of = calloc((size_t)nranks, sizeof(int));
-    int *lidx = calloc((size_t)nranks, sizeof(int));
-    int *first = calloc((size_t)nranks, sizeof(int)); /* first rank of host h */
-    int *size = calloc((size_t)nranks, sizeof(int));
+    uint64_t *hash = calloc((size_t)nranks, sizeof(*hash));
     lay->rank_of = calloc((size_t)nranks, sizeof(int));
-    if (!host_of || !lidx || !first || !size || !lay->rank_of) {
-        free(host_of), free(lidx), free(first), free(size), free(lay->rank_of);
+    if (!hash || !lay->rank_of) {
+        free(hash), free(lay->rank_of);
         lay->rank_of = NULL;
         LOOM_WARN("out of memory for the Echo layout of %d ranks", nranks);
         return loomSystemError;
     }
-    int hosts = 0;
-    for (int r = 0; r < nranks; r++) {
-        int h = 0;
-        while (h < hosts && peers[first[h]].host_hash != peers[r].host_hash)
-            h++;
-        if (h == hosts)
-            first[hosts++] = r;
-        host_of[r] = h;
-        lidx[r] = size[h]++;
+    for (int r = 0; r < nranks; r++)
+        hash[r] = peers[r].host_hash;
+    loom_hosts_t hs;
+    loomResult_t res = loom_hosts_init(&hs, hash, nranks, rank);
+    free(hash);
+    if (res != loomSuccess) {
+        loom_echo_layout_free(lay);
+        return res;
     }
-    int even = hosts > 1 && size[0] > 1;
-    for (int h = 1; h < hosts && even; h++)
-        even = size[h] == size[0];
-    if (hier && even) {
-        lay->hosts = hosts;
-        lay->local = size[0];
-        for (int r = 0; r < nranks; r++)
-            lay->rank_of[host_of[r] * lay->local + lidx[r]] = r;
-        lay->host = host_of[rank];
-        lay->lrank = lidx[rank];
+    if (hier && hs.nhosts > 1 && hs.ppn > 1) {
+        lay->hosts = hs.nhosts;
+        lay->local = hs.ppn;
+        memcpy(lay->rank_of, hs.rank_of, sizeof(int) * (size_t)nranks);
+        lay->host = hs.host;
+        lay->lrank = hs.lrank;
     } else {
         lay->hosts = nranks;
         lay->local = 1;
@@ -56,7 +49,7 @@ loomResult_t loom_echo_layout_init(loom_echo_layout_t *lay, const loom_peer_info
         lay->host = rank;
         lay->lrank = 0;
     }
-    free(host_of), free(lidx), free(first), free(size);
+    loom_hosts_free(&hs);
     return loomSuccess;
 }
 

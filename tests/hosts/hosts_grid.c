@@ -3,8 +3,10 @@
  * hosts_grid.c - every collective of loom.h, checked exactly, for the multi-host tests
  * (tests/hosts/run): AllReduce (sum, max; float, int32, bfloat16), AllGather, ReduceScatter,
  * Broadcast and Reduce from every root, AllToAll, AllToAllv, a Send/Recv ring and Barrier, at
- * 8 B, 64 KiB and 4 MiB per rank. Values are small integers, so every sum is exact in every
- * order and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first wrong value.
+ * 8 B, 64 KiB and 4 MiB per rank (and with --big 16 MiB + 12 B, which the hierarchical
+ * algorithms cut in several rounds), AllReduce in place (float avg) and AllGather and
+ * ReduceScatter in place too. Values are small integers, so every sum is exact in every order
+ * and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first wrong value.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +71,7 @@ static void allreduce(loomComm_t c, size_t n)
     CHECK(loomAllReduce(f, fo, n, loomFloat32, loomSum, c, NULL));
     CHECK(loomAllReduce(k, ko, n, loomInt32, loomMax, c, NULL));
     CHECK(loomAllReduce(b, bo, n, loomBfloat16, loomSum, c, NULL));
+    CHECK(loomAllReduce(f, f, n, loomFloat32, loomAvg, c, NULL)); /* in place */
     for (size_t i = 0; i < n; i++) {
         int sum = 0, max = -1000;
         for (int r = 0; r < g_n; r++) {
@@ -78,6 +81,7 @@ static void allreduce(loomComm_t c, size_t n)
         expect(fo[i], sum, "AllReduce float sum", n, i);
         expect(ko[i], max, "AllReduce int32 max", n, i);
         expect(from_bf16(bo[i]), sum, "AllReduce bfloat16 sum", n, i);
+        expect(f[i], (float)sum / (float)g_n, "AllReduce float avg in place", n, i);
     }
     free(f), free(fo), free(k), free(ko), free(b), free(bo);
 }
@@ -92,6 +96,14 @@ static void gather_scatter(loomComm_t c, size_t n)
     for (int r = 0; r < g_n; r++)
         for (size_t i = 0; i < n; i++)
             expect(o[(size_t)r * n + i], val(r, i), "AllGather", n, (size_t)r * n + i);
+    /* In place: AllGather's input is this rank's block of the output, ReduceScatter's
+     * output is this rank's block of the input. */
+    float *ip = malloc(all * 4);
+    for (size_t i = 0; i < n; i++)
+        ip[(size_t)g_rank * n + i] = s[i];
+    CHECK(loomAllGather(ip + (size_t)g_rank * n, ip, n, loomFloat32, c, NULL));
+    for (size_t i = 0; i < all; i++)
+        expect(ip[i], o[i], "AllGather in place", n, i);
     CHECK(loomReduceScatter(s, o, n, loomFloat32, loomSum, c, NULL));
     for (size_t i = 0; i < n; i++) {
         int sum = 0;
@@ -99,6 +111,11 @@ static void gather_scatter(loomComm_t c, size_t n)
             sum += val(r, (size_t)g_rank * n + i);
         expect(o[i], sum, "ReduceScatter", n, i);
     }
+    memcpy(ip, s, all * 4);
+    CHECK(loomReduceScatter(ip, ip + (size_t)g_rank * n, n, loomFloat32, loomSum, c, NULL));
+    for (size_t i = 0; i < n; i++)
+        expect(ip[(size_t)g_rank * n + i], o[i], "ReduceScatter in place", n, i);
+    free(ip);
     CHECK(loomAllToAll(s, o, n, loomFloat32, c, NULL));
     for (int r = 0; r < g_n; r++)
         for (size_t i = 0; i < n; i++)
@@ -150,14 +167,16 @@ static void rooted(loomComm_t c, size_t n)
     free(s), free(o);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const int big = argc > 1 && strcmp(argv[1], "--big") == 0;
     loomComm_t c;
     CHECK(loomCommInitFromEnv(&c));
     loomCommUserRank(c, &g_rank);
     loomCommCount(c, &g_n);
-    const size_t counts[] = {2, 16384, 1 << 20}; /* 8 B, 64 KiB and 4 MiB of float32 */
-    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    /* 8 B, 64 KiB and 4 MiB of float32, and 16 MiB + 12 B with --big */
+    const size_t counts[] = {2, 16384, 1 << 20, (1 << 22) + 3};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) - (big ? 0 : 1); k++) {
         allreduce(c, counts[k]);
         gather_scatter(c, counts[k] / (size_t)g_n + 1);
         rooted(c, counts[k]);

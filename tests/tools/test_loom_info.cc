@@ -7,6 +7,7 @@
 // time. Run by meson's 'tools' suite.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -16,14 +17,15 @@
 
 namespace {
 
-// Runs loom_info with args; returns its standard output ("" if it could not run).
-std::string RunInfo(const std::string &args, int *status)
+// Runs loom_info with args (env: "NAME=value" settings before it); returns its standard output
+// ("" if it could not run) and sets *status to its wait status.
+std::string RunInfo(const std::string &args, int *status, const std::string &env = "")
 {
     const char *path = getenv("LOOM_INFO");
     *status = -1;
     if (path == nullptr)
         return "";
-    const std::string cmd = std::string(path) + " " + args + " 2>&1";
+    const std::string cmd = env + " " + std::string(path) + " " + args + " 2>&1";
     FILE *f = popen(cmd.c_str(), "r");
     if (f == nullptr)
         return "";
@@ -86,6 +88,27 @@ TEST(LoomInfo, TcpDecisionTableShowsModelledAlgorithms)
         EXPECT_NE(row[k].rfind("shm", 0), 0u) << row[k] << "\n" << out;
         EXPECT_NE(row[k + 1].find("us"), std::string::npos) << row[k + 1] << "\n" << out;
     }
+}
+
+TEST(LoomInfo, HostsDecisionTablePicksTheHierarchyOnASlowNetwork)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    int status = 0;
+    // A 1 Gbit/s network (8 ns per byte) between 2 hosts of 2 ranks: large calls go through
+    // the hierarchy, tiny ones stay flat.
+    const std::string out = RunInfo("-d -n 4 -H 2", &status, "LOOM_COST_TCP=100,8,0.15");
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("4 ranks on 2 host(s)"), std::string::npos) << out;
+    const std::vector<std::string> big = Row(out, "32 MiB"), tiny = Row(out, "8 B");
+    ASSERT_EQ(big.size(), 14u) << out;
+    ASSERT_EQ(tiny.size(), 14u) << out;
+    for (size_t k : {2, 4, 6, 8}) // allreduce, allgather, reducescatter, broadcast
+        EXPECT_EQ(big[k], "hier") << "column " << (k - 2) / 2 << "\n" << out;
+    for (size_t k = 2; k < tiny.size(); k += 2)
+        EXPECT_NE(tiny[k], "hier") << out;
+    // Ranks that the hosts do not divide are refused.
+    RunInfo("-d -n 5 -H 2", &status);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
 }
 
 } // namespace

@@ -11,6 +11,7 @@
  */
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -32,7 +33,16 @@ loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o
 
 loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
 {
-    return {n, bytes, acc_ratio, size_t{1} << 19, 4};
+    return {n, bytes, acc_ratio, size_t{1} << 19, 4, 1, 0, loom_link_cost_builtin(LOOM_LINK_SHM)};
+}
+
+// A call on hosts x ppn ranks.
+loom_cost_call_t HostsCall(int hosts, int ppn, double bytes)
+{
+    loom_cost_call_t c = Call(hosts * ppn, bytes);
+    c.nhosts = hosts;
+    c.ppn = ppn;
+    return c;
 }
 
 // The network rows of the table: the shm rows lead it and, on the shm link class, win
@@ -265,8 +275,63 @@ TEST(CostModel, OneRankCostsNothing)
     int n = 0;
     const loom_algo_t *t = NetTable(&n); // the shm rows never run on a tcp link
     const loom_cost_call_t c = Call(1, 1 << 20);
-    for (int i = 0; i < n; i++)
-        EXPECT_EQ(t[i].cost(&c, &l), 0.0) << t[i].name;
+    for (int i = 0; i < n; i++) {
+        if (std::string(t[i].name) == "hier") // one host: there is no hierarchy
+            EXPECT_EQ(t[i].cost(&c, &l), LOOM_COST_NA);
+        else
+            EXPECT_EQ(t[i].cost(&c, &l), 0.0) << t[i].name;
+    }
+}
+
+TEST(CostModel, HierarchyOnlyAcrossHostsOfEqualSize)
+{
+    const loom_link_cost_t tcp = loom_link_cost_builtin(LOOM_LINK_TCP);
+    for (loom_coll_kind_t kind :
+         {LOOM_COLL_ALLREDUCE, LOOM_COLL_ALLGATHER, LOOM_COLL_REDUCE_SCATTER, LOOM_COLL_BCAST}) {
+        int n = 0;
+        const loom_algo_t *t = NetTable(&n);
+        const loom_algo_t *hier = nullptr;
+        for (int i = 0; i < n; i++)
+            if (t[i].kind == kind && std::string(t[i].name) == "hier")
+                hier = &t[i];
+        ASSERT_NE(hier, nullptr) << loom_coll_name(kind);
+        // One host, one rank per host, or hosts of unequal sizes (ppn 0): never.
+        for (const loom_cost_call_t &c :
+             {HostsCall(1, 4, 1 << 26), HostsCall(4, 1, 1 << 26), HostsCall(2, 0, 1 << 26)})
+            EXPECT_EQ(hier->cost(&c, &tcp), LOOM_COST_NA) << loom_coll_name(kind);
+        // Large calls across hosts whose network is much slower than memory (1 and 2 Gbit/s:
+        // 8 and 4 ns per byte): the flat algorithms move more bytes between hosts than the
+        // hierarchy, so the model picks it.
+        for (double beta : {8.0, 4.0}) {
+            loom_link_cost_t net = tcp;
+            net.beta_ns = beta;
+            for (int hosts : {2, 3, 4})
+                for (int ppn : {2, 4})
+                    EXPECT_EQ(PickName(kind, HostsCall(hosts, ppn, 64.0 * (1 << 20)), net), "hier")
+                        << loom_coll_name(kind) << " " << hosts << "x" << ppn << " beta " << beta;
+        }
+    }
+}
+
+TEST(CostModel, HierarchySharesTheHostLink)
+{
+    // With free links inside a host, the hierarchical AllReduce of S bytes on 2 hosts x L
+    // ranks costs what the flat algorithm's S/L costs between 2 ranks on a link L times
+    // slower: the L ranks of a host share its link.
+    loom_link_cost_t tcp = Link(0, 1.0, 0);
+    tcp.cls = LOOM_LINK_TCP;
+    for (int L : {2, 4}) {
+        loom_cost_call_t c = HostsCall(2, L, 4.0 * (1 << 20));
+        c.intra = Link(0, 0, 0);
+        loom_link_cost_t slow = tcp;
+        slow.beta_ns *= L;
+        loom_cost_call_t pair = Call(2, 4.0 * (1 << 20) / L);
+        pair.ring_depth = loom_ring_depth(LOOM_LINK_TCP, 2);
+        const double flat = std::min(
+            {loom_cost_allreduce_rd(&pair, &slow), loom_cost_allreduce_rhd(&pair, &slow),
+             loom_cost_allreduce_ring(&pair, &slow), loom_cost_allreduce_direct(&pair, &slow)});
+        EXPECT_DOUBLE_EQ(loom_cost_allreduce_hier(&c, &tcp), flat) << L;
+    }
 }
 
 TEST(CostModel, ParseConstants)

@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * algo_hier.c - hierarchical AllReduce, ReduceScatter, AllGather and
+ * Broadcast for communicators that span several hosts with the same number
+ * L > 1 of ranks on each (loom_hosts_t). Each call runs in three phases on
+ * two parts of the communicator, each with a context of its own whose group
+ * maps its ranks to the communicator's (coll.h):
+ *  - "local": the L ranks of this rank's host, by local index, on the
+ *    intra-host link constants;
+ *  - "rail": the H ranks that share this rank's local index, one per host,
+ *    by host; the flat algorithm the model picks for the part's call runs
+ *    there, so that all L rails of a host use the network at once, each with
+ *    1/L of the data (NCCL's and MPICH's SMP-aware scheme).
+ * AllReduce: local reduce-to-owners of L slices (the partial stays in the
+ * accumulator type), rail AllReduce of the slice, one rounding, local
+ * all-gather of the slices. ReduceScatter: the blocks are packed by the local
+ * index of their rank, local reduce-to-owners, rail ReduceScatter, rounding.
+ * AllGather: rail AllGather of this rank's block, then every rank hands the H
+ * blocks it holds to each other rank of its host. Broadcast: the root hands
+ * each rank of its host a slice, each rail broadcasts its slice from the
+ * root's host, local all-gather of the slices.
+ * Determinism: the reduction order is fixed by the layout (a host's ranks in
+ * local order, then the rail algorithm's own fixed order over hosts) and only
+ * owners compute, so every rank gets the same bits, run to run. Calls are
+ * cut in rounds of LOOM_HIER_ROUND_BYTES of the vector, which bounds the
+ * buffer these algorithms keep (ctx->hier_buf) to about that much.
+ * Where the layout has no hierarchy (one host, or hosts of unequal sizes) the
+ * cost functions say LOOM_COST_NA; a call that LOOM_ALGO forces there runs
+ * the flat algorithm the model picks instead.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo_util.h"
+#include "check.h"
+#include "dtype.h"
+
+/* Tag steps of the phases inside a host (the rail algorithms use their own
+ * steps, on connections between hosts). */
+enum { STEP_LOCAL_REDUCE = 20, STEP_LOCAL_GATHER = 21, STEP_LOCAL_SCATTER = 22 };
+
+typedef struct {
+    loom_coll_ctx_t *ctx;
+    loom_coll_ctx_t local, rail;
+    int L, H, l, host;
+} hier_t;
+
+static void part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group, int rank,
+                      int n, const loom_link_cost_t *link)
+{
+    memset(part, 0, sizeof(*part));
+    part->p2p = ctx->p2p;
+    part->rank = rank;
+    part->nranks = n;
+    part->group = group;
+    part->seq = ctx->seq;
+    part->chunk_bytes = ctx->chunk_bytes;
+    part->link = *link;
+    part->intra = ctx->intra;
+    part->ring_depth = loom_ring_depth(link->cls, n);
+    part->hosts.nhosts = 1;
+}
+
+static int hier_usable(const loom_coll_ctx_t *ctx)
+{
+    return ctx->group == NULL && ctx->hosts.nhosts > 1 && ctx->hosts.ppn > 1;
+}
+
+/* 0 when the layout has no hierarchy (the caller then runs no_hierarchy). */
+static int hier_begin(hier_t *h, loom_coll_ctx_t *ctx)
+{
+    if (!hier_usable(ctx))
+        return 0;
+    const loom_hosts_t *k = &ctx->hosts;
+    h->ctx = ctx;
+    h->L = k->ppn;
+    h->H = k->nhosts;
+    h->l = k->lrank;
+    h->host = k->host;
+    part_init(&h->local, ctx, &k->rank_of[k->host * k->ppn], k->lrank, k->ppn, &ctx->intra);
+    part_init(&h->rail, ctx, k->rail, k->host, k->nhosts, &ctx->link);
+    return 1;
+}
+
+/* The rails' share of a reduction: partials in the accumulator type, whose
+ * avg is still a sum (rounded and divided once, by the owner). */
+static loom_coll_args_t across_reduce(loom_coll_kind_t kind, const loom_coll_args_t *a,
+                                      const void *in, void *out, size_t count)
+{
+    loom_coll_args_t c = {.kind = kind,
+                          .sendbuff = in,
+                          .recvbuff = out,
+                          .count = count,
+                          .dt = loom_acc_dtype(a->dt),
+                          .op = a->op == loomAvg ? loomSum : a->op};
+    return c;
+}
+
+/* The parts share the communicator's scratch: whoever grows it frees the old
+ * one, so each part takes the current one before it runs and hands it back. */
+static void take_scratch(hier_t *h, loom_coll_ctx_t *part)
+{
+    part->scratch = h->ctx->scratch;
+    part->scratch_bytes = h->ctx->scratch_bytes;
+}
+static void give_scratch(hier_t *h, loom_coll_ctx_t *part)
+{
+    h->ctx->scratch = part->scratch;
+    h->ctx->scratch_bytes = part->scratch_bytes;
+}
+
+/* Runs the flat algorithm the model picks for call a on a part. */
+static loomResult_t run_flat(hier_t *h, loom_coll_ctx_t *part, const loom_coll_args_t *a)
+{
+    const loom_algo_t *algo = loom_algo_pick_flat(part, a);
+    if (algo == NULL) {
+        LOOM_WARN("no algorithm for %s on %d ranks", loom_coll_name(a->kind), part->nranks);
+        return loomInternalError;
+    }
+    take_scratch(h, part);
+    loomResult_t res = algo->fn(part, a);
+    give_scratch(h, part);
+    return res;
+}
+
+static loomResult_t local_partial(hier_t *h, const loom_coll_args_t *a, const loom_span_t *spans,
+                                  void *acc)
+{
+    take_scratch(h, &h->local);
+    loomResult_t res =
+        loom_coll_reduce_to_owners_partial(&h->local, a, spans, acc, STEP_LOCAL_REDUCE);
+    give_scratch(h, &h->local);
+    return res;
+}
+
+/* Where a layout has no hierarchy: the model's flat choice on the whole
+ * communicator. */
+static loomResult_t no_hierarchy(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    const loom_algo_t *algo = loom_algo_pick_flat(ctx, a);
+    if (algo == NULL) {
+        LOOM_WARN("no algorithm for %s on %d ranks", loom_coll_name(a->kind), ctx->nranks);
+        return loomInternalError;
+    }
+    return algo->fn(ctx, a);
+}
+
+/* The algorithms' own buffer of at least nbytes (kept for later calls). */
+static loomResult_t hier_buf(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p)
+{
+    LOOM_CHECK(loom_coll_grow(&ctx->hier_buf, &ctx->hier_bytes, nbytes, ctx->rank,
+                              "hierarchical collective buffer"));
+    *buf_p = ctx->hier_buf;
+    return loomSuccess;
+}
+
+static loomResult_t alloc_array(size_t n, size_t size, void *p_out)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (p == NULL) {
+        LOOM_WARN("out of memory for %zu entries", n);
+        return loomSystemError;
+    }
+    *(void **)p_out = p;
+    return loomSuccess;
+}
+
+/* Inside a host: every rank sends its span of buf to each other rank and
+ * receives theirs in place. */
+static loomResult_t local_allgather_spans(hier_t *h, uint8_t *buf, const loom_span_t *spans,
+                                          size_t es, unsigned step)
+{
+    loom_coll_ctx_t *p = &h->local;
+    const int L = h->L, me = h->l;
+    const uint32_t tag = loom_tag_coll(p->seq, step);
+    loom_p2p_req_t *reqs = NULL;
+    LOOM_CHECK(alloc_array(2 * (size_t)L, sizeof(*reqs), &reqs));
+    loomResult_t res = loomSuccess;
+    int nreq = 0;
+    for (int k = 1; k < L; k++) {
+        int q = (me - k + L) % L;
+        if (spans[q].len > 0)
+            LOOM_CHECK_GOTO(loom_coll_irecv(p, q, buf + spans[q].off * es, spans[q].len * es, tag,
+                                            &reqs[nreq++]),
+                            res, out);
+    }
+    for (int k = 1; k < L && spans[me].len > 0; k++)
+        LOOM_CHECK_GOTO(loom_coll_isend(p, (me + k) % L, buf + spans[me].off * es,
+                                        spans[me].len * es, tag, &reqs[nreq++]),
+                        res, out);
+    res = loom_p2p_wait_all(p->p2p, reqs, nreq);
+out:
+    free(reqs);
+    return res;
+}
+
+loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    hier_t h;
+    if (!hier_begin(&h, ctx))
+        return no_hierarchy(ctx, a);
+    const size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
+    const size_t L = (size_t)h.L;
+    size_t round = LOOM_HIER_ROUND_BYTES / es;
+    if (round < L)
+        round = L;
+    uint8_t *acc = NULL;
+    loom_span_t *spans = NULL;
+    LOOM_CHECK(hier_buf(ctx, (round / L + 1) * accsz, &acc));
+    LOOM_CHECK(alloc_array(L, sizeof(*spans), &spans));
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    loomResult_t res = loomSuccess;
+    for (size_t base = 0; base < a->count; base += round) {
+        const size_t rn = a->count - base < round ? a->count - base : round;
+        for (int o = 0; o < h.L; o++)
+            loom_split(rn, h.L, o, &spans[o].off, &spans[o].len);
+        loom_coll_args_t part = *a;
+        part.sendbuff = send + base * es;
+        part.count = rn;
+        LOOM_CHECK_GOTO(local_partial(&h, &part, spans, acc), res, out);
+        const size_t mine = spans[h.l].len;
+        loom_coll_args_t across = across_reduce(LOOM_COLL_ALLREDUCE, a, acc, acc, mine);
+        LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
+        loom_reduce_finish(a->dt, a->op, recv + (base + spans[h.l].off) * es, acc, mine,
+                           ctx->nranks);
+        LOOM_CHECK_GOTO(local_allgather_spans(&h, recv + base * es, spans, es, STEP_LOCAL_GATHER),
+                        res, out);
+    }
+out:
+    free(spans);
+    return res;
+}
+
+loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    hier_t h;
+    if (!hier_begin(&h, ctx))
+        return no_hierarchy(ctx, a);
+    const loom_hosts_t *k = &ctx->hosts;
+    const size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
+    const size_t n = (size_t)ctx->nranks, H = (size_t)h.H;
+    size_t round = LOOM_HIER_ROUND_BYTES / (es * n);
+    if (round < 1)
+        round = 1;
+    /* The buffer: the packed blocks of a round (n x round), this rank's partial
+     * of its H blocks and the rail's result, both in the accumulator type. */
+    const size_t pack_bytes = (n * round * es + 63) / 64 * 64;
+    const size_t part_bytes = (H * round * accsz + 63) / 64 * 64;
+    uint8_t *buf = NULL;
+    loom_span_t *spans = NULL;
+    LOOM_CHECK(hier_buf(ctx, pack_bytes + part_bytes + round * accsz, &buf));
+    LOOM_CHECK(alloc_array((size_t)h.L, sizeof(*spans), &spans));
+    uint8_t *pack = buf, *acc = buf + pack_bytes, *mine = acc + part_bytes;
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    loomResult_t res = loomSuccess;
+    for (size_t c0 = 0; c0 < a->count; c0 += round) {
+        const size_t rc = a->count - c0 < round ? a->count - c0 : round;
+        /* Block of rank (h, l) goes to position l * H + h, so each local
+         * index's blocks are one span, in host order. */
+        for (int l = 0; l < h.L; l++) {
+            for (int hh = 0; hh < h.H; hh++) {
+                int r = k->rank_of[hh * h.L + l];
+                memcpy(pack + ((size_t)l * H + (size_t)hh) * rc * es,
+                       send + ((size_t)r * a->count + c0) * es, rc * es);
+            }
+            spans[l].off = (size_t)l * H * rc;
+            spans[l].len = H * rc;
+        }
+        loom_coll_args_t part = *a;
+        part.sendbuff = pack;
+        part.count = n * rc;
+        LOOM_CHECK_GOTO(local_partial(&h, &part, spans, acc), res, out);
+        loom_coll_args_t across = across_reduce(LOOM_COLL_REDUCE_SCATTER, a, acc, mine, rc);
+        LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
+        loom_reduce_finish(a->dt, a->op, recv + c0 * es, mine, rc, ctx->nranks);
+    }
+out:
+    free(spans);
+    return res;
+}
+
+loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    hier_t h;
+    if (!hier_begin(&h, ctx))
+        return no_hierarchy(ctx, a);
+    const loom_hosts_t *k = &ctx->hosts;
+    const size_t es = loom_dtype_size(a->dt), H = (size_t)h.H, c = a->count;
+    size_t round = LOOM_HIER_ROUND_BYTES / (es * H);
+    if (round < 1)
+        round = 1;
+    uint8_t *got = NULL; /* the rail's blocks of a round, in host order */
+    loom_p2p_req_t *reqs = NULL;
+    LOOM_CHECK(hier_buf(ctx, H * round * es, &got));
+    LOOM_CHECK(alloc_array(2 * (size_t)(h.L - 1) * H, sizeof(*reqs), &reqs));
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    const uint32_t tag = loom_tag_coll(ctx->seq, STEP_LOCAL_GATHER);
+    loomResult_t res = loomSuccess;
+    for (size_t c0 = 0; c0 < c; c0 += round) {
+        const size_t rc = c - c0 < round ? c - c0 : round;
+        loom_coll_args_t across = {.kind = LOOM_COLL_ALLGATHER,
+                                   .sendbuff = send + c0 * es,
+                                   .recvbuff = got,
+                                   .count = rc,
+                                   .dt = a->dt};
+        LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
+        for (int hh = 0; hh < h.H; hh++) {
+            uint8_t *dst = recv + ((size_t)k->rank_of[hh * h.L + h.l] * c + c0) * es;
+            if (dst != got + (size_t)hh * rc * es)
+                memmove(dst, got + (size_t)hh * rc * es, rc * es);
+        }
+        /* Inside the host: the H blocks of local index q land at their ranks'
+         * places; ours go to every other local rank, one message a block. */
+        int nreq = 0;
+        for (int s = 1; s < h.L; s++) {
+            int q = (h.l - s + h.L) % h.L;
+            for (int hh = 0; hh < h.H; hh++)
+                LOOM_CHECK_GOTO(
+                    loom_coll_irecv(&h.local, q,
+                                    recv + ((size_t)k->rank_of[hh * h.L + q] * c + c0) * es,
+                                    rc * es, tag, &reqs[nreq++]),
+                    res, out);
+        }
+        for (int s = 1; s < h.L; s++)
+            for (int hh = 0; hh < h.H; hh++)
+                LOOM_CHECK_GOTO(loom_coll_isend(&h.local, (h.l + s) % h.L,
+                                                got + (size_t)hh * rc * es, rc * es, tag,
+                                                &reqs[nreq++]),
+                                res, out);
+        LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
+    }
+out:
+    free(reqs);
+    return res;
+}
+
+loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    hier_t h;
+    if (!hier_begin(&h, ctx))
+        return no_hierarchy(ctx, a);
+    const loom_hosts_t *k = &ctx->hosts;
+    const size_t es = loom_dtype_size(a->dt), L = (size_t)h.L;
+    const int root_host = k->host_of[a->root];
+    int rl = 0; /* the root's local index */
+    while (k->rank_of[root_host * h.L + rl] != a->root)
+        rl++;
+    size_t round = LOOM_HIER_ROUND_BYTES / es;
+    if (round < L)
+        round = L;
+    loom_span_t *spans = NULL;
+    loom_p2p_req_t *reqs = NULL;
+    LOOM_CHECK(alloc_array(L, sizeof(*spans), &spans));
+    loomResult_t res = alloc_array(L, sizeof(*reqs), &reqs);
+    if (res != loomSuccess) {
+        free(spans);
+        return res;
+    }
+    uint8_t *recv = a->recvbuff;
+    if (ctx->rank == a->root && a->sendbuff != a->recvbuff)
+        memcpy(recv, a->sendbuff, a->count * es);
+    const uint32_t tag = loom_tag_coll(ctx->seq, STEP_LOCAL_SCATTER);
+    for (size_t base = 0; base < a->count; base += round) {
+        const size_t rn = a->count - base < round ? a->count - base : round;
+        for (int o = 0; o < h.L; o++)
+            loom_split(rn, h.L, o, &spans[o].off, &spans[o].len);
+        uint8_t *vec = recv + base * es;
+        if (h.host == root_host) { /* the root hands each local rank its slice */
+            int nreq = 0;
+            if (h.l == rl) {
+                for (int q = 0; q < h.L; q++)
+                    if (q != rl && spans[q].len > 0)
+                        LOOM_CHECK_GOTO(loom_coll_isend(&h.local, q, vec + spans[q].off * es,
+                                                        spans[q].len * es, tag, &reqs[nreq++]),
+                                        res, out);
+            } else if (spans[h.l].len > 0) {
+                LOOM_CHECK_GOTO(loom_coll_irecv(&h.local, rl, vec + spans[h.l].off * es,
+                                                spans[h.l].len * es, tag, &reqs[nreq++]),
+                                res, out);
+            }
+            LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
+        }
+        loom_coll_args_t across = {.kind = LOOM_COLL_BCAST,
+                                   .sendbuff = vec + spans[h.l].off * es,
+                                   .recvbuff = vec + spans[h.l].off * es,
+                                   .count = spans[h.l].len,
+                                   .dt = a->dt,
+                                   .root = root_host};
+        LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
+        LOOM_CHECK_GOTO(local_allgather_spans(&h, vec, spans, es, STEP_LOCAL_GATHER), res, out);
+    }
+out:
+    free(spans);
+    free(reqs);
+    return res;
+}

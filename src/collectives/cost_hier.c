@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * cost_hier.c - the cost functions of the hierarchical algorithms
+ * (algo_hier.c). A call costs its three phases in turn: a direct exchange
+ * among the ppn ranks of each host on the intra-host constants, the
+ * cheapest flat algorithm among the nhosts ranks that share a local index on
+ * the call's link constants, and a direct exchange inside the host again.
+ * The ranks of a host share its way out: while each of them moves b bytes to
+ * other hosts the host's link carries ppn * b, so the middle phase pays
+ * beta * ppn per byte. The flat algorithms, which run with one rank per
+ * host in the middle phase, are priced by their own functions (cost_model.c).
+ */
+#include <math.h>
+
+#include "cost_model.h"
+
+static int usable(const loom_cost_call_t *c)
+{
+    return c->nhosts > 1 && c->ppn > 1;
+}
+
+/* The middle phase: the cheapest of fns[n] for nbytes among the hosts. */
+static double inter(const loom_cost_call_t *c, const loom_link_cost_t *l, double nbytes,
+                    double acc_ratio, loom_algo_cost_fn_t const *fns, int n)
+{
+    loom_cost_call_t sub = *c;
+    sub.nranks = c->nhosts;
+    sub.nbytes = nbytes;
+    sub.acc_ratio = acc_ratio;
+    sub.nhosts = 1;
+    sub.ppn = 0;
+    sub.ring_depth = loom_ring_depth(l->cls, c->nhosts);
+    loom_link_cost_t shared = *l;
+    shared.beta_ns *= (double)c->ppn;
+    double best = LOOM_COST_NA;
+    for (int i = 0; i < n; i++) {
+        double t = fns[i](&sub, &shared);
+        if (t < best)
+            best = t;
+    }
+    return best;
+}
+
+/* A direct exchange inside each host: every rank sends `bytes` in all to the
+ * ppn - 1 others and receives as much, combining or copying `local` bytes. */
+static double intra(const loom_cost_call_t *c, double bytes, double local, double msgs)
+{
+    return loom_cost_eval(&c->intra, 1, msgs, bytes, local);
+}
+
+/* Rounds of at most LOOM_HIER_ROUND_BYTES of the vector (at least one). */
+static double hier_rounds(double vec_bytes)
+{
+    double r = ceil(vec_bytes / (double)LOOM_HIER_ROUND_BYTES);
+    return r < 1 ? 1 : r;
+}
+
+double loom_cost_allreduce_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    static loom_algo_cost_fn_t const fns[] = {loom_cost_allreduce_rd, loom_cost_allreduce_direct,
+                                              loom_cost_allreduce_rhd, loom_cost_allreduce_ring};
+    if (!usable(c))
+        return LOOM_COST_NA;
+    const double L = c->ppn, k = hier_rounds(c->nbytes), s = c->nbytes / k;
+    const double out = s * (L - 1) / L;
+    double t = intra(c, out, out * c->acc_ratio, 2 * (L - 1)) +
+               inter(c, l, s / L * c->acc_ratio, 1.0, fns, 4) + intra(c, out, 0, 2 * (L - 1));
+    return k * t;
+}
+
+double loom_cost_reduce_scatter_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    static loom_algo_cost_fn_t const fns[] = {loom_cost_reduce_scatter_direct,
+                                              loom_cost_reduce_scatter_rhd,
+                                              loom_cost_reduce_scatter_ring};
+    if (!usable(c))
+        return LOOM_COST_NA;
+    const double L = c->ppn, k = hier_rounds(c->nbytes), s = c->nbytes / k;
+    const double out = s * (L - 1) / L;
+    /* Packing the blocks by local index copies the vector once. */
+    double t = intra(c, out, s + out * c->acc_ratio, 2 * (L - 1)) +
+               inter(c, l, s / L * c->acc_ratio, 1.0, fns, 3);
+    return k * t;
+}
+
+double loom_cost_allgather_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    static loom_algo_cost_fn_t const fns[] = {loom_cost_allgather_direct, loom_cost_allgather_rd,
+                                              loom_cost_allgather_ring};
+    if (!usable(c))
+        return LOOM_COST_NA;
+    const double L = c->ppn, H = c->nhosts, s = c->nbytes;
+    /* Between hosts each local index gathers its hosts' blocks; inside a host
+     * every rank sends those H blocks to each of the others, one message each. */
+    return inter(c, l, s / L, c->acc_ratio, fns, 3) +
+           intra(c, s * (L - 1) / L, s / L, 2 * (L - 1) * H);
+}
+
+double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    static loom_algo_cost_fn_t const fns[] = {loom_cost_bcast_direct, loom_cost_bcast_binomial,
+                                              loom_cost_bcast_scatter_allgather};
+    if (!usable(c))
+        return LOOM_COST_NA;
+    const double L = c->ppn, s = c->nbytes, out = s * (L - 1) / L;
+    /* The root hands each local rank a piece, the pieces cross between hosts
+     * side by side, and each host's ranks swap them. */
+    return intra(c, out, 0, L - 1) + inter(c, l, s / L, c->acc_ratio, fns, 3) +
+           intra(c, out, 0, 2 * (L - 1));
+}
