@@ -47,6 +47,9 @@ static const char usage_text[] =
     "  -l                 prefix every output line with \"[RANK] \"\n"
     "  --host-groups G    model G hosts: split the ranks into G contiguous groups, set\n"
     "                     LOOM_HOST_ID=host<g>, local rank and size within the group\n"
+    "  --host-map M       how ranks go to the G hosts: block (contiguous groups, the\n"
+    "                     default) or cyclic (rank r on host r mod G, as a round-robin\n"
+    "                     launcher places them)\n"
     "  --bind core|none   pin rank r to the (r mod C)-th of the C CPUs loomrun may use\n"
     "                     (core, the default), or leave the ranks unpinned (none)\n"
     "  --timeout SEC      stop all ranks after SEC seconds and exit 124\n"
@@ -70,7 +73,7 @@ enum stop_reason { RUNNING, STOP_FAILED, STOP_TIMEOUT, STOP_SIGNAL };
 
 static struct {
     int nranks, groups, ncpus, *cpus;
-    bool label, bind, verbose;
+    bool label, bind, verbose, cyclic;
     double timeout_s;
     char **prog;
 } opt = {.bind = true};
@@ -130,11 +133,9 @@ static int parse_int(const char *s, const char *name, long lo, long hi)
 static void parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"host-groups", required_argument, NULL, 'g'},
-        {"bind", required_argument, NULL, 'b'},
-        {"timeout", required_argument, NULL, 't'},
-        {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},           {"host-groups", required_argument, NULL, 'g'},
+        {"host-map", required_argument, NULL, 'm'}, {"bind", required_argument, NULL, 'b'},
+        {"timeout", required_argument, NULL, 't'},  {NULL, 0, NULL, 0},
     };
     const char *hint = "see loomrun --help", *example = "loomrun -n 4 ./program args...";
     char *end;
@@ -155,6 +156,11 @@ static void parse_args(int argc, char **argv)
             break;
         case 'g':
             opt.groups = parse_int(optarg, "--host-groups", 1, MAX_RANKS);
+            break;
+        case 'm':
+            if (strcmp(optarg, "block") && strcmp(optarg, "cyclic"))
+                die_usage(hint, "--host-map wants block or cyclic, not '%s'", optarg);
+            opt.cyclic = !strcmp(optarg, "cyclic");
             break;
         case 'b':
             if (strcmp(optarg, "core") && strcmp(optarg, "none"))
@@ -375,10 +381,18 @@ static void launch(const sigset_t *child_mask)
     char host[24];
 
     for (int r = 0; r < opt.nranks; r++) {
-        if (r - group_start == gsize) {
-            group++;
-            group_start = r;
+        int lrank;
+        if (opt.cyclic) { /* host r mod G, local rank r / G */
+            group = r % ngroups;
+            lrank = r / ngroups;
             gsize = base + (group < opt.nranks % ngroups);
+        } else {
+            if (r - group_start == gsize) {
+                group++;
+                group_start = r;
+                gsize = base + (group < opt.nranks % ngroups);
+            }
+            lrank = r - group_start;
         }
         int fds[2][2] = {{-1, -1}, {-1, -1}};
         for (int k = 0; opt.label && k < 2; k++) {
@@ -394,12 +408,12 @@ static void launch(const sigset_t *child_mask)
             if (opt.bind)
                 snprintf(cpu, sizeof(cpu), "cpu %d", opt.cpus[r % opt.ncpus]);
             const char *shown = opt.groups ? host : inherited_host ? inherited_host : "(not set)";
-            fprintf(stderr, "loomrun: rank %d: local rank %d of %d, host id %s, %s\n", r,
-                    r - group_start, gsize, shown, cpu);
+            fprintf(stderr, "loomrun: rank %d: local rank %d of %d, host id %s, %s\n", r, lrank,
+                    gsize, shown, cpu);
         }
         pid_t pid = fork();
         if (pid == 0)
-            exec_rank(r, r - group_start, gsize, opt.groups ? host : NULL, self, child_mask,
+            exec_rank(r, lrank, gsize, opt.groups ? host : NULL, self, child_mask,
                       (int[]){fds[0][1], fds[1][1]});
         if (opt.label) {
             close(fds[0][1]);

@@ -18,7 +18,9 @@
  * AllGather: rail AllGather of this rank's block, then every rank hands the H
  * blocks it holds to each other rank of its host. Broadcast: the root hands
  * each rank of its host a slice, each rail broadcasts its slice from the
- * root's host, local all-gather of the slices.
+ * root's host, local all-gather of the slices. AllToAll (small blocks):
+ * blocks regrouped inside the host by destination local index, then one
+ * message per other host on each rail.
  * Determinism: the reduction order is fixed by the layout (a host's ranks in
  * local order, then the rail algorithm's own fixed order over hosts) and only
  * owners compute, so every rank gets the same bits, run to run. Calls are
@@ -37,29 +39,18 @@
 
 /* Tag steps of the phases inside a host (the rail algorithms use their own
  * steps, on connections between hosts). */
-enum { STEP_LOCAL_REDUCE = 20, STEP_LOCAL_GATHER = 21, STEP_LOCAL_SCATTER = 22 };
+enum {
+    STEP_LOCAL_REDUCE = 20,
+    STEP_LOCAL_GATHER = 21,
+    STEP_LOCAL_SCATTER = 22,
+    STEP_RAIL_ALLTOALL = 23
+};
 
 typedef struct {
     loom_coll_ctx_t *ctx;
     loom_coll_ctx_t local, rail;
     int L, H, l, host;
 } hier_t;
-
-static void part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group, int rank,
-                      int n, const loom_link_cost_t *link)
-{
-    memset(part, 0, sizeof(*part));
-    part->p2p = ctx->p2p;
-    part->rank = rank;
-    part->nranks = n;
-    part->group = group;
-    part->seq = ctx->seq;
-    part->chunk_bytes = ctx->chunk_bytes;
-    part->link = *link;
-    part->intra = ctx->intra;
-    part->ring_depth = loom_ring_depth(link->cls, n);
-    part->hosts.nhosts = 1;
-}
 
 static int hier_usable(const loom_coll_ctx_t *ctx)
 {
@@ -77,8 +68,9 @@ static int hier_begin(hier_t *h, loom_coll_ctx_t *ctx)
     h->H = k->nhosts;
     h->l = k->lrank;
     h->host = k->host;
-    part_init(&h->local, ctx, &k->rank_of[k->host * k->ppn], k->lrank, k->ppn, &ctx->intra);
-    part_init(&h->rail, ctx, k->rail, k->host, k->nhosts, &ctx->link);
+    loom_coll_part_init(&h->local, ctx, &k->rank_of[k->host * k->ppn], k->lrank, k->ppn,
+                        &ctx->intra);
+    loom_coll_part_init(&h->rail, ctx, k->rail, k->host, k->nhosts, &ctx->link);
     return 1;
 }
 
@@ -394,6 +386,79 @@ loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     }
 out:
     free(spans);
+    free(reqs);
+    return res;
+}
+
+/* AllToAll in two exchanges, for small blocks: rank (h, l) first hands each
+ * rank (h, q) of its host the H blocks bound for local index q on every host;
+ * then each rail sends every other host, in one message, the P blocks bound
+ * for its rank there. Each rank sends P - 1 + H - 1 messages instead of
+ * n - 1, at the price of moving every byte twice. Buffers of 4 S are why the
+ * model only offers it up to LOOM_HIER_ROUND_BYTES (larger calls run the
+ * flat choice). */
+loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    hier_t h;
+    const size_t es = loom_dtype_size(a->dt), blk = a->count * es;
+    const size_t total = blk * (size_t)ctx->nranks;
+    if (total > LOOM_HIER_ROUND_BYTES || !hier_begin(&h, ctx))
+        return no_hierarchy(ctx, a);
+    const loom_hosts_t *k = &ctx->hosts;
+    const size_t H = (size_t)h.H, P = (size_t)h.L, grp = H * blk; /* one local peer's share */
+    uint8_t *buf = NULL;
+    loom_p2p_req_t *reqs = NULL;
+    LOOM_CHECK(hier_buf(ctx, 4 * total + 1, &buf));
+    LOOM_CHECK(alloc_array(2 * (P + H), sizeof(*reqs), &reqs));
+    /* togo[q]: blocks for local index q, by host; in[q]: those local rank q sent
+     * here; fwd[g]: the P blocks for host g's rank, by source local index;
+     * got[g]: those host g's rank sent here. */
+    uint8_t *togo = buf, *in = buf + total, *fwd = in + total, *got = fwd + total;
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    const uint32_t tag_local = loom_tag_coll(ctx->seq, STEP_LOCAL_SCATTER),
+                   tag_rail = loom_tag_coll(ctx->seq, STEP_RAIL_ALLTOALL);
+    for (size_t q = 0; q < P; q++)
+        for (size_t g = 0; g < H; g++)
+            memcpy(togo + q * grp + g * blk, send + (size_t)k->rank_of[g * P + q] * blk, blk);
+    loomResult_t res = loomSuccess;
+    int nreq = 0;
+    for (int s = 1; s < h.L; s++) {
+        int q = (h.l - s + h.L) % h.L;
+        LOOM_CHECK_GOTO(
+            loom_coll_irecv(&h.local, q, in + (size_t)q * grp, grp, tag_local, &reqs[nreq++]), res,
+            out);
+    }
+    for (int s = 1; s < h.L; s++) {
+        int q = (h.l + s) % h.L;
+        LOOM_CHECK_GOTO(
+            loom_coll_isend(&h.local, q, togo + (size_t)q * grp, grp, tag_local, &reqs[nreq++]),
+            res, out);
+    }
+    memcpy(in + (size_t)h.l * grp, togo + (size_t)h.l * grp, grp);
+    LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
+    for (size_t g = 0; g < H; g++)
+        for (size_t q = 0; q < P; q++)
+            memcpy(fwd + (g * P + q) * blk, in + q * grp + g * blk, blk);
+    nreq = 0;
+    for (int s = 1; s < h.H; s++) {
+        int g = (h.host - s + h.H) % h.H;
+        LOOM_CHECK_GOTO(loom_coll_irecv(&h.rail, g, got + (size_t)g * P * blk, P * blk, tag_rail,
+                                        &reqs[nreq++]),
+                        res, out);
+    }
+    for (int s = 1; s < h.H; s++) {
+        int g = (h.host + s) % h.H;
+        LOOM_CHECK_GOTO(loom_coll_isend(&h.rail, g, fwd + (size_t)g * P * blk, P * blk, tag_rail,
+                                        &reqs[nreq++]),
+                        res, out);
+    }
+    memcpy(got + (size_t)h.host * P * blk, fwd + (size_t)h.host * P * blk, P * blk);
+    LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, reqs, nreq), res, out);
+    for (size_t g = 0; g < H; g++)
+        for (size_t q = 0; q < P; q++)
+            memcpy(recv + (size_t)k->rank_of[g * P + q] * blk, got + (g * P + q) * blk, blk);
+out:
     free(reqs);
     return res;
 }

@@ -200,9 +200,15 @@ static loomResult_t ring_round(ring_t *g, size_t k)
     return loomSuccess;
 }
 
+static loomResult_t ring_run_host_order(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                        const ring_plan_t *plan);
+static int ring_reorders(const loom_coll_ctx_t *ctx);
+
 static loomResult_t ring_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                              const ring_plan_t *plan)
 {
+    if (ring_reorders(ctx))
+        return ring_run_host_order(ctx, a, plan);
     ring_t g;
     memset(&g, 0, sizeof(g));
     g.ctx = ctx;
@@ -232,6 +238,45 @@ static loomResult_t ring_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     for (size_t k = 0; k < rounds; k++)
         LOOM_CHECK(ring_round(&g, k));
     return loomSuccess;
+}
+
+/* A host's ranks that are not consecutive (ranks dealt round-robin over hosts)
+ * would make a ring in rank order cross between hosts at every hop; the ring
+ * then runs in host order (loom_hosts_t.order), which crosses each host
+ * boundary once. Block b of the plan stays rank b's: the ring position p,
+ * rank order[p], takes the plan's entries of that rank. */
+static int ring_reorders(const loom_coll_ctx_t *ctx)
+{
+    return ctx->group == NULL && ctx->hosts.nhosts > 1 && !ctx->hosts.contiguous;
+}
+
+static loomResult_t ring_run_host_order(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                        const ring_plan_t *plan)
+{
+    const int n = ctx->nranks;
+    const int *ord = ctx->hosts.order;
+    size_t *v = malloc(sizeof(size_t) * 3 * (size_t)n);
+    if (v == NULL) {
+        LOOM_WARN("out of memory for %d ring blocks", n);
+        return loomSystemError;
+    }
+    for (int p = 0; p < n; p++) {
+        v[p] = plan->in_off[ord[p]];
+        v[n + p] = plan->out_off[ord[p]];
+        v[2 * n + p] = plan->len[ord[p]];
+    }
+    ring_plan_t pp = *plan;
+    pp.in_off = v;
+    pp.out_off = v + n;
+    pp.len = v + 2 * n;
+    loom_coll_ctx_t part;
+    loom_coll_part_init(&part, ctx, ord, ctx->hosts.pos, n, &ctx->link);
+    part.ring_depth = ctx->ring_depth;
+    loomResult_t res = ring_run(&part, a, &pp);
+    ctx->scratch = part.scratch;
+    ctx->scratch_bytes = part.scratch_bytes;
+    free(v);
+    return res;
 }
 
 // ---- the collectives ------------------------------------------------------------

@@ -88,6 +88,7 @@ static const loom_algo_t algos[] = {
     {LOOM_COLL_REDUCE_SCATTER, "hier", loom_reduce_scatter_hier, loom_cost_reduce_scatter_hier},
     {LOOM_COLL_ALLGATHER, "hier", loom_allgather_hier, loom_cost_allgather_hier},
     {LOOM_COLL_BCAST, "hier", loom_bcast_hier, loom_cost_bcast_hier},
+    {LOOM_COLL_ALLTOALL, "hier", loom_alltoall_hier, loom_cost_alltoall_hier},
 };
 
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))

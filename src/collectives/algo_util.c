@@ -5,6 +5,8 @@
  */
 #include "algo_util.h"
 
+#include <string.h>
+
 #include "check.h"
 
 #define PART_ALIGN 64
@@ -73,4 +75,22 @@ loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q)
     int n = q->n;
     q->n = 0;
     return n ? loom_p2p_wait_all(ctx->p2p, q->r, n) : loomSuccess;
+}
+
+void loom_coll_part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group,
+                         int rank, int n, const loom_link_cost_t *link)
+{
+    memset(part, 0, sizeof(*part));
+    part->p2p = ctx->p2p;
+    part->rank = rank;
+    part->nranks = n;
+    part->group = group;
+    part->seq = ctx->seq;
+    part->chunk_bytes = ctx->chunk_bytes;
+    part->link = *link;
+    part->intra = ctx->intra;
+    part->ring_depth = loom_ring_depth(link->cls, n);
+    part->hosts.nhosts = 1;
+    part->scratch = ctx->scratch;
+    part->scratch_bytes = ctx->scratch_bytes;
 }

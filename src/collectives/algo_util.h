@@ -101,6 +101,15 @@ loomResult_t loom_reqs_recv(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, void
 /* Waits for every request in q, then empties it. */
 loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q);
 
+/* A context for part of ctx's communicator: n ranks, group[i] the
+ * communicator rank of part rank i, this rank being `rank`; link: the
+ * constants between them. It has no hosts of its own (no hierarchy inside a
+ * part) and borrows ctx's scratch: whoever runs an algorithm on the part hands
+ * part->scratch and part->scratch_bytes back to ctx afterwards, since growing
+ * it frees the old one. */
+void loom_coll_part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group,
+                         int rank, int n, const loom_link_cost_t *link);
+
 /* The all-gather half of the ring (algo_ring.c) over arbitrary blocks: block b
  * is len[b] elements at element offset off[b] of out, and this rank's block is
  * already in place. Used by AllGather ring and Broadcast scatter_allgather. */

@@ -82,7 +82,9 @@ typedef struct {
     int *rank_of;   /* [nhosts * ppn] when ppn > 0: the rank of local index l on host h at
                        h * ppn + l; NULL otherwise */
     int *rail;      /* [nhosts] when ppn > 0: the rank with this rank's local index on each host */
-    int contiguous; /* every host's ranks are consecutive (rank_of[i] == i) */
+    int contiguous; /* every host's ranks are consecutive (order[i] == i) */
+    int *order;     /* [nranks]: the ranks host by host (hosts in order, ranks in order) */
+    int pos;        /* this rank's index in order */
 } loom_hosts_t;
 
 /* Per-communicator state shared by all algorithms. An algorithm may run on a
@@ -165,6 +167,7 @@ loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* Runs one collective with the selected algorithm; *algo_name_p (may be NULL)
  * receives the algorithm's name. */

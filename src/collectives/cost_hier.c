@@ -108,3 +108,15 @@ double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l
     return intra(c, out, 0, L - 1) + inter(c, l, s / L, c->acc_ratio, fns, 3) +
            intra(c, out, 0, 2 * (L - 1));
 }
+
+double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (!usable(c) || c->nbytes > (double)LOOM_HIER_ROUND_BYTES)
+        return LOOM_COST_NA;
+    const double L = c->ppn, H = c->nhosts, s = c->nbytes;
+    loom_link_cost_t shared = *l;
+    shared.beta_ns *= L;
+    /* Two exchanges, each posted at once; every byte is regrouped twice. */
+    return intra(c, s * (L - 1) / L, 2 * s, 2 * (L - 1)) +
+           loom_cost_eval(&shared, 1, 2 * (H - 1), s * (H - 1) / H, s);
+}

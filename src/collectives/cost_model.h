@@ -116,6 +116,7 @@ double loom_cost_allreduce_hier(const loom_cost_call_t *c, const loom_link_cost_
 double loom_cost_reduce_scatter_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_allgather_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 /* Vector bytes per round of the hierarchical algorithms (bounds their buffers). */
 #define LOOM_HIER_ROUND_BYTES ((size_t)8 << 20)
 

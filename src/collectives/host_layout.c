@@ -41,9 +41,25 @@ loomResult_t loom_hosts_init(loom_hosts_t *h, const uint64_t *host_hash, int nra
     for (int k = 1; k < h->nhosts; k++)
         if (size[k] != size[0])
             h->ppn = 0;
+    /* Host by host: a ring in this order crosses each host boundary once. */
+    h->order = malloc(sizeof(int) * (size_t)nranks);
+    if (h->order == NULL) {
+        free(first), free(size), free(lidx);
+        loom_hosts_free(h);
+        LOOM_WARN("out of memory for the host layout of %d ranks", nranks);
+        return loomSystemError;
+    }
+    int at = 0;
+    for (int k = 0; k < h->nhosts; k++)
+        for (int r = first[k]; r < nranks; r++)
+            if (h->host_of[r] == k) {
+                if (r == rank)
+                    h->pos = at;
+                h->order[at++] = r;
+            }
     h->contiguous = 1;
     for (int r = 0; r < nranks; r++)
-        if (h->ppn == 0 || h->host_of[r] * h->ppn + lidx[r] != r)
+        if (h->order[r] != r)
             h->contiguous = 0;
     if (h->ppn > 0) {
         h->rank_of = malloc(sizeof(int) * (size_t)nranks);
@@ -68,5 +84,6 @@ void loom_hosts_free(loom_hosts_t *h)
     free(h->host_of);
     free(h->rank_of);
     free(h->rail);
+    free(h->order);
     memset(h, 0, sizeof(*h));
 }
