@@ -305,12 +305,12 @@ static void print_header(int version)
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place   "
            "       \n",
            "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size",
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n", "size",
            "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-           "busbw", "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "");
+           "busbw", "#wrong", g_opt.model ? "  algorithm            model" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+           g_opt.model ? "                        (us)" : "");
     free(all);
 }
 
@@ -538,6 +538,52 @@ static size_t warm_next(size_t size)
     return size == 0 ? 1 : size > SIZE_MAX / 2 ? SIZE_MAX : size * 2;
 }
 
+/* The collective as loomCommPlan names it, from the table's name; -1 for
+ * what it does not describe (Send/Recv, Echo). */
+static int plan_collective(void)
+{
+    static const struct {
+        const char *name;
+        loomCollective_t coll;
+    } map[] = {{"AllReduce", loomCollAllReduce},
+               {"AllGather", loomCollAllGather},
+               {"ReduceScatter", loomCollReduceScatter},
+               {"Broadcast", loomCollBroadcast},
+               {"Reduce", loomCollReduce},
+               {"AllToAll", loomCollAllToAll}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strcmp(g.coll->name, map[i].name) == 0)
+            return (int)map[i].coll;
+    return -1;
+}
+
+/* -M 1: the algorithm this row's call runs and the model's predicted time,
+ * after the measured columns (rank 0). */
+static void print_plan(const bench_ctx_t *ctx)
+{
+    if (g.rank != 0)
+        return;
+    const int coll = plan_collective();
+    const char *algo = "-";
+    double us = -1;
+    if (coll >= 0 && loomCommPlan(g.comm, (loomCollective_t)coll, ctx->counts.param_count,
+                                  ctx->dtype, &algo, &us) != loomSuccess)
+        algo = "?";
+    char model[32] = "-";
+    if (us >= 0)
+        float_str(us, 9, model, sizeof(model));
+    printf("  %-18s %9s", algo, model);
+    if (g.json) {
+        fprintf(g.json, ",\"algorithm\":");
+        json_str(algo);
+        fprintf(g.json, ",\"model_us\":");
+        if (us >= 0)
+            json_double(us);
+        else
+            fprintf(g.json, "null");
+    }
+}
+
 /* nccl-tests' TimeTest: warm up every size, then one row per size. */
 static void time_test(loomDataType_t dtype, int op, int root)
 {
@@ -574,6 +620,8 @@ static void time_test(loomDataType_t dtype, int op, int root)
         }
         bench_time(&ctx, 0);
         bench_time(&ctx, 1);
+        if (g_opt.model)
+            print_plan(&ctx);
         if (g.rank == 0) {
             printf("\n");
             if (g.json) {

@@ -97,6 +97,8 @@ static void usage(void)
            "\t[-u,--unalign <misalign buffers by this many elements>] (default: 0)\n"
            "\t[-T,--timeout <seconds a phase may take before the communicator is aborted>]\n"
            "\t[-J,--output_file <JSON output file>]\n"
+           "\t[-M,--model <1: add each row's algorithm and the cost model's predicted time\n"
+           "\t             (loomCommPlan) next to the measured one>] (default: 0)\n"
            "\t[-a,--average <0: rank 0, 1: average, 2: min, 3: max across ranks>]"
            " (default: 1)\n"
            "\t[-t,--nthreads 1] [-g,--ngpus 1] (accepted for nccl-tests command lines)\n"
@@ -145,13 +147,14 @@ void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
         {"unalign", required_argument, 0, 'u'},
         {"timeout", required_argument, 0, 'T'},
         {"output_file", required_argument, 0, 'J'},
+        {"model", required_argument, 0, 'M'},
         {"average", required_argument, 0, 'a'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:a:h", longopts, NULL)) !=
-           -1) {
+    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:M:a:h", longopts,
+                            NULL)) != -1) {
         switch (c) {
         case 't':
         case 'g':
@@ -207,6 +210,9 @@ void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
         case 'a':
             o->average = parse_int("-a", optarg, 0);
             break;
+        case 'M':
+            o->model = parse_int("-M", optarg, 0);
+            break;
         case 'h':
             usage();
             exit(EXIT_SUCCESS);
@@ -224,6 +230,9 @@ void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
         bench_die("-z 0 queues on a stream, -z 1 blocks and adds a barrier per iteration, -z 2 "
                   "blocks without one",
                   "-z %d is not supported", o->blocking);
+    if (o->model > 1)
+        bench_die("-M 1 prints the model's choice and prediction, -M 0 does not",
+                  "-M %d is not supported", o->model);
     if (o->average > 3)
         bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);
 }

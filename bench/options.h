@@ -21,6 +21,7 @@ typedef struct bench_opts {
     int average;           /* -a: 0 rank 0, 1 avg, 2 min, 3 max */
     int dtype, op, root;   /* -d, -o, -r; -1 means all */
     const char *json_path; /* -J; NULL disables */
+    int model;             /* -M: 1 adds the algorithm loom runs and the model's prediction */
 } bench_opts_t;
 
 /* Sets *opts to the defaults, then applies argv. Prints the usage and exits

@@ -244,6 +244,29 @@ LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
 LOOM_API loomResult_t loomGroupStart(void);
 LOOM_API loomResult_t loomGroupEnd(void);
 
+/* ---- Introspection ------------------------------------------------------ */
+
+/* The collectives that loomCommPlan describes. */
+typedef enum {
+    loomCollAllReduce = 0,
+    loomCollAllGather = 1,
+    loomCollReduceScatter = 2,
+    loomCollBroadcast = 3,
+    loomCollReduce = 4,
+    loomCollAllToAll = 5,
+    loomNumCollectives = 6
+} loomCollective_t;
+
+/* What a call of `collective` with this count (the call's own count argument)
+ * and datatype would run on comm now: *algorithm (may be NULL) gets the
+ * algorithm's name as LOOM_ALGO spells it (static storage; LOOM_ALGO is
+ * honoured), *predicted_us (may be NULL) the cost model's predicted time, or
+ * -1 when the algorithm is not modelled (the shared-memory family picks its
+ * variant by size itself). Local: no communication. Errors: InvalidArgument. */
+LOOM_API loomResult_t loomCommPlan(loomComm_t comm, loomCollective_t collective, size_t count,
+                                   loomDataType_t datatype, const char **algorithm,
+                                   double *predicted_us);
+
 #ifdef __cplusplus
 }
 #endif

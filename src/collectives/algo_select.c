@@ -245,6 +245,17 @@ static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     return algo;
 }
 
+const char *loom_coll_plan(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, double *predicted_ns)
+{
+    loom_cost_call_t call = loom_coll_cost_call(ctx, a);
+    double ns = 0;
+    const loom_algo_t *algo = choose(ctx, a, &call, &ns);
+    if (algo == NULL)
+        return NULL;
+    *predicted_ns = algo->cost == loom_cost_shm_family ? -1.0 : ns;
+    return algo->name;
+}
+
 /* choose(), remembered per collective: a run of calls of one size and
  * datatype (the latency-bound case) evaluates the model once. The choice
  * depends on nothing else that can change after creation: the link constants,

@@ -169,6 +169,10 @@ loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
+/* The algorithm a call would run now (LOOM_ALGO, then the model; NULL if
+ * none can) and its predicted time in ns, -1 where the model does not price
+ * it (the shm family). Reads ctx only. */
+const char *loom_coll_plan(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, double *predicted_ns);
 /* Runs one collective with the selected algorithm; *algo_name_p (may be NULL)
  * receives the algorithm's name. */
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,

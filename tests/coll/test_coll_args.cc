@@ -120,6 +120,25 @@ std::vector<Row> Rows()
         {"CommInitFromEnv NULL comm pointer", kArg, [](C) { return loomCommInitFromEnv(nullptr); }},
         {"CommSplit NULL newcomm", kArg,
          [](C c) { return loomCommSplit(c.comm, 0, 0, nullptr, nullptr); }},
+        {"CommPlan NULL comm", kArg,
+         [](C) {
+             return loomCommPlan(nullptr, loomCollAllReduce, 4, loomFloat32, nullptr, nullptr);
+         }},
+        {"CommPlan bad collective", kArg,
+         [](C c) {
+             return loomCommPlan(c.comm, static_cast<loomCollective_t>(loomNumCollectives), 4,
+                                 loomFloat32, nullptr, nullptr);
+         }},
+        {"CommPlan bad datatype", kArg,
+         [](C c) {
+             return loomCommPlan(c.comm, loomCollAllReduce, 4,
+                                 static_cast<loomDataType_t>(loomNumTypes), nullptr, nullptr);
+         }},
+        {"CommPlan count overflows", kArg,
+         [](C c) {
+             return loomCommPlan(c.comm, loomCollAllGather, SIZE_MAX / 2, loomFloat32, nullptr,
+                                 nullptr);
+         }},
 
         // ---- NULL buffers with count > 0
         {"AllReduce NULL sendbuff", kArg,

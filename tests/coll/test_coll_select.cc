@@ -262,6 +262,47 @@ TEST(Select, CostConstantsSteerTheChoice)
             {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_COST_SHM", "100000,0,0"}})));
 }
 
+// loomCommPlan names what a call runs: the trace of the call that follows says the same
+// algorithm, and the model's prediction is there unless the shm family picks the variant.
+void CheckPlan(int rank, int n, loomComm_t comm, bool modelled)
+{
+    const size_t count = size_t{1} << 16;
+    const char *algo = nullptr;
+    double us = 0;
+    XT_CHECK_LOOM(loomCommPlan(comm, loomCollAllReduce, count, loomFloat32, &algo, &us));
+    XT_CHECK(algo != nullptr);
+    if (modelled)
+        XT_CHECK_MSG(us > 0, std::to_string(us));
+    else
+        XT_CHECK_EQ(us, -1.0);
+    std::vector<float> v(count, 1.0f), out(count);
+    XT_CHECK_LOOM(loomAllReduce(v.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr));
+    XT_CHECK_EQ(out[0], static_cast<float>(n));
+    bool seen = false;
+    for (const std::string &l : ReadLines(TracePath(rank)))
+        if (l.find(" allreduce seq ") != std::string::npos &&
+            l.find(": 262144 bytes") != std::string::npos)
+            seen = l.find(std::string(" algo ") + algo + " ") != std::string::npos;
+    XT_CHECK_MSG(seen, std::string("no trace of ") + algo);
+    // Every collective has a plan; LOOM_ALGO's choice included.
+    for (int k = 0; k < loomNumCollectives; k++)
+        XT_CHECK_LOOM(
+            loomCommPlan(comm, static_cast<loomCollective_t>(k), 8, loomFloat32, &algo, nullptr));
+}
+
+TEST(Select, PlanNamesWhatTheCallRuns)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3, [](int rank, int n, loomComm_t comm) { CheckPlan(rank, n, comm, false); },
+        TraceOptions({})));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3, [](int rank, int n, loomComm_t comm) { CheckPlan(rank, n, comm, true); },
+        TraceOptions({{"LOOM_NET", "tcp"}})));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3, [](int rank, int n, loomComm_t comm) { CheckPlan(rank, n, comm, true); },
+        TraceOptions({{"LOOM_NET", "tcp"}, {"LOOM_ALGO", "allreduce:ring"}})));
+}
+
 // The choice is remembered per collective (algo_select.c): calls that alternate between sizes
 // whose best algorithms differ must each get their size's algorithm, as the first call of that
 // size did, not the previous call's.
