@@ -3,8 +3,9 @@
  * topo.h - what loom knows about the machines it runs on: per host, the CPU packages, NUMA nodes
  * and cores, the network interfaces with their state and speed, the RDMA ports and the GPUs; per
  * rank, its host, its local index, its CPU binding and its NUMA node. Detected (topo_detect.c,
- * the only file that reads /sys) or loaded from a file (topo_file.c, the format of
- * docs/topology.md), and written to one with LOOM_TOPO_DUMP_FILE.
+ * which chooses among hwloc, libibverbs, NVML and sysfs, and is the only file that reads /sys) or
+ * loaded from a file (topo_file.c, the format of docs/topology.md), and written to one with
+ * LOOM_TOPO_DUMP_FILE.
  *
  * Records are plain fixed-size structs so that ranks can exchange them through the bootstrap.
  */
@@ -55,6 +56,7 @@ typedef struct {
 typedef struct {
     char hostname[LOOM_TOPO_NAME];
     int32_t packages, cores, cpus; /* sockets, physical cores, logical CPUs */
+    int32_t l3_kb;                 /* L3 cache of one package in KiB (all its L3s), -1 unknown */
     int32_t nnuma, nnics, nrdma, ngpus;
     int32_t nvswitch; /* GPUs all-to-all through NVSwitch */
     loom_topo_numa_t numa[LOOM_TOPO_MAX_NUMA];
@@ -78,9 +80,10 @@ typedef struct {
 
 /* ---- Detection (topo_detect.c) ---- */
 
-/* Describes the host this process runs on, reading sysroot's /sys and /proc ("" or NULL: the
- * real ones; tests pass a directory holding a made-up machine). Never fails: what cannot be read
- * is left unknown (-1 or 0). */
+/* Describes the host this process runs on. With sysroot "" or NULL, the real machine, through
+ * hwloc, libibverbs and NVML where loom has them and sysfs for the rest (docs/topology.md);
+ * otherwise from sysroot's /sys and /proc alone (tests pass a directory holding a made-up
+ * machine). Never fails: what cannot be read is left unknown (-1 or 0). */
 void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot);
 /* This process's CPU binding and NUMA node; host and local_rank are left to the caller. */
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot);

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * topo_detect.c - the host as Linux describes it in sysfs: CPUs, cores and packages
- * (devices/system/cpu), NUMA nodes (devices/system/node), network interfaces (class/net), RDMA
- * ports (class/infiniband) and NVIDIA GPUs (bus/pci). The only file of loom that reads /sys. A
- * sysroot prefix lets tests describe machines that are not here.
+ * topo_detect.c - decides where each part of a host's description comes from, and reads what
+ * Linux describes in sysfs: CPUs, cores, packages and L3 caches (devices/system/cpu), NUMA nodes
+ * (devices/system/node), network interfaces (class/net), RDMA ports (class/infiniband) and
+ * NVIDIA GPUs (bus/pci). For this machine it prefers hwloc (CPUs, NUMA, device placement),
+ * libibverbs (RDMA ports) and NVML (GPUs, NVLinks) where the build or the system has them, and
+ * falls back to sysfs part by part (docs/topology.md). The only file of loom that reads /sys. A
+ * sysroot prefix lets tests describe machines that are not here; it always means sysfs.
  */
 #include "topo.h"
 
@@ -13,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "debug.h"
+#include "param.h"
+#include "topo_sources.h"
 
 #define MAX_CPUS 4096
 
@@ -152,6 +159,60 @@ out:
     free(core);
 }
 
+/* The L3 of one package, that of the first online CPU: the sum of the distinct L3 caches its
+ * CPUs use (cpuN/cache/indexM with level 3), told apart by the first CPU of their
+ * shared_cpu_list, since chiplet CPUs have several per package. -1 if sysfs shows none. */
+static void detect_l3(loom_topo_host_t *h, const char *root)
+{
+    char buf[4096], rel[160];
+    unsigned char *online = malloc(MAX_CPUS);
+    long first_seen[64], pkg0 = -1, kb = 0;
+    int nseen = 0;
+    if (!online || read_line(root, "/sys/devices/system/cpu/online", buf, sizeof(buf)) ||
+        cpulist_parse(buf, online) <= 0)
+        goto out;
+    for (int c = 0; c < MAX_CPUS && nseen < 64; c++) {
+        if (!online[c])
+            continue;
+        pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        long p = read_long(root, rel, 0);
+        if (pkg0 < 0)
+            pkg0 = p;
+        if (p != pkg0)
+            continue;
+        /* index0, 1, ... without gaps; a few levels per CPU */
+        for (int i = 0; i < 16; i++) {
+            pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/level", c, i);
+            long level = read_long(root, rel, -1);
+            if (level < 0)
+                break;
+            if (level != 3)
+                continue;
+            pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list",
+                  c, i);
+            long first = read_line(root, rel, buf, sizeof(buf)) ? c : strtol(buf, NULL, 10);
+            int seen = 0;
+            for (int k = 0; k < nseen; k++)
+                seen |= first_seen[k] == first;
+            if (seen)
+                continue;
+            pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/size", c, i);
+            if (read_line(root, rel, buf, sizeof(buf)))
+                continue;
+            char *end;
+            long size = strtol(buf, &end, 10); /* "49152K" */
+            if (end == buf || size <= 0 || size > (1L << 30))
+                continue;
+            kb += *end == 'M' ? size << 10 : *end == 'G' ? size << 20 : size;
+            first_seen[nseen++] = first;
+        }
+    }
+    if (kb > 0)
+        h->l3_kb = kb > INT32_MAX ? INT32_MAX : (int32_t)kb;
+out:
+    free(online);
+}
+
 static int numa_of_cpu(const loom_topo_host_t *h, int cpu, unsigned char *set)
 {
     for (int i = 0; i < h->nnuma; i++)
@@ -287,8 +348,32 @@ static void detect_rdma(loom_topo_host_t *h, const char *root)
     }
 }
 
-/* NVIDIA display and 3D controllers on the PCI bus. NVLink state needs NVML, which loom does not
- * load: nvlinks stays 0 unless a topology file says otherwise. */
+/* The NUMA nodes of RDMA devices and GPUs found by libibverbs and NVML, which do not report
+ * them; the sysfs readers above fill their own. Names with a '/' are not looked up. */
+#if LOOM_HAVE_IBVERBS
+static void place_rdma(loom_topo_host_t *h, const char *root)
+{
+    char rel[256];
+    for (int i = 0; i < h->nrdma; i++) {
+        loom_topo_rdma_t *r = &h->rdma[i];
+        pathf(rel, sizeof(rel), "/sys/class/infiniband/%s/device/numa_node", r->name);
+        r->numa = strchr(r->name, '/') ? -1 : (int32_t)read_long(root, rel, -1);
+    }
+}
+#endif
+
+static void place_gpus(loom_topo_host_t *h, const char *root)
+{
+    char rel[256];
+    for (int i = 0; i < h->ngpus; i++) {
+        loom_topo_gpu_t *g = &h->gpus[i];
+        pathf(rel, sizeof(rel), "/sys/bus/pci/devices/%s/numa_node", g->pci);
+        g->numa = !g->pci[0] || strchr(g->pci, '/') ? -1 : (int32_t)read_long(root, rel, -1);
+    }
+}
+
+/* NVIDIA display and 3D controllers on the PCI bus: the GPUs where NVML is absent. NVLinks are
+ * not visible here: nvlinks stays 0 unless a topology file says otherwise. */
 static void detect_gpus(loom_topo_host_t *h, const char *root)
 {
     static char devs[512][LOOM_TOPO_NAME];
@@ -311,25 +396,79 @@ static void detect_gpus(loom_topo_host_t *h, const char *root)
     }
 }
 
+// ---- Choosing the sources ----
+
+/* Each returns 0 when its library described its part of this machine, or -1 for the sysfs
+ * reader to do it. */
+static int cpus_from_hwloc(loom_topo_host_t *h)
+{
+#if LOOM_HAVE_HWLOC
+    return loom_topo_hwloc_detect(h, NULL);
+#else
+    (void)h;
+    return -1;
+#endif
+}
+
+/* No port at all is also handed to sysfs: libibverbs lists only devices with a user-space
+ * provider installed, and sysfs shows the others. */
+static int rdma_from_ibverbs(loom_topo_host_t *h)
+{
+#if LOOM_HAVE_IBVERBS
+    if (loom_topo_ibv_detect(h) == 0 && h->nrdma > 0) {
+        place_rdma(h, "");
+        return 0;
+    }
+    h->nrdma = 0;
+#else
+    (void)h;
+#endif
+    return -1;
+}
+
+static int gpus_from_nvml(loom_topo_host_t *h)
+{
+    if (loom_topo_nvml_detect(h, loom_param_NVML_LIB()))
+        return -1;
+    place_gpus(h, "");
+    return 0;
+}
+
 void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
 {
     const char *root = sysroot ? sysroot : "";
+    /* the libraries describe the machine this process runs on; a sysroot is another one, which
+     * only the sysfs readers can see */
+    int here = !*root;
     memset(h, 0, sizeof(*h));
-    if (*root) {
+    h->l3_kb = -1;
+    if (!here) {
         if (read_line(root, "/proc/sys/kernel/hostname", h->hostname, sizeof(h->hostname)))
             pathf(h->hostname, sizeof(h->hostname), "unknown");
     } else if (gethostname(h->hostname, sizeof(h->hostname) - 1)) {
         pathf(h->hostname, sizeof(h->hostname), "unknown");
     }
-    detect_cpus(h, root);
-    detect_numa(h, root);
+    detect_nics(h, root);
+    int rdma_lib = here && !rdma_from_ibverbs(h);
+    if (!rdma_lib)
+        detect_rdma(h, root);
+    int gpu_lib = here && !gpus_from_nvml(h);
+    if (!gpu_lib)
+        detect_gpus(h, root);
+    /* last, because hwloc also places the devices found above that sysfs left unplaced */
+    int cpu_lib = here && !cpus_from_hwloc(h);
+    if (!cpu_lib) {
+        detect_cpus(h, root);
+        detect_numa(h, root);
+        detect_l3(h, root);
+    }
     if (h->packages <= 0)
         h->packages = 1;
     if (h->cores <= 0)
         h->cores = h->cpus;
-    detect_nics(h, root);
-    detect_rdma(h, root);
-    detect_gpus(h, root);
+    LOOM_INFO(LOOM_LOG_INIT, "topology: CPUs and NUMA from %s, RDMA from %s, GPUs from %s",
+              cpu_lib ? "hwloc" : "sysfs", rdma_lib ? "libibverbs" : "sysfs",
+              gpu_lib ? "NVML" : "sysfs");
 }
 
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot)

@@ -85,8 +85,11 @@ int loom_topo_write(const loom_topo_t *t, FILE *f)
         const loom_topo_host_t *h = &t->hosts[i];
         fprintf(f, "%s\n    {", i ? "," : "");
         w_str(f, "hostname", h->hostname, ", ");
-        fprintf(f, "\"packages\": %d, \"cores\": %d, \"cpus\": %d, \"nvswitch\": %s,\n",
-                h->packages, h->cores, h->cpus, h->nvswitch ? "true" : "false");
+        fprintf(f,
+                "\"packages\": %d, \"cores\": %d, \"cpus\": %d, \"l3_kb\": %d, "
+                "\"nvswitch\": %s,\n",
+                h->packages, h->cores, h->cpus, h->l3_kb >= 0 ? h->l3_kb : -1,
+                h->nvswitch ? "true" : "false");
         fputs("      \"numa\": [", f);
         for (int j = 0; j < h->nnuma; j++) {
             const loom_topo_numa_t *m = &h->numa[j];
@@ -251,6 +254,7 @@ static int read_host(rd_t *r, const loom_json_t *o, loom_topo_host_t *h, size_t 
         get_int(r, o, "packages", 1, 1024, &h->packages, 0, 0) ||
         get_int(r, o, "cpus", 1, 1 << 20, &h->cpus, 0, 0) ||
         get_int(r, o, "cores", 1, h->cpus, &h->cores, 0, 0) ||
+        get_int(r, o, "l3_kb", -1, 1 << 30, &h->l3_kb, 1, -1) ||
         get_bool(r, o, "nvswitch", &h->nvswitch, 1))
         return -1;
     int bad;
@@ -440,8 +444,11 @@ void loom_topo_print(const loom_topo_t *t, FILE *f)
         int nr = 0;
         for (int k = 0; k < t->nranks; k++)
             nr += t->ranks[k].host == i;
-        fprintf(f, "host %d %s: %d package%s, %d cores, %d CPUs, %d ranks\n", i, h->hostname,
-                h->packages, h->packages == 1 ? "" : "s", h->cores, h->cpus, nr);
+        char l3[48] = "";
+        if (h->l3_kb > 0)
+            snprintf(l3, sizeof(l3), ", L3 %g MiB per package", h->l3_kb / 1024.0);
+        fprintf(f, "host %d %s: %d package%s, %d cores, %d CPUs%s, %d ranks\n", i, h->hostname,
+                h->packages, h->packages == 1 ? "" : "s", h->cores, h->cpus, l3, nr);
         for (int j = 0; j < h->nnuma; j++)
             fprintf(f, "  numa %d: CPUs %s (%d), %lld MiB\n", h->numa[j].id, h->numa[j].cpulist,
                     h->numa[j].cpus, (long long)h->numa[j].mem_mb);

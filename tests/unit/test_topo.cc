@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_topo.cc - the topology module: detection from a made-up sysfs tree (a 2-socket host with
-// NICs, an RDMA port and a GPU) and from this machine, the fixtures of tests/data/topo read and
-// written back unchanged, and bad files refused with a message naming the field. The fixtures'
-// folder comes in LOOM_TOPO_FIXTURES.
+// L3 caches, NICs, an RDMA port and a GPU) and from this machine, the fixtures of tests/data/topo
+// read and written back unchanged, and bad files refused with a message naming the field. The
+// fixtures' folder comes in LOOM_TOPO_FIXTURES.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -65,6 +65,14 @@ TEST(Topo, DetectsAMadeUpTwoSocketHost)
         std::string d = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
         fs.Put(d + "physical_package_id", std::to_string(c / 4));
         fs.Put(d + "core_id", std::to_string((c % 4) / 2)); // two threads per core
+        // An L1 and an L3; package 0 has two L3s of 8 MiB (one per core), package 1 one of 32.
+        std::string cache = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/cache/";
+        fs.Put(cache + "index0/level", "1");
+        fs.Put(cache + "index0/size", "48K");
+        fs.Put(cache + "index0/shared_cpu_list", std::to_string(c));
+        fs.Put(cache + "index1/level", "3");
+        fs.Put(cache + "index1/size", c < 4 ? "8192K" : "32768K");
+        fs.Put(cache + "index1/shared_cpu_list", c < 2 ? "0-1" : c < 4 ? "2-3" : "4-7");
     }
     fs.Put("/sys/devices/system/node/node0/cpulist", "0-3");
     fs.Put("/sys/devices/system/node/node1/cpulist", "4-7");
@@ -95,6 +103,7 @@ TEST(Topo, DetectsAMadeUpTwoSocketHost)
     EXPECT_EQ(h.cpus, 8);
     EXPECT_EQ(h.packages, 2);
     EXPECT_EQ(h.cores, 4);
+    EXPECT_EQ(h.l3_kb, 16384); // the first package's two L3s
     ASSERT_EQ(h.nnuma, 2);
     EXPECT_EQ(h.numa[0].cpus, 4);
     EXPECT_STREQ(h.numa[1].cpulist, "4-7");
