@@ -45,6 +45,7 @@ static const struct {
     {"ALLOC", LOOM_LOG_ALLOC},
     {"CALL", LOOM_LOG_CALL},
     {"P2P", LOOM_LOG_P2P},
+    {"UCX", LOOM_LOG_UCX},
     {"ALL", LOOM_LOG_ALL},
 };
 

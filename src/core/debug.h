@@ -30,6 +30,7 @@ typedef enum {
 #define LOOM_LOG_ALLOC     (1u << 7)
 #define LOOM_LOG_CALL      (1u << 8)
 #define LOOM_LOG_P2P       (1u << 9)
+#define LOOM_LOG_UCX       (1u << 10)
 #define LOOM_LOG_ALL       (~0u)
 
 /* The rank printed in log lines of the calling thread (-1: none). */

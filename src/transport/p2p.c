@@ -72,7 +72,24 @@ static int list_has(const char *list, const char *name)
     return 0;
 }
 
-/* Parses LOOM_NET-style lists ("shm,tcp", "tcp", "^shm") into transports in order. */
+/* LOOM_NET named a transport that is not in the registry. */
+static loomResult_t unknown_transport(const char *tok, const loom_tp_t *const *reg, int n)
+{
+    char known[128];
+    int o = 0;
+    for (int i = 0; i < n && o < (int)sizeof(known); i++)
+        o += snprintf(known + o, sizeof(known) - (size_t)o, "%s%s", i ? ", " : "", reg[i]->name);
+    if (strcasecmp(tok, "ucx") == 0)
+        LOOM_WARN("LOOM_NET names transport 'ucx', but this build of loom has no UCX support "
+                  "(configure with libucx-dev installed, meson -Ducx=enabled); available: %s",
+                  known);
+    else
+        LOOM_WARN("LOOM_NET names unknown transport '%s' (known: %s)", tok, known);
+    return loomInvalidArgument;
+}
+
+/* Parses LOOM_NET-style lists ("shm,tcp", "tcp", "^shm") into transports in order.
+ * Without a list of names (empty or "^..."), opt-in transports (ucx) stay out. */
 static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
 {
     int n = 0;
@@ -80,7 +97,7 @@ static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
     int negate = list && list[0] == '^';
     if (list == NULL || list[0] == '\0' || negate) {
         for (int i = 0; i < n && p->ntp < MAX_TP; i++) {
-            if (negate && list_has(list + 1, reg[i]->name))
+            if ((negate && list_has(list + 1, reg[i]->name)) || loom_tp_opt_in(reg[i]))
                 continue;
             p->tps[p->ntp++] = reg[i];
         }
@@ -96,10 +113,8 @@ static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
                     found = 1;
                 }
             }
-            if (!found) {
-                LOOM_WARN("LOOM_NET names unknown transport '%s' (known: shm, tcp)", tok);
-                return loomInvalidArgument;
-            }
+            if (!found)
+                return unknown_transport(tok, reg, n);
         }
     }
     if (p->ntp == 0) {

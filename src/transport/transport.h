@@ -53,7 +53,7 @@ typedef struct {
 
 typedef struct loom_tp {
     uint32_t abi_version; /* LOOM_TP_ABI_V1 */
-    const char *name;     /* "shm" | "tcp"; used in logs and LOOM_NET */
+    const char *name;     /* "shm" | "tcp" | "ucx"; used in logs and LOOM_NET */
 
     /* Creates the transport's context for one communicator. */
     loomResult_t (*init)(const loom_tp_init_args_t *args, void **ctx_p);
@@ -92,8 +92,15 @@ typedef struct loom_tp {
 
 extern const loom_tp_t loom_tp_shm;
 extern const loom_tp_t loom_tp_tcp;
+#ifdef LOOM_HAVE_UCX
+extern const loom_tp_t loom_tp_ucx;
+#endif
 
 /* The registry: the transports built in, in default preference order. */
 const loom_tp_t *const *loom_tp_registry(int *n_p);
+/* 1 if tp is used only where LOOM_NET names it (ucx): without such a list it
+ * would come after tcp, which reaches every peer, so it could never be chosen
+ * and initializing it would only cost time and descriptors. */
+int loom_tp_opt_in(const loom_tp_t *tp);
 
 #endif
