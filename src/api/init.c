@@ -17,7 +17,9 @@
 #include "comm.h"
 #include "init.h"
 #include "param.h"
+#include "socket.h"
 #include "timer.h"
+#include "topo.h"
 
 // ---- registry of live communicators ---------------------------------------------
 
@@ -274,6 +276,17 @@ static int64_t stream_spin_ns(int local_size)
     return spin < 0 ? 0 : spin;
 }
 
+/* The speed of the interface TCP uses (LOOM_SOCKET_IFNAME's choice), for the
+ * cost model across hosts; -1 when unknown. */
+static int tcp_nic_mbps(void)
+{
+    loom_sockaddr_t addr;
+    char ifname[64] = "";
+    if (loom_socket_pick_addr(&addr, ifname, sizeof(ifname)) != loomSuccess)
+        return -1;
+    return loom_topo_nic_speed_mbps(ifname, NULL);
+}
+
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
                               const loomConfig_t *config, int topo)
 {
@@ -328,7 +341,9 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
     bs = NULL;
-    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers), res, err_p2p);
+    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers,
+                                       c->local_size < nranks ? tcp_nic_mbps() : -1),
+                    res, err_p2p);
     c->magic = LOOM_COMM_MAGIC;
     LOOM_CHECK_GOTO(live_add(c), res, err_p2p);
     LOOM_INFO(LOOM_LOG_INIT,

@@ -148,8 +148,34 @@ static loom_link_class_t intra_class(loom_p2p_t *p2p, const loom_hosts_t *h, int
     return LOOM_LINK_SHM;
 }
 
+/* Across hosts the network is no faster than the slowest interface that
+ * carries it: each rank knows the speed of the interface its TCP uses, the
+ * ranks agree on the slowest (one small AllReduce), and beta becomes at
+ * least the time a byte takes at that rate. Interfaces without a speed
+ * (loopback, most virtual ones) leave the defaults. Not done when
+ * LOOM_COST_TCP sets the constants or LOOM_CALIBRATE measures them. */
+static loomResult_t nic_rate(loom_coll_ctx_t *ctx, int nic_mbps)
+{
+    double ns_per_byte = nic_mbps > 0 ? 8000.0 / nic_mbps : 0;
+    loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
+                              .sendbuff = &ns_per_byte,
+                              .recvbuff = &ns_per_byte,
+                              .count = 1,
+                              .dt = loomFloat64,
+                              .op = loomMax};
+    LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
+    if (ns_per_byte > ctx->link.beta_ns) {
+        LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
+                  "rank %d: slowest interface between hosts %.0f Mbit/s: beta %.3f ns/B instead "
+                  "of %.3f",
+                  ctx->rank, 8000.0 / ns_per_byte, ns_per_byte, ctx->link.beta_ns);
+        ctx->link.beta_ns = ns_per_byte;
+    }
+    return loomSuccess;
+}
+
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers)
+                                const loom_peer_info_t *peers, int nic_mbps)
 {
     ctx->p2p = p2p;
     ctx->rank = rank;
@@ -172,8 +198,12 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     if (ctx->chunk_bytes < 4096)
         ctx->chunk_bytes = 4096;
     ctx->link = loom_link_cost_default(detect_class(p2p, rank, nranks));
+    const char *cost_tcp = loom_param_COST_TCP();
     if (loom_param_CALIBRATE() != 0 && nranks > 1)
         LOOM_CHECK(calibrate(ctx));
+    else if (ctx->hosts.nhosts > 1 && ctx->link.cls == LOOM_LINK_TCP &&
+             (cost_tcp == NULL || cost_tcp[0] == '\0'))
+        LOOM_CHECK(nic_rate(ctx, nic_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     LOOM_INFO(LOOM_LOG_COLL,
               "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "

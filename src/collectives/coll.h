@@ -194,10 +194,12 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
 /* Fills ctx for a new communicator: rank, size, chunk, the host layout from
  * peers[nranks], the link class (slowest link) and its constants, and the
  * constants inside a host; with LOOM_CALIBRATE=1 measures the class's and
- * makes every rank adopt the same values (calibrate.c). Collective when
- * calibrating. */
+ * makes every rank adopt the same values (calibrate.c). Across hosts, beta
+ * is at least what the slowest rank's nic_mbps (the speed of the interface
+ * its TCP uses, <= 0 unknown) allows. Collective when calibrating or across
+ * hosts. */
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers);
+                                const loom_peer_info_t *peers, int nic_mbps);
 /* The layout of nranks ranks with the given host hashes, seen from rank
  * (host_layout.c); SystemError if out of memory. loom_hosts_free frees it. */
 loomResult_t loom_hosts_init(loom_hosts_t *h, const uint64_t *host_hash, int nranks, int rank);

@@ -87,6 +87,9 @@ typedef struct {
 void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot);
 /* This process's CPU binding and NUMA node; host and local_rank are left to the caller. */
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot);
+/* The speed of network interface ifname in Mbit/s as sysroot's sysfs reports it, or -1 when
+ * unknown (virtual interfaces without a speed, loopback, a name that is not an interface). */
+int32_t loom_topo_nic_speed_mbps(const char *ifname, const char *sysroot);
 
 /* ---- Files (topo_file.c) ---- */
 

@@ -296,6 +296,16 @@ static int list_dir(const char *root, const char *rel, char (*names)[LOOM_TOPO_N
     return n;
 }
 
+int32_t loom_topo_nic_speed_mbps(const char *ifname, const char *sysroot)
+{
+    char rel[160];
+    if (ifname == NULL || ifname[0] == '\0' || strchr(ifname, '/') || strstr(ifname, ".."))
+        return -1;
+    pathf(rel, sizeof(rel), "/sys/class/net/%s/speed", ifname);
+    long speed = read_long(sysroot ? sysroot : "", rel, -1);
+    return speed > 0 && speed < (1L << 30) ? (int32_t)speed : -1;
+}
+
 static void detect_nics(loom_topo_host_t *h, const char *root)
 {
     char names[64][LOOM_TOPO_NAME];
@@ -313,9 +323,7 @@ static void detect_nics(loom_topo_host_t *h, const char *root)
         /* veth and tun report "unknown" while they carry traffic */
         nic->up =
             !strcmp(state, "up") || (!strcmp(state, "unknown") && read_long(root, rel, 0) == 1);
-        pathf(rel, sizeof(rel), "/sys/class/net/%s/speed", names[i]);
-        long speed = read_long(root, rel, -1);
-        nic->speed_mbps = speed > 0 && speed < (1L << 30) ? (int32_t)speed : -1;
+        nic->speed_mbps = loom_topo_nic_speed_mbps(names[i], root);
         pathf(rel, sizeof(rel), "/sys/class/net/%s/device/numa_node", names[i]);
         nic->numa = (int32_t)read_long(root, rel, -1);
     }

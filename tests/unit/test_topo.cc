@@ -129,6 +129,22 @@ TEST(Topo, DetectsAMadeUpTwoSocketHost)
     EXPECT_EQ(h.gpus[0].numa, 0);
 }
 
+TEST(Topo, InterfaceSpeedForTheCostModel)
+{
+    FakeRoot fs;
+    fs.Put("/sys/class/net/ens1/speed", "25000");
+    fs.Put("/sys/class/net/veth0/speed", "-1"); // what virtual interfaces without a speed say
+    EXPECT_EQ(loom_topo_nic_speed_mbps("ens1", fs.root()), 25000);
+    EXPECT_EQ(loom_topo_nic_speed_mbps("veth0", fs.root()), -1);
+    EXPECT_EQ(loom_topo_nic_speed_mbps("missing", fs.root()), -1);
+    EXPECT_EQ(loom_topo_nic_speed_mbps("", fs.root()), -1);
+    EXPECT_EQ(loom_topo_nic_speed_mbps(nullptr, fs.root()), -1);
+    // A name is an interface, never a path out of /sys/class/net.
+    fs.Put("/sys/class/speed", "1000");
+    EXPECT_EQ(loom_topo_nic_speed_mbps("../speed", fs.root()), -1);
+    EXPECT_EQ(loom_topo_nic_speed_mbps("..", fs.root()), -1);
+}
+
 TEST(Topo, DetectsThisMachine)
 {
     loom_topo_host_t h;
