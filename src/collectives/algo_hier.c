@@ -198,7 +198,8 @@ loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         round = L;
     uint8_t *acc = NULL;
     loom_span_t *spans = NULL;
-    LOOM_CHECK(hier_buf(ctx, (round / L + 1) * accsz, &acc));
+    const size_t first = a->count < round ? a->count : round; /* no more than the call needs */
+    LOOM_CHECK(hier_buf(ctx, (first / L + 1) * accsz, &acc));
     LOOM_CHECK(alloc_array(L, sizeof(*spans), &spans));
     const uint8_t *send = a->sendbuff;
     uint8_t *recv = a->recvbuff;
@@ -237,6 +238,8 @@ loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args
         round = 1;
     /* The buffer: the packed blocks of a round (n x round), this rank's partial
      * of its H blocks and the rail's result, both in the accumulator type. */
+    if (round > a->count)
+        round = a->count ? a->count : 1;
     const size_t pack_bytes = (n * round * es + 63) / 64 * 64;
     const size_t part_bytes = (H * round * accsz + 63) / 64 * 64;
     uint8_t *buf = NULL;
@@ -285,6 +288,8 @@ loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         round = 1;
     uint8_t *got = NULL; /* the rail's blocks of a round, in host order */
     loom_p2p_req_t *reqs = NULL;
+    if (round > c)
+        round = c ? c : 1;
     LOOM_CHECK(hier_buf(ctx, H * round * es, &got));
     LOOM_CHECK(alloc_array(2 * (size_t)(h.L - 1) * H, sizeof(*reqs), &reqs));
     const uint8_t *send = a->sendbuff;
