@@ -364,6 +364,11 @@ TEST(Loomrun, HostGroupsSplitRanksContiguously)
         {{"-n", "4", "--host-groups=4"},
          {{0, 1, "host0"}, {0, 1, "host1"}, {0, 1, "host2"}, {0, 1, "host3"}}},
         {{"-n", "3", "--host-groups", "1"}, {{0, 3, "host0"}, {1, 3, "host0"}, {2, 3, "host0"}}},
+        {{"-n", "4", "--host-groups", "2", "--host-map", "block"},
+         {{0, 2, "host0"}, {1, 2, "host0"}, {0, 2, "host1"}, {1, 2, "host1"}}},
+        // cyclic: rank r on host r mod G, as a round-robin launcher deals them
+        {{"-n", "5", "--host-groups", "2", "--host-map", "cyclic"},
+         {{0, 3, "host0"}, {0, 2, "host1"}, {1, 3, "host0"}, {1, 2, "host1"}, {2, 3, "host0"}}},
     };
     for (const auto &[args, want] : cases) {
         auto argv = args;
@@ -548,6 +553,7 @@ TEST(Loomrun, UsageErrorsExit2WithAHint)
         {"-n", "2", "--bind", "socket", "true"},
         {"-n", "2", "--host-groups", "3", "true"},
         {"-n", "2", "--host-groups", "0", "true"},
+        {"-n", "2", "--host-groups", "2", "--host-map", "random", "true"},
         {"-n", "2", "--timeout", "0", "true"},
         {"-n", "2", "--timeout", "soon", "true"},
         {"-x", "-n", "2", "true"},
