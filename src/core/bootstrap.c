@@ -121,9 +121,7 @@ static void root_free(root_t *rt)
     free(rt->fds);
     free(rt->pids);
     free(rt->joined);
-    volatile uint8_t *sec = rt->secret;
-    for (size_t i = 0; i < sizeof(rt->secret); i++)
-        sec[i] = 0;
+    loom_secret_wipe(rt->secret, sizeof(rt->secret));
     free(rt);
 }
 

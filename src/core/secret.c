@@ -253,11 +253,16 @@ loomResult_t loom_handshake_init(loom_handshake_t *hs, int fd,
     return loomSuccess;
 }
 
+void loom_secret_wipe(void *buf, size_t len)
+{
+    volatile uint8_t *p = buf;
+    for (size_t i = 0; i < len; i++)
+        p[i] = 0;
+}
+
 void loom_handshake_clear(loom_handshake_t *hs)
 {
-    volatile uint8_t *p = hs->secret;
-    for (size_t i = 0; i < sizeof(hs->secret); i++)
-        p[i] = 0;
+    loom_secret_wipe(hs->secret, sizeof(hs->secret));
 }
 
 size_t loom_handshake_received(const loom_handshake_t *hs)

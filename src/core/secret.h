@@ -20,6 +20,8 @@
 
 /* Fills buf with bytes from the kernel's CSPRNG (getrandom). */
 loomResult_t loom_random_bytes(void *buf, size_t len);
+/* Zeroes len bytes of secret material in a way the compiler keeps. */
+void loom_secret_wipe(void *buf, size_t len);
 /* SipHash-2-4 of msg under a 16-byte key. */
 uint64_t loom_siphash24(const uint8_t key[16], const void *msg, size_t len);
 /* 16-byte MAC of (nonce, role) under the secret; role separates the two ends. */

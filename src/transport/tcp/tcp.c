@@ -354,9 +354,7 @@ static loomResult_t tcp_finalize(void *ctx_v)
     free(ctx->send_up);
     free(ctx->recv_up);
     free(ctx->pfds);
-    volatile uint8_t *sec = ctx->secret;
-    for (size_t i = 0; i < sizeof(ctx->secret); i++)
-        sec[i] = 0;
+    loom_secret_wipe(ctx->secret, sizeof(ctx->secret));
     free(ctx);
     return res;
 }

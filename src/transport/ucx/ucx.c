@@ -676,9 +676,7 @@ static loomResult_t ucx_finalize(void *ctx_v)
     free(ctx->connecting);
     free(ctx->peers);
     free(ctx->pfds);
-    volatile uint8_t *sec = ctx->secret;
-    for (size_t i = 0; i < sizeof(ctx->secret); i++)
-        sec[i] = 0;
+    loom_secret_wipe(ctx->secret, sizeof(ctx->secret));
     free(ctx);
     return res;
 }
