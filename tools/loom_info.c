@@ -30,11 +30,11 @@ static void usage(void)
            "  -t  topology: LOOM_TOPO_FILE's if set, else this host as detected (packages,\n"
            "      NUMA nodes, NICs with state and speed, RDMA ports, GPUs) and this process\n"
            "  -d  decision table: the algorithm the cost model picks per collective and size\n"
-           "      (8 B to 1 GiB, float32), for link classes shm and tcp and 2, 4, 8 ranks;\n"
-           "      -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
-           "      LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator. -H spreads\n"
-           "      the ranks over HOSTS hosts (NRANKS / HOSTS each, tcp between them, shm\n"
-           "      inside), where the hierarchical algorithms compete\n");
+           "      (8 B to 1 GiB, float32), for link classes shm, ucx and tcp and 2, 4, 8\n"
+           "      ranks; -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
+           "      LOOM_COST_UCX, LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator.\n"
+           "      -H spreads the ranks over HOSTS hosts (NRANKS / HOSTS each, tcp or the -c\n"
+           "      class between them, shm inside), where the hierarchical algorithms compete\n");
 }
 
 static void print_version(void)
@@ -231,13 +231,13 @@ int main(int argc, char **argv)
         }
     }
     if (decisions && nhosts > 1) {
-        /* Several hosts: the communicator's class is tcp, shm inside each host. */
+        /* Several hosts: the communicator's class is tcp (or -c's), shm inside each host. */
         int n = nranks > 0 ? nranks : 2 * nhosts;
         if (n % nhosts != 0) {
             fprintf(stderr, "loom_info: -H %d does not divide %d ranks\n", nhosts, n);
             return 2;
         }
-        print_decisions(LOOM_LINK_TCP, n, nhosts);
+        print_decisions(have_cls ? cls : LOOM_LINK_TCP, n, nhosts);
     } else if (decisions) {
         const int counts[] = {2, 4, 8};
         for (int c = 0; c < LOOM_LINK_NUM; c++) {

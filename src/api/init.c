@@ -16,10 +16,10 @@
 #include "check.h"
 #include "comm.h"
 #include "init.h"
+#include "net_auto.h"
 #include "param.h"
 #include "socket.h"
 #include "timer.h"
-#include "topo.h"
 
 // ---- registry of live communicators ---------------------------------------------
 
@@ -276,17 +276,6 @@ static int64_t stream_spin_ns(int local_size)
     return spin < 0 ? 0 : spin;
 }
 
-/* The speed of the interface TCP uses (LOOM_SOCKET_IFNAME's choice), for the
- * cost model across hosts; -1 when unknown. */
-static int tcp_nic_mbps(void)
-{
-    loom_sockaddr_t addr;
-    char ifname[64] = "";
-    if (loom_socket_pick_addr(&addr, ifname, sizeof(ifname)) != loomSuccess)
-        return -1;
-    return loom_topo_nic_speed_mbps(ifname, NULL);
-}
-
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
                               const loomConfig_t *config, int topo)
 {
@@ -338,11 +327,15 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
                                 .secret = id->secret,
                                 .timeout_ms = c->timeout_ms,
                                 .abort_flag = &c->abort_flag};
-    LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, &c->p2p), res, err_leave);
+    const int spans_hosts = c->local_size < nranks;
+    const int tcp_mbps = spans_hosts ? loom_net_tcp_mbps() : -1;
+    double rdma_gbps = 0;
+    loom_p2p_ucx_auto_t ucx_auto = loom_net_auto(c->net, spans_hosts, tcp_mbps, &rdma_gbps);
+    LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, ucx_auto, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
     bs = NULL;
-    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers,
-                                       c->local_size < nranks ? tcp_nic_mbps() : -1),
+    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers, tcp_mbps,
+                                       rdma_gbps > 0 ? (int)(rdma_gbps * 1000) : -1),
                     res, err_p2p);
     c->magic = LOOM_COMM_MAGIC;
     LOOM_CHECK_GOTO(live_add(c), res, err_p2p);

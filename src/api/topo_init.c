@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * topo_init.c - the topology at communicator creation: LOOM_TOPO_FILE is read and checked
- * against the ranks that joined; with LOOM_TOPO_DUMP_FILE, every rank's host and binding go
+ * against the ranks that joined (its RDMA ports then stand for this host's in the choice of
+ * transport between hosts, net_auto.c); with LOOM_TOPO_DUMP_FILE, every rank's host and binding go
  * through the bootstrap and one rank writes the whole description. Communicators made by
  * loomCommSplit skip both: their ranks were described when their parent was made.
  */
@@ -13,6 +14,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "init.h"
+#include "net_auto.h"
 #include "param.h"
 #include "topo.h"
 
@@ -109,6 +111,14 @@ static loomResult_t check_file(const struct loomComm *c, const loom_topo_t *file
     return loomSuccess;
 }
 
+/* The file's host of this rank: by its ranks where it lists them, else in the order hosts were
+ * numbered here (a file of one host describes every host). */
+static int file_host(const struct loomComm *c, const loom_topo_t *file, const loom_topo_t *seen)
+{
+    int h = file->nranks ? file->ranks[c->rank].host : seen->ranks[c->rank].host;
+    return h >= 0 && h < file->nhosts ? h : 0;
+}
+
 loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
 {
     int want = 0, writer = -1;
@@ -142,6 +152,9 @@ loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
         } else {
             res = check_file(c, &file, &seen, path);
         }
+        if (res == loomSuccess && file.nhosts > 0)
+            loom_net_set_file_rdma(
+                loom_topo_best_rdma_gbps(&file.hosts[file_host(c, &file, &seen)]));
     }
     if (res == loomSuccess && writer == c->rank) {
         /* A file's description wins over detection, as it does everywhere else. */

@@ -35,12 +35,20 @@
 #define CAL_MSGS        8   /* messages posted at once to measure o */
 #define CAL_STEP        100 /* tag steps of the calibration messages */
 
+/* The slowest class of this rank's links: tcp for a peer reached by tcp,
+ * ucx for one reached by ucx, else shm. Ranks can differ (a pair of hosts
+ * may fall back to tcp), so contexts that span hosts agree on the maximum. */
 static loom_link_class_t detect_class(loom_p2p_t *p2p, int rank, int nranks)
 {
-    for (int peer = 0; peer < nranks; peer++)
-        if (peer != rank && strcmp(loom_p2p_transport_name(p2p, peer), "shm") != 0)
+    loom_link_class_t cls = LOOM_LINK_SHM;
+    for (int peer = 0; peer < nranks; peer++) {
+        const char *tp = peer == rank ? "shm" : loom_p2p_transport_name(p2p, peer);
+        if (strcmp(tp, "ucx") == 0 && cls < LOOM_LINK_UCX)
+            cls = LOOM_LINK_UCX;
+        else if (strcmp(tp, "shm") != 0 && strcmp(tp, "ucx") != 0)
             return LOOM_LINK_TCP;
-    return LOOM_LINK_SHM;
+    }
+    return cls;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -115,7 +123,7 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx)
               "calibration measured: rank %d class %s alpha %.17g ns beta %.17g ns/B gamma %.17g "
               "ns/B o %.17g ns",
               ctx->rank, loom_link_class_name(l->cls), alpha, beta, gamma, o);
-    /* Agree on the maximum of every value (the class too: tcp > shm). */
+    /* Agree on the maximum of every value (the class too: tcp > ucx > shm). */
     double v[5] = {(double)l->cls, alpha, beta, gamma, o};
     loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
                               .sendbuff = v,
@@ -124,7 +132,9 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx)
                               .dt = loomFloat64,
                               .op = loomMax};
     LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
-    l->cls = v[0] >= (double)LOOM_LINK_TCP ? LOOM_LINK_TCP : LOOM_LINK_SHM;
+    l->cls = v[0] >= (double)LOOM_LINK_TCP   ? LOOM_LINK_TCP
+             : v[0] >= (double)LOOM_LINK_UCX ? LOOM_LINK_UCX
+                                             : LOOM_LINK_SHM;
     l->alpha_ns = v[1];
     l->beta_ns = v[2];
     l->gamma_ns = v[3];
@@ -148,34 +158,39 @@ static loom_link_class_t intra_class(loom_p2p_t *p2p, const loom_hosts_t *h, int
     return LOOM_LINK_SHM;
 }
 
-/* Across hosts the network is no faster than the slowest interface that
- * carries it: each rank knows the speed of the interface its TCP uses, the
- * ranks agree on the slowest (one small AllReduce), and beta becomes at
- * least the time a byte takes at that rate. Interfaces without a speed
- * (loopback, most virtual ones) leave the defaults. Not done when
- * LOOM_COST_TCP sets the constants or LOOM_CALIBRATE measures them. */
-static loomResult_t nic_rate(loom_coll_ctx_t *ctx, int nic_mbps)
+/* Across hosts the ranks agree on the link class (a pair of hosts may have
+ * fallen back from ucx to tcp) and on the rate of the slowest network link:
+ * each rank knows the speed of the interface its TCP uses and the rate of
+ * its best RDMA port; one small AllReduce takes the maximum of the class and
+ * of the time per byte, and the class's constants then follow that rate
+ * (loom_link_cost_at_rate). Interfaces without a speed (loopback, most
+ * virtual ones) leave the defaults. Not done when LOOM_CALIBRATE measures. */
+static loomResult_t link_rate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
 {
-    double ns_per_byte = nic_mbps > 0 ? 8000.0 / nic_mbps : 0;
+    double v[3] = {(double)ctx->link.cls, tcp_mbps > 0 ? 8000.0 / tcp_mbps : 0,
+                   rdma_mbps > 0 ? 8000.0 / rdma_mbps : 0};
     loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
-                              .sendbuff = &ns_per_byte,
-                              .recvbuff = &ns_per_byte,
-                              .count = 1,
+                              .sendbuff = v,
+                              .recvbuff = v,
+                              .count = 3,
                               .dt = loomFloat64,
                               .op = loomMax};
     LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
-    if (ns_per_byte > ctx->link.beta_ns) {
+    loom_link_class_t cls = v[0] >= (double)LOOM_LINK_TCP ? LOOM_LINK_TCP : LOOM_LINK_UCX;
+    double ns_per_byte = cls == LOOM_LINK_TCP ? v[1] : v[2];
+    double before = loom_link_cost_default(cls).beta_ns;
+    ctx->link = loom_link_cost_at_rate(cls, ns_per_byte);
+    if (ctx->link.beta_ns != before)
         LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
-                  "rank %d: slowest interface between hosts %.0f Mbit/s: beta %.3f ns/B instead "
+                  "rank %d: slowest %s link between hosts %.0f Mbit/s: beta %.3f ns/B instead "
                   "of %.3f",
-                  ctx->rank, 8000.0 / ns_per_byte, ns_per_byte, ctx->link.beta_ns);
-        ctx->link.beta_ns = ns_per_byte;
-    }
+                  ctx->rank, loom_link_class_name(cls), 8000.0 / ns_per_byte, ctx->link.beta_ns,
+                  before);
     return loomSuccess;
 }
 
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers, int nic_mbps)
+                                const loom_peer_info_t *peers, int tcp_mbps, int rdma_mbps)
 {
     ctx->p2p = p2p;
     ctx->rank = rank;
@@ -198,12 +213,10 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     if (ctx->chunk_bytes < 4096)
         ctx->chunk_bytes = 4096;
     ctx->link = loom_link_cost_default(detect_class(p2p, rank, nranks));
-    const char *cost_tcp = loom_param_COST_TCP();
     if (loom_param_CALIBRATE() != 0 && nranks > 1)
         LOOM_CHECK(calibrate(ctx));
-    else if (ctx->hosts.nhosts > 1 && ctx->link.cls == LOOM_LINK_TCP &&
-             (cost_tcp == NULL || cost_tcp[0] == '\0'))
-        LOOM_CHECK(nic_rate(ctx, nic_mbps));
+    else if (ctx->hosts.nhosts > 1 && ctx->link.cls != LOOM_LINK_SHM)
+        LOOM_CHECK(link_rate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     LOOM_INFO(LOOM_LOG_COLL,
               "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "

@@ -194,12 +194,13 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
 /* Fills ctx for a new communicator: rank, size, chunk, the host layout from
  * peers[nranks], the link class (slowest link) and its constants, and the
  * constants inside a host; with LOOM_CALIBRATE=1 measures the class's and
- * makes every rank adopt the same values (calibrate.c). Across hosts, beta
- * is at least what the slowest rank's nic_mbps (the speed of the interface
- * its TCP uses, <= 0 unknown) allows. Collective when calibrating or across
- * hosts. */
+ * makes every rank adopt the same values (calibrate.c). Across hosts the
+ * ranks agree on the class, and beta follows the slowest rank's rate for it
+ * (loom_link_cost_at_rate): tcp_mbps, the speed of the interface its TCP
+ * uses, or rdma_mbps, the rate of its RDMA port (<= 0 unknown). Collective
+ * when calibrating or across hosts. */
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers, int nic_mbps);
+                                const loom_peer_info_t *peers, int tcp_mbps, int rdma_mbps);
 /* The layout of nranks ranks with the given host hashes, seen from rank
  * (host_layout.c); SystemError if out of memory. loom_hosts_free frees it. */
 loomResult_t loom_hosts_init(loom_hosts_t *h, const uint64_t *host_hash, int nranks, int rank);

@@ -33,10 +33,13 @@
  * hand-over by the scheduler, which is what makes one-step algorithms win. */
 static const loom_link_cost_t builtin[LOOM_LINK_NUM] = {
     [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0},
+    /* ucx starts from tcp's constants (the same scheduling costs per step and
+     * message); loom_link_cost_at_rate puts the RDMA port's rate in beta. */
+    [LOOM_LINK_UCX] = {LOOM_LINK_UCX, 120000.0, 0.5, 0.15, 10000.0},
     [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 120000.0, 0.5, 0.15, 10000.0},
 };
 
-static const char *const class_names[LOOM_LINK_NUM] = {"shm", "tcp"};
+static const char *const class_names[LOOM_LINK_NUM] = {"shm", "ucx", "tcp"};
 
 const char *loom_link_class_name(loom_link_class_t cls)
 {
@@ -86,21 +89,55 @@ int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p)
     return 0;
 }
 
+static const char *cost_text(loom_link_class_t cls)
+{
+    switch (cls) {
+    case LOOM_LINK_SHM:
+        return loom_param_COST_SHM();
+    case LOOM_LINK_UCX:
+        return loom_param_COST_UCX();
+    default:
+        return loom_param_COST_TCP();
+    }
+}
+
+int loom_link_cost_is_set(loom_link_class_t cls)
+{
+    const char *text = cost_text(cls);
+    return text != NULL && text[0] != '\0';
+}
+
 loom_link_cost_t loom_link_cost_default(loom_link_class_t cls)
 {
+    static const char *const env_names[LOOM_LINK_NUM] = {"SHM", "UCX", "TCP"};
     static int warned[LOOM_LINK_NUM];
     loom_link_cost_t l = loom_link_cost_builtin(cls);
-    const char *text = cls == LOOM_LINK_SHM ? loom_param_COST_SHM() : loom_param_COST_TCP();
+    const char *text = cost_text(l.cls);
     if (text == NULL || text[0] == '\0')
         return l;
     if (loom_link_cost_parse(text, &l) != 0) {
         if (!__atomic_exchange_n(&warned[l.cls], 1, __ATOMIC_RELAXED))
             LOOM_WARN("LOOM_COST_%s=\"%s\" is not \"alpha_us,beta_ns,gamma_ns[,o_us]\" "
                       "(non-negative numbers); using the defaults",
-                      l.cls == LOOM_LINK_SHM ? "SHM" : "TCP", text);
+                      env_names[l.cls], text);
         return loom_link_cost_builtin(cls);
     }
     return l;
+}
+
+loom_link_cost_t loom_link_cost_at_rate(loom_link_class_t cls, double ns_per_byte)
+{
+    loom_link_cost_t l = loom_link_cost_default(cls);
+    if (!(ns_per_byte > 0) || loom_link_cost_is_set(l.cls))
+        return l;
+    if (l.cls == LOOM_LINK_UCX || (l.cls == LOOM_LINK_TCP && ns_per_byte > l.beta_ns))
+        l.beta_ns = ns_per_byte;
+    return l;
+}
+
+double loom_link_message_ns(const loom_link_cost_t *l, double nbytes)
+{
+    return loom_cost_eval(l, 1, 2, nbytes, 0);
 }
 
 int loom_ring_depth(loom_link_class_t cls, int nranks)

@@ -25,8 +25,9 @@ extern "C" {
 #endif
 
 /* Link classes, fastest first. A communicator's class is its slowest link: a
- * communicator that spans hosts (or runs TCP between local ranks) is tcp. */
-typedef enum { LOOM_LINK_SHM, LOOM_LINK_TCP, LOOM_LINK_NUM } loom_link_class_t;
+ * communicator that spans hosts (or runs TCP between local ranks) is tcp, or
+ * ucx where UCX carries every link that is not shared memory. */
+typedef enum { LOOM_LINK_SHM, LOOM_LINK_UCX, LOOM_LINK_TCP, LOOM_LINK_NUM } loom_link_class_t;
 
 /* The model's constants for one link class. */
 typedef struct {
@@ -66,12 +67,25 @@ static inline double loom_cost_eval(const loom_link_cost_t *l, double steps, dou
 }
 
 const char *loom_link_class_name(loom_link_class_t cls);
-/* "shm" or "tcp" (case-insensitive): 0 and *cls_p set; -1 otherwise. */
+/* "shm", "ucx" or "tcp" (case-insensitive): 0 and *cls_p set; -1 otherwise. */
 int loom_link_class_parse(const char *name, loom_link_class_t *cls_p);
 /* The constants of cls before calibration: the built-in defaults, or
- * LOOM_COST_SHM / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns[,o_us]") when set
- * and valid (an invalid value is WARNed once and ignored). */
+ * LOOM_COST_SHM / LOOM_COST_UCX / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns[,o_us]")
+ * when set and valid (an invalid value is WARNed once and ignored). */
 loom_link_cost_t loom_link_cost_default(loom_link_class_t cls);
+/* 1 when LOOM_COST_<cls> sets the class's constants (the user's word then
+ * stands: no link rate replaces them). */
+int loom_link_cost_is_set(loom_link_class_t cls);
+/* The default constants of cls with the rate of the link that carries it,
+ * in ns per byte (<= 0: unknown, the defaults stand). tcp: beta is at least
+ * that (the built-in beta is what the kernel's TCP reaches on a fast link, so
+ * a slower interface raises it, a faster one does not lower it). ucx: beta is
+ * that (RDMA moves bytes at the port's rate without the CPU). shm: unchanged.
+ * Where LOOM_COST_<cls> is set, its constants stand unchanged. */
+loom_link_cost_t loom_link_cost_at_rate(loom_link_class_t cls, double ns_per_byte);
+/* Predicted time of one message of nbytes on l: one step, a send and a
+ * receive, the bytes. */
+double loom_link_message_ns(const loom_link_cost_t *l, double nbytes);
 /* The built-in defaults alone (tests, loom_info). */
 loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls);
 /* Parses "alpha_us,beta_ns,gamma_ns[,o_us]" (non-negative numbers) into *l_p,

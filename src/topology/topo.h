@@ -87,6 +87,11 @@ typedef struct {
 void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot);
 /* This process's CPU binding and NUMA node; host and local_rank are left to the caller. */
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot);
+/* The RDMA ports alone, as loom_topo_detect_host finds them (libibverbs, else sysfs): cheap
+ * enough for communicator creation, which needs them to choose a transport between hosts. */
+void loom_topo_detect_rdma(loom_topo_host_t *h, const char *sysroot);
+/* The rate of h's fastest active RDMA port in Gbit/s, or 0 when it has none. */
+double loom_topo_best_rdma_gbps(const loom_topo_host_t *h);
 /* The speed of network interface ifname in Mbit/s as sysroot's sysfs reports it, or -1 when
  * unknown (virtual interfaces without a speed, loopback, a name that is not an interface). */
 int32_t loom_topo_nic_speed_mbps(const char *ifname, const char *sysroot);

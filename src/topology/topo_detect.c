@@ -479,6 +479,23 @@ void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
               gpu_lib ? "NVML" : "sysfs");
 }
 
+void loom_topo_detect_rdma(loom_topo_host_t *h, const char *sysroot)
+{
+    const char *root = sysroot ? sysroot : "";
+    memset(h, 0, sizeof(*h));
+    if (*root || rdma_from_ibverbs(h))
+        detect_rdma(h, root);
+}
+
+double loom_topo_best_rdma_gbps(const loom_topo_host_t *h)
+{
+    double best = 0;
+    for (int i = 0; i < h->nrdma && i < LOOM_TOPO_MAX_RDMA; i++)
+        if (h->rdma[i].active && h->rdma[i].rate_gbps > best)
+            best = h->rdma[i].rate_gbps;
+    return best;
+}
+
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot)
 {
     loom_topo_host_t *h = calloc(1, sizeof(*h));

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * p2p.c - a communicator's point-to-point layer over the transport tables:
- * it chooses a transport per peer (first can_connect in LOOM_NET order),
+ * it chooses a transport per peer (first can_connect in LOOM_NET order,
+ * among those both ranks started: loom's own choice of ucx across hosts is
+ * started only on the ranks that offer it, so a pair uses it only where both
+ * did),
  * connects every peer in both directions through the bootstrap-exchanged
  * listen handles, loops messages to self, and runs every wait with the
  * communicator's bounds: abort flag, timeout without progress, and a
@@ -89,16 +92,24 @@ static loomResult_t unknown_transport(const char *tok, const loom_tp_t *const *r
 }
 
 /* Parses LOOM_NET-style lists ("shm,tcp", "tcp", "^shm") into transports in order.
- * Without a list of names (empty or "^..."), opt-in transports (ucx) stay out. */
-static loomResult_t pick_transports(loom_p2p_t *p, const char *list)
+ * Without a list of names (empty or "^..."), opt-in transports (ucx) stay out, except
+ * that an empty list takes them as loom's own choice when ucx_auto says they are
+ * candidates (every rank then lists them, so transport indices agree everywhere). */
+static loomResult_t pick_transports(loom_p2p_t *p, const char *list, loom_p2p_ucx_auto_t ucx_auto)
 {
     int n = 0;
     const loom_tp_t *const *reg = loom_tp_registry(&n);
     int negate = list && list[0] == '^';
-    if (list == NULL || list[0] == '\0' || negate) {
+    int open_choice = list == NULL || list[0] == '\0';
+    if (open_choice || negate) {
         for (int i = 0; i < n && p->ntp < MAX_TP; i++) {
-            if ((negate && list_has(list + 1, reg[i]->name)) || loom_tp_opt_in(reg[i]))
+            if (negate && list_has(list + 1, reg[i]->name))
                 continue;
+            if (loom_tp_opt_in(reg[i])) {
+                if (!open_choice || ucx_auto == LOOM_P2P_UCX_AUTO_NONE)
+                    continue;
+                p->tp_auto[p->ntp] = 1;
+            }
             p->tps[p->ntp++] = reg[i];
         }
     } else {
@@ -169,7 +180,7 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
                 pending_send--;
         }
         for (int t = 0; t < p->ntp; t++) {
-            for (;;) {
+            while (p->listen[t] != NULL) {
                 void *rc = NULL;
                 int from = -1;
                 LOOM_CHECK(p->tps[t]->accept(p->listen[t], &rc, &from));
@@ -209,8 +220,36 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
     return loomSuccess;
 }
 
+/* Starts transport t and its listener, filling mine's handle. A transport loom chose by
+ * itself (tp_auto) is started only where this rank offers it, and failing to start it is not
+ * fatal: mine says it is absent, and every peer reaches this rank another way. */
+static loomResult_t start_transport(loom_p2p_t *p, int t, loom_p2p_ucx_auto_t ucx_auto,
+                                    handles_t *mine)
+{
+    if (p->tp_auto[t] && ucx_auto != LOOM_P2P_UCX_AUTO_OFFER)
+        return loomSuccess;
+    loomResult_t res = p->tps[t]->init(&p->args, &p->ctx[t]);
+    if (res == loomSuccess)
+        res = p->tps[t]->listen(p->ctx[t], mine->handle[t], &p->listen[t]);
+    if (res == loomSuccess) {
+        mine->present[t] = 1;
+        return loomSuccess;
+    }
+    if (!p->tp_auto[t])
+        return res;
+    LOOM_WARN("rank %d: %s did not start (%s); tcp carries this rank's links between hosts",
+              p->rank, p->tps[t]->name, loom_last_error());
+    if (p->listen[t] != NULL)
+        (void)p->tps[t]->close_listen(p->listen[t]);
+    if (p->ctx[t] != NULL)
+        (void)p->tps[t]->finalize(p->ctx[t]);
+    p->listen[t] = NULL;
+    p->ctx[t] = NULL;
+    return loomSuccess;
+}
+
 loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_t *args,
-                             const char *net_list, loom_p2p_t **p2p_p)
+                             const char *net_list, loom_p2p_ucx_auto_t ucx_auto, loom_p2p_t **p2p_p)
 {
     loomResult_t res = loomSuccess;
     handles_t *all = NULL;
@@ -234,16 +273,12 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     p->args.peers = p->peers;
     for (int r = 0; r < p->nranks; r++)
         p->conns[r].tp = -1;
-    LOOM_CHECK_GOTO(pick_transports(p, net_list), res, err_free);
+    LOOM_CHECK_GOTO(pick_transports(p, net_list, ucx_auto), res, err_free);
 
     handles_t mine;
     memset(&mine, 0, sizeof(mine));
-    for (int t = 0; t < p->ntp; t++) {
-        LOOM_CHECK_GOTO(p->tps[t]->init(&p->args, &p->ctx[t]), res, err_close);
-        LOOM_CHECK_GOTO(p->tps[t]->listen(p->ctx[t], mine.handle[t], &p->listen[t]), res,
-                        err_close);
-        mine.present[t] = 1;
-    }
+    for (int t = 0; t < p->ntp; t++)
+        LOOM_CHECK_GOTO(start_transport(p, t, ucx_auto, &mine), res, err_close);
     LOOM_CHECK_GOTO(loom_bootstrap_allgather(bs, &mine, sizeof(mine), all), res, err_close);
 
     const loom_peer_info_t *self = &p->peers[p->rank];
@@ -252,7 +287,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
             continue;
         for (int t = 0; t < p->ntp && p->conns[r].tp < 0; t++) {
             int ok = 0;
-            if (!all[r].present[t])
+            if (!mine.present[t] || !all[r].present[t])
                 continue;
             LOOM_CHECK_GOTO(p->tps[t]->can_connect(p->ctx[t], self, &p->peers[r], &ok), res,
                             err_close);

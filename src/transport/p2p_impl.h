@@ -86,6 +86,7 @@ struct loom_p2p {
     const loom_tp_t *tps[MAX_TP];
     void *ctx[MAX_TP];
     void *listen[MAX_TP];
+    uint8_t tp_auto[MAX_TP]; /* listed by loom's own choice (LOOM_NET unset): may be absent */
     peer_conn_t *conns;
     /* Messages to self: posted sends and receives, matched in order per tag. */
     loom_p2p_req_t **self_sends;

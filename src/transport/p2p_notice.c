@@ -138,7 +138,7 @@ void loom_p2p_notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int sk
         if (pending == 0 || loom_now_ns() > deadline)
             break;
         for (int t = 0; t < p->ntp; t++)
-            if (p->tps[t]->wait)
+            if (p->tps[t]->wait && p->ctx[t] != NULL)
                 (void)p->tps[t]->wait(p->ctx[t], 1000);
     }
     if (pending > 0)

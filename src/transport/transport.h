@@ -98,9 +98,12 @@ extern const loom_tp_t loom_tp_ucx;
 
 /* The registry: the transports built in, in default preference order. */
 const loom_tp_t *const *loom_tp_registry(int *n_p);
-/* 1 if tp is used only where LOOM_NET names it (ucx): without such a list it
- * would come after tcp, which reaches every peer, so it could never be chosen
- * and initializing it would only cost time and descriptors. */
+/* 1 if tp is used only where LOOM_NET names it or where loom's own choice
+ * across hosts takes it (ucx, p2p.h's loom_p2p_ucx_auto_t): it reaches every
+ * peer, so listed by default it would take every link from tcp, and starting
+ * it would cost time and descriptors where it is not used. */
 int loom_tp_opt_in(const loom_tp_t *tp);
+/* 1 if this build has the transport called name ("ucx" needs UCX at build time). */
+int loom_tp_built(const char *name);
 
 #endif

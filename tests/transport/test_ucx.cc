@@ -5,7 +5,9 @@
 // and once over UCX's shared memory (UCX_TLS=sm,self), on sizes 0, 1, 7, 4097 and 2^16+3
 // elements of several datatypes, each result checked bit for bit (tests/harness/verify.h);
 // that every peer really went through ucx (the "rank r -> rank q via X" INFO lines); that a
-// SIGKILLed rank makes the survivors return loomRemoteError; and that LOOM_NET=ucx in a build
+// SIGKILLed rank makes the survivors return loomRemoteError; that with LOOM_NET unset ucx carries
+// the links between modelled hosts exactly where both hosts have an RDMA port the model prefers
+// (described by LOOM_TOPO_FILE) and UCX starts; and that LOOM_NET=ucx in a build
 // without UCX fails with a clear message. The table-level cases (sizes, ordering, tag matching,
 // a wrong secret refused) are test_transport.cc's, instantiated for ucx. Without UCX the ucx
 // cases GTEST_SKIP. Run by meson's 'transport' suite as 'ucx'.
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -161,24 +164,30 @@ void RunGrid(int rank, int n, loomComm_t comm)
 }
 
 // The transport of every peer, from this rank's INFO lines "rank r -> rank q via X"; checks
-// that each of the n - 1 peers uses ucx.
-void CheckAllViaUcx(int rank, int n)
+// that each of the n - 1 peers q uses want(q).
+void CheckVia(int rank, int n, const std::function<std::string(int peer)> &want)
 {
     const std::string path = "/tmp/loom-test-ucx." + std::to_string(getpid()) + ".log";
     std::ifstream in(path);
     XT_CHECK_MSG(in.good(), "no LOOM_DEBUG_FILE log at " + path);
     std::string line;
-    int via_ucx = 0;
+    int seen = 0;
     const std::string me = "rank " + std::to_string(rank) + " -> rank ";
     while (std::getline(in, line)) {
-        const size_t at = line.find(me);
-        if (at == std::string::npos || line.find(" via ") == std::string::npos)
+        const size_t at = line.find(me), via = line.find(" via ");
+        if (at == std::string::npos || via == std::string::npos)
             continue;
-        XT_CHECK_MSG(line.find(" via ucx") != std::string::npos, line);
-        via_ucx++;
+        const int peer = atoi(line.c_str() + at + me.size());
+        XT_CHECK_MSG(line.substr(via + 5) == want(peer), line + " (want " + want(peer) + ")");
+        seen++;
     }
     unlink(path.c_str());
-    XT_CHECK_EQ(via_ucx, n - 1);
+    XT_CHECK_EQ(seen, n - 1);
+}
+
+void CheckAllViaUcx(int rank, int n)
+{
+    CheckVia(rank, n, [](int) { return std::string("ucx"); });
 }
 
 struct GridParam {
@@ -216,6 +225,81 @@ INSTANTIATE_TEST_SUITE_P(Ucx, UcxGrid,
                          [](const ::testing::TestParamInfo<GridParam> &info) {
                              return std::to_string(info.param.nranks) + "ranks_" + info.param.label;
                          });
+
+// loom's own choice between hosts (LOOM_NET unset), on 2 hosts x 2 ranks modelled with
+// LOOM_HOST_ID. LOOM_TOPO_FILE gives each host an RDMA port (the rate in Gbit/s; 0: none), since
+// this machine has none; UCX then runs over TCP (UCX_TLS=tcp). ucx must carry the links between
+// hosts exactly where both hosts have a port the model prefers to TCP, and shm the links inside.
+struct AutoParam {
+    const char *label;
+    int rdma_a, rdma_b; // Gbit/s of each host's port
+    const char *net;    // LOOM_NET, or nullptr for unset
+    bool want_ucx;
+    bool ucx_fails_b = false; // UCX cannot start on host 1 (it WARNs and keeps tcp)
+};
+
+class UcxAuto : public ::testing::TestWithParam<AutoParam> {};
+
+TEST_P(UcxAuto, BetweenHostsWhereTheModelPrefersIt)
+{
+    SKIP_WITHOUT_UCX();
+    const AutoParam p = GetParam();
+    const std::string topo = "/tmp/loom-test-ucx-topo." + std::to_string(getpid()) + ".json";
+    {
+        std::ofstream f(topo);
+        f << "{\"loom_topology\": 1, \"hosts\": [";
+        for (int h = 0; h < 2; h++) {
+            const int gbps = h == 0 ? p.rdma_a : p.rdma_b;
+            f << (h ? "," : "") << "{\"hostname\": \"host" << h
+              << "\", \"packages\": 1, \"cores\": 2, \"cpus\": 2, \"rdma\": [";
+            if (gbps > 0)
+                f << "{\"name\": \"mlx5_0\", \"port\": 1, \"link_layer\": \"InfiniBand\", "
+                     "\"active\": true, \"rate_gbps\": "
+                  << gbps << ", \"numa\": -1}";
+            f << "]}";
+        }
+        f << "]}\n";
+    }
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_TOPO_FILE", topo},
+                {"UCX_TLS", "tcp"},
+                {"LOOM_DEBUG", "INFO"},
+                {"LOOM_DEBUG_SUBSYS", "TRANSPORT"},
+                {"LOOM_DEBUG_FILE", "/tmp/loom-test-ucx.%p.log"}};
+    if (p.net != nullptr)
+        opts.env.push_back({"LOOM_NET", p.net});
+    else
+        opts.unset_env = {"LOOM_NET"};
+    const bool fails_b = p.ucx_fails_b;
+    opts.rank_env = [fails_b](int rank) {
+        loomtest::EnvList env{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
+        if (fails_b && rank / 2 == 1)
+            env.push_back({"UCX_TLS", "no-such-transport"});
+        return env;
+    };
+    opts.deadline_s = 60;
+    const bool want_ucx = p.want_ucx;
+    const ::testing::AssertionResult run = loomtest::RunRanks(
+        4,
+        [want_ucx](int rank, int n, loomComm_t comm) {
+            CheckVia(rank, n, [rank, want_ucx](int peer) {
+                return std::string(peer / 2 == rank / 2 ? "shm" : want_ucx ? "ucx" : "tcp");
+            });
+            RunGrid(rank, n, comm);
+        },
+        opts);
+    unlink(topo.c_str());
+    XT_ASSERT_RUN(run);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ucx, UcxAuto,
+    ::testing::Values(AutoParam{"both_100g", 100, 100, nullptr, true},
+                      AutoParam{"one_host_without_rdma", 100, 0, nullptr, false},
+                      AutoParam{"slow_port", 1, 1, nullptr, false},
+                      AutoParam{"net_names_tcp", 100, 100, "shm,tcp", false},
+                      AutoParam{"ucx_fails_on_one_host", 100, 100, nullptr, false, true}),
+    [](const ::testing::TestParamInfo<AutoParam> &info) { return info.param.label; });
 
 // Rank 2 dies by SIGKILL after one all-reduce; ranks 0 and 1 then wait on it (in that one or
 // the next) and must fail with loomRemoteError well within the 20 s timeout (so only the detection

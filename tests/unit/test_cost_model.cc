@@ -20,6 +20,7 @@
 
 #include "coll.h"
 #include "cost_model.h"
+#include "net_auto.h"
 extern "C" {
 #include "param.h"
 }
@@ -353,7 +354,52 @@ TEST(CostModel, ParseConstants)
     loom_link_class_t cls;
     EXPECT_EQ(loom_link_class_parse("TCP", &cls), 0);
     EXPECT_EQ(cls, LOOM_LINK_TCP);
-    EXPECT_EQ(loom_link_class_parse("ucx", &cls), -1);
+    EXPECT_EQ(loom_link_class_parse("ucx", &cls), 0);
+    EXPECT_EQ(cls, LOOM_LINK_UCX);
+    EXPECT_EQ(loom_link_class_parse("rdma", &cls), -1);
+}
+
+// The rate of the link that carries a class: tcp's beta never drops below what the kernel's TCP
+// reaches, ucx's is the RDMA port's, and LOOM_COST_<CLASS> stands whatever the rate.
+TEST(CostModel, LinkRateSetsBeta)
+{
+    const double tcp_beta = loom_link_cost_builtin(LOOM_LINK_TCP).beta_ns;
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_TCP, 8.0).beta_ns, 8.0); // 1 Gbit/s
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_TCP, 0.08).beta_ns, tcp_beta);
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_TCP, -1).beta_ns, tcp_beta);
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_UCX, 0.08).beta_ns, 0.08); // 100 Gbit/s
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_UCX, 0).beta_ns,
+              loom_link_cost_builtin(LOOM_LINK_UCX).beta_ns);
+    EXPECT_EQ(loom_link_cost_at_rate(LOOM_LINK_SHM, 8.0).beta_ns,
+              loom_link_cost_builtin(LOOM_LINK_SHM).beta_ns);
+    setenv("LOOM_COST_UCX", "5,0.3,0.1", 1);
+    loom_param_reset_cache();
+    EXPECT_EQ(loom_link_cost_is_set(LOOM_LINK_UCX), 1);
+    EXPECT_EQ(loom_link_cost_is_set(LOOM_LINK_TCP), 0);
+    const loom_link_cost_t set = loom_link_cost_at_rate(LOOM_LINK_UCX, 0.08);
+    EXPECT_EQ(set.beta_ns, 0.3);
+    EXPECT_EQ(set.alpha_ns, 5000.0);
+    unsetenv("LOOM_COST_UCX");
+    loom_param_reset_cache();
+}
+
+// loom's own choice between ucx and tcp across hosts: ucx only for an RDMA port the model
+// prices below the TCP interface.
+TEST(CostModel, UcxAcrossHostsOnlyWhereTheModelSaysFaster)
+{
+    EXPECT_EQ(loom_net_prefer_ucx(10000, 100), 1); // 100 Gbit/s InfiniBand beside 10 GbE
+    EXPECT_EQ(loom_net_prefer_ucx(-1, 100), 1);    // interface speed unknown
+    EXPECT_EQ(loom_net_prefer_ucx(100000, 25), 1); // TCP cannot use a fast NIC's rate
+    EXPECT_EQ(loom_net_prefer_ucx(10000, 0), 0);   // no RDMA port
+    EXPECT_EQ(loom_net_prefer_ucx(10000, -1), 0);
+    EXPECT_EQ(loom_net_prefer_ucx(10000, 1), 0);  // a 1 Gbit/s port loses to tcp's rate
+    EXPECT_EQ(loom_net_prefer_ucx(1000, 2.5), 1); // ... unless the interface is slower still
+    // The user's constants steer it: a UCX step priced at 10 ms never wins a 1 MiB message.
+    setenv("LOOM_COST_UCX", "10000,0.01,0.1", 1);
+    loom_param_reset_cache();
+    EXPECT_EQ(loom_net_prefer_ucx(10000, 400), 0);
+    unsetenv("LOOM_COST_UCX");
+    loom_param_reset_cache();
 }
 
 TEST(CostModel, EnvironmentOverridesDefaults)

@@ -127,6 +127,26 @@ TEST(Topo, DetectsAMadeUpTwoSocketHost)
     ASSERT_EQ(h.ngpus, 1);
     EXPECT_STREQ(h.gpus[0].pci, "0000:18:00.0");
     EXPECT_EQ(h.gpus[0].numa, 0);
+
+    // The RDMA ports alone (what creation reads to choose a transport) are the same ones.
+    loom_topo_host_t r;
+    loom_topo_detect_rdma(&r, fs.root());
+    ASSERT_EQ(r.nrdma, 1);
+    EXPECT_EQ(r.rdma[0].rate_gbps, 400);
+    EXPECT_EQ(r.cpus, 0); // nothing else is read
+    EXPECT_EQ(loom_topo_best_rdma_gbps(&r), 400);
+}
+
+TEST(Topo, BestRdmaRateCountsActivePortsOnly)
+{
+    loom_topo_host_t h;
+    memset(&h, 0, sizeof(h));
+    EXPECT_EQ(loom_topo_best_rdma_gbps(&h), 0); // no port
+    h.nrdma = 3;
+    h.rdma[0] = {"mlx5_0", 1, "InfiniBand", 0, 400, -1}; // down: does not count
+    h.rdma[1] = {"mlx5_1", 1, "Ethernet", 1, 100, -1};
+    h.rdma[2] = {"mlx5_2", 1, "InfiniBand", 1, 200, -1};
+    EXPECT_EQ(loom_topo_best_rdma_gbps(&h), 200);
 }
 
 TEST(Topo, InterfaceSpeedForTheCostModel)

@@ -7,11 +7,11 @@
  * TCP side channel that proves the job secret and carries worker addresses)
  * is ucx_conn.c. No progress thread: data moves in isend/irecv (what UCX does
  * at once) and test(); wait() sleeps on the worker's event descriptor.
- * It is never chosen by default: transport.c lists it after tcp, which reaches
- * every peer, and p2p.c initializes it only when LOOM_NET names it
- * (LOOM_NET=ucx: every peer, same host included; LOOM_NET=shm,ucx: ucx across
- * hosts). Built only with UCX (LOOM_HAVE_UCX). Called through the table at the
- * end of this file by p2p.c.
+ * It is used where LOOM_NET names it (LOOM_NET=ucx: every peer, same host
+ * included; LOOM_NET=shm,ucx: ucx across hosts) and, with LOOM_NET unset,
+ * between hosts whose RDMA ports the cost model prefers to tcp
+ * (api/net_auto.c); p2p.c starts it only then. Built only with UCX
+ * (LOOM_HAVE_UCX). Called through the table at the end of this file by p2p.c.
  */
 #include <errno.h>
 #include <poll.h>
