@@ -7,7 +7,8 @@
 // that every peer really went through ucx (the "rank r -> rank q via X" INFO lines); that a
 // SIGKILLed rank makes the survivors return loomRemoteError; that with LOOM_NET unset ucx carries
 // the links between modelled hosts exactly where both hosts have an RDMA port the model prefers
-// (described by LOOM_TOPO_FILE) and UCX starts; and that LOOM_NET=ucx in a build
+// (described by LOOM_TOPO_FILE) and UCX starts; that a missing UCX library is a clear error
+// (LOOM_NET=ucx) or leaves tcp (loom's own choice); and that LOOM_NET=ucx in a build
 // without UCX fails with a clear message. The table-level cases (sizes, ordering, tag matching,
 // a wrong secret refused) are test_transport.cc's, instantiated for ucx. Without UCX the ucx
 // cases GTEST_SKIP. Run by meson's 'transport' suite as 'ucx'.
@@ -235,7 +236,7 @@ struct AutoParam {
     int rdma_a, rdma_b; // Gbit/s of each host's port
     const char *net;    // LOOM_NET, or nullptr for unset
     bool want_ucx;
-    bool ucx_fails_b = false; // UCX cannot start on host 1 (it WARNs and keeps tcp)
+    const char *break_b = nullptr; // a variable that keeps UCX from starting on host 1
 };
 
 class UcxAuto : public ::testing::TestWithParam<AutoParam> {};
@@ -270,11 +271,12 @@ TEST_P(UcxAuto, BetweenHostsWhereTheModelPrefersIt)
         opts.env.push_back({"LOOM_NET", p.net});
     else
         opts.unset_env = {"LOOM_NET"};
-    const bool fails_b = p.ucx_fails_b;
-    opts.rank_env = [fails_b](int rank) {
+    const std::string break_b = p.break_b ? p.break_b : "";
+    opts.rank_env = [break_b](int rank) {
         loomtest::EnvList env{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
-        if (fails_b && rank / 2 == 1)
-            env.push_back({"UCX_TLS", "no-such-transport"});
+        const size_t eq = break_b.find('=');
+        if (eq != std::string::npos && rank / 2 == 1)
+            env.push_back({break_b.substr(0, eq), break_b.substr(eq + 1)});
         return env;
     };
     opts.deadline_s = 60;
@@ -298,7 +300,10 @@ INSTANTIATE_TEST_SUITE_P(
                       AutoParam{"one_host_without_rdma", 100, 0, nullptr, false},
                       AutoParam{"slow_port", 1, 1, nullptr, false},
                       AutoParam{"net_names_tcp", 100, 100, "shm,tcp", false},
-                      AutoParam{"ucx_fails_on_one_host", 100, 100, nullptr, false, true}),
+                      AutoParam{"ucx_fails_on_one_host", 100, 100, nullptr, false,
+                                "UCX_TLS=no-such-transport"},
+                      AutoParam{"no_ucx_library_on_one_host", 100, 100, nullptr, false,
+                                "LOOM_UCX_LIB=libloom-no-such-ucx.so.0"}),
     [](const ::testing::TestParamInfo<AutoParam> &info) { return info.param.label; });
 
 // Rank 2 dies by SIGKILL after one all-reduce; ranks 0 and 1 then wait on it (in that one or
@@ -359,6 +364,29 @@ TEST(Ucx, NetUcxWithoutUcxIsAClearError)
             XT_CHECK_LOOM_RES(loomCommInitRank(&comm, 1, id, 0), loomInvalidArgument);
             const std::string err = loomGetLastError(nullptr);
             XT_CHECK_MSG(err.find("no UCX support") != std::string::npos, err);
+        },
+        opts));
+}
+
+// UCX is loaded at run time: a build with UCX on a machine without the library (here: a name
+// that resolves to nothing) fails creation with LOOM_NET=ucx and says what is missing, and the
+// communicator can be made again without it.
+TEST(Ucx, MissingLibraryIsAClearError)
+{
+    SKIP_WITHOUT_UCX();
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "ucx"}, {"LOOM_UCX_LIB", "libloom-no-such-ucx.so.0"}};
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int n, loomComm_t) {
+            loomUniqueId id;
+            loomtest::ShareUniqueId(&id);
+            loomComm_t comm = nullptr;
+            XT_CHECK_LOOM_RES(loomCommInitRank(&comm, n, id, rank), loomSystemError);
+            const std::string err = loomGetLastError(nullptr);
+            XT_CHECK_MSG(err.find("cannot load libloom-no-such-ucx.so.0") != std::string::npos,
+                         err);
         },
         opts));
 }

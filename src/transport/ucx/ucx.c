@@ -11,7 +11,8 @@
  * included; LOOM_NET=shm,ucx: ucx across hosts) and, with LOOM_NET unset,
  * between hosts whose RDMA ports the cost model prefers to tcp
  * (api/net_auto.c); p2p.c starts it only then. Built only with UCX
- * (LOOM_HAVE_UCX). Called through the table at the end of this file by p2p.c.
+ * (LOOM_HAVE_UCX), and UCP itself is loaded only when init first runs
+ * (ucx_api.c). Called through the table at the end of this file by p2p.c.
  */
 #include <errno.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include "debug.h"
 #include "timer.h"
 #include "ucx.h"
+#include "ucx_api.h"
 
 /* Matching: a message from rank s carrying loom tag t travels with the UCP tag
  * (s << 32) | t, and a receive from s for t posts exactly that tag with a full
@@ -106,7 +108,7 @@ static void list_del(ucx_req_t **head, ucx_req_t *r)
 static void req_complete(ucx_ctx_t *ctx, ucx_req_t *r, ucs_status_t status, size_t nbytes)
 {
     if (r->ucp != NULL) {
-        ucp_request_free(r->ucp);
+        loom_ucx.request_free(r->ucp);
         r->ucp = NULL;
     }
     if (r->counted) {
@@ -148,7 +150,7 @@ static void req_orphan(ucx_ctx_t *ctx, ucx_req_t *r)
     r->comm = NULL;
     list_add(&ctx->orphans, r);
     if (!r->is_send && r->ucp != NULL)
-        ucp_request_cancel(ctx->worker, r->ucp);
+        loom_ucx.request_cancel(ctx->worker, r->ucp);
 }
 
 // ---- endpoints and connections -------------------------------------------------
@@ -163,7 +165,7 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     pr->status = status;
     /* The requests that depend on it report the failure (test); this is the why. */
     LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: endpoint to rank %d failed: %s", pr->ctx->rank, pr->rank,
-              ucs_status_string(status));
+              loom_ucx.status_string(status));
 }
 
 loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const void *addr,
@@ -173,7 +175,7 @@ loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const voi
     (void)addr_len; /* UCP reads the length from the address itself; ucx_conn.c bounded it */
     if (pr->failed) {
         LOOM_WARN("ucx: rank %d: endpoint to rank %d already failed: %s", ctx->rank, peer,
-                  ucs_status_string(pr->status));
+                  loom_ucx.status_string(pr->status));
         return loomRemoteError;
     }
     ucx_comm_t *c = calloc(1, sizeof(*c));
@@ -190,7 +192,7 @@ loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const voi
             .err_handler = {.cb = ep_error, .arg = pr},
         };
         ucs_status_t st = ctx->no_peer_mode ? UCS_ERR_UNREACHABLE
-                                            : ucp_ep_create(ctx->worker, &ep_params, &pr->ep);
+                                            : loom_ucx.ep_create(ctx->worker, &ep_params, &pr->ep);
         if (st == UCS_ERR_UNREACHABLE) {
             /* UCX 1.13's shared-memory transports (UCX_TLS=sm or posix/sysv/cma alone)
              * cannot detect a peer's failure, so UCP finds no lane for the peer mode.
@@ -199,7 +201,7 @@ loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const voi
              * attempt, and UCX's ERROR line about it, for the next peers). */
             ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
             ep_params.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
-            st = ucp_ep_create(ctx->worker, &ep_params, &pr->ep);
+            st = loom_ucx.ep_create(ctx->worker, &ep_params, &pr->ep);
             if (st == UCS_OK && !ctx->no_peer_mode)
                 LOOM_INFO(LOOM_LOG_UCX,
                           "ucx: rank %d: no UCX transport to rank %d detects peer failures; "
@@ -209,7 +211,7 @@ loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const voi
         }
         if (st != UCS_OK) {
             LOOM_WARN("ucx: rank %d: cannot create an endpoint to rank %d: %s", ctx->rank, peer,
-                      ucs_status_string(st));
+                      loom_ucx.status_string(st));
             pr->ep = NULL;
             free(c);
             return st == UCS_ERR_UNREACHABLE ? loomRemoteError : loomSystemError;
@@ -232,7 +234,7 @@ static void closing_add(ucx_ctx_t *ctx, void *req)
         if (p == NULL) {
             /* Not tracked: the worker's destruction ends it. */
             LOOM_INFO(LOOM_LOG_UCX, "ucx: out of memory tracking %d endpoint closes", cap);
-            ucp_request_free(req);
+            loom_ucx.request_free(req);
             return;
         }
         ctx->closing = p;
@@ -258,13 +260,13 @@ static loomResult_t comm_close(ucx_comm_t *c)
         pr->failed || sends_pending || (ctx->abort_flag != NULL && *ctx->abort_flag != 0);
     ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
-    void *req = ucp_ep_close_nbx(pr->ep, &param);
+    void *req = loom_ucx.ep_close_nbx(pr->ep, &param);
     pr->ep = NULL;
     if (UCS_PTR_IS_ERR(req)) {
         /* The endpoint is released either way; a failed flush only matters to a peer
          * that is already gone or going. */
         LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: closing the endpoint to rank %d: %s", ctx->rank,
-                  pr->rank, ucs_status_string(UCS_PTR_STATUS(req)));
+                  pr->rank, loom_ucx.status_string(UCS_PTR_STATUS(req)));
     } else if (req != NULL) {
         closing_add(ctx, req);
     }
@@ -277,14 +279,14 @@ static loomResult_t ucx_finalize(void *ctx_v);
 
 static loomResult_t ucx_warn(const ucx_ctx_t *ctx, const char *what, ucs_status_t st)
 {
-    LOOM_WARN("ucx: rank %d: %s failed: %s", ctx->rank, what, ucs_status_string(st));
+    LOOM_WARN("ucx: rank %d: %s failed: %s", ctx->rank, what, loom_ucx.status_string(st));
     return loomSystemError;
 }
 
 static loomResult_t worker_open(ucx_ctx_t *ctx)
 {
     ucp_config_t *config = NULL;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    ucs_status_t st = loom_ucx.config_read(NULL, NULL, &config);
     if (st != UCS_OK)
         return ucx_warn(ctx, "ucp_config_read (check the UCX_* environment)", st);
     ucp_params_t params = {
@@ -294,23 +296,23 @@ static loomResult_t worker_open(ucx_ctx_t *ctx)
         .estimated_num_eps = (size_t)ctx->nranks,
         .mt_workers_shared = 0,
     };
-    st = ucp_init(&params, config, &ctx->ucp);
-    ucp_config_release(config);
+    st = loom_ucx.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx->ucp);
+    loom_ucx.config_release(config);
     if (st != UCS_OK) {
         ctx->ucp = NULL;
         return ucx_warn(ctx, "ucp_init", st);
     }
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
-    st = ucp_worker_create(ctx->ucp, &wp, &ctx->worker);
+    st = loom_ucx.worker_create(ctx->ucp, &wp, &ctx->worker);
     if (st != UCS_OK) {
         ctx->worker = NULL;
         return ucx_warn(ctx, "ucp_worker_create", st);
     }
-    st = ucp_worker_get_efd(ctx->worker, &ctx->efd);
+    st = loom_ucx.worker_get_efd(ctx->worker, &ctx->efd);
     if (st != UCS_OK)
         return ucx_warn(ctx, "ucp_worker_get_efd", st);
-    st = ucp_worker_get_address(ctx->worker, &ctx->my_addr, &ctx->my_addr_len);
+    st = loom_ucx.worker_get_address(ctx->worker, &ctx->my_addr, &ctx->my_addr_len);
     if (st != UCS_OK) {
         ctx->my_addr = NULL;
         return ucx_warn(ctx, "ucp_worker_get_address", st);
@@ -326,6 +328,7 @@ static loomResult_t worker_open(ucx_ctx_t *ctx)
 static loomResult_t ucx_init(const loom_tp_init_args_t *args, void **ctx_p)
 {
     loomResult_t res;
+    LOOM_CHECK(loom_ucx_load());
     ucx_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
         LOOM_WARN("ucx: out of memory for the context (%zu bytes)", sizeof(*ctx));
@@ -351,7 +354,7 @@ static loomResult_t ucx_init(const loom_tp_init_args_t *args, void **ctx_p)
                     err_free);
     LOOM_CHECK_GOTO(worker_open(ctx), res, err_free);
     LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: UCX %s worker up, %zu-byte address", ctx->rank,
-              ucp_get_version_string(), ctx->my_addr_len);
+              loom_ucx.get_version_string(), ctx->my_addr_len);
     *ctx_p = ctx;
     return loomSuccess;
 err_free:
@@ -377,10 +380,10 @@ static loomResult_t peer_failed(ucx_ctx_t *ctx, int peer, int is_send, ucs_statu
 {
     if (quiet(ctx))
         LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: connection %s rank %d failed: %s", ctx->rank,
-                  is_send ? "to" : "from", peer, ucs_status_string(st));
+                  is_send ? "to" : "from", peer, loom_ucx.status_string(st));
     else
         LOOM_WARN("ucx: rank %d: connection %s rank %d failed: %s", ctx->rank,
-                  is_send ? "to" : "from", peer, ucs_status_string(st));
+                  is_send ? "to" : "from", peer, loom_ucx.status_string(st));
     return loomRemoteError;
 }
 
@@ -412,7 +415,7 @@ static loomResult_t ucx_isend(void *send_comm, const void *buf, size_t len, uint
         .datatype = ucp_dt_make_contig(1),
     };
     list_add(&c->pending, r); /* before the call: its callback may run inside it */
-    void *ucp = ucp_tag_send_nbx(pr->ep, buf, len, ucp_tag_of(ctx->rank, tag), &param);
+    void *ucp = loom_ucx.tag_send_nbx(pr->ep, buf, len, ucp_tag_of(ctx->rank, tag), &param);
     if (UCS_PTR_IS_ERR(ucp)) {
         list_del(&c->pending, r);
         req_put(ctx, r);
@@ -458,13 +461,13 @@ static loomResult_t ucx_irecv(void *recv_comm, void *buf, size_t len, uint32_t t
     };
     list_add(&c->pending, r); /* before the call: its callback may run inside it */
     void *ucp =
-        ucp_tag_recv_nbx(ctx->worker, buf, len, ucp_tag_of(c->peer, tag), UINT64_MAX, &param);
+        loom_ucx.tag_recv_nbx(ctx->worker, buf, len, ucp_tag_of(c->peer, tag), UINT64_MAX, &param);
     if (UCS_PTR_IS_ERR(ucp) || ucp == NULL) {
         ucs_status_t st = ucp == NULL ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(ucp);
         list_del(&c->pending, r);
         req_put(ctx, r);
         LOOM_WARN("ucx: rank %d: posting a %zu-byte receive from rank %d failed: %s", ctx->rank,
-                  len, c->peer, ucs_status_string(st));
+                  len, c->peer, loom_ucx.status_string(st));
         return loomSystemError;
     }
     if (!r->done)
@@ -480,7 +483,7 @@ static loomResult_t ucx_test(void *req, int *done_p, size_t *nbytes_p)
     ucx_ctx_t *ctx = c->ctx;
     const int peer = c->peer;
     if (!r->done)
-        ucp_worker_progress(ctx->worker);
+        loom_ucx.worker_progress(ctx->worker);
     if (!r->done && ctx->peers[peer].failed) {
         const ucs_status_t st = ctx->peers[peer].status;
         const int is_send = r->is_send;
@@ -523,7 +526,7 @@ static loomResult_t ucx_wait(void *ctx_v, int timeout_us)
         loom_now_ns() +
         1000ull * (uint64_t)(timeout_us < PROGRESS_SPIN_US ? timeout_us : PROGRESS_SPIN_US);
     do {
-        if (ucp_worker_progress(ctx->worker) != 0)
+        if (loom_ucx.worker_progress(ctx->worker) != 0)
             return loomSuccess; /* the caller's test() sees what moved */
     } while (loom_now_ns() < spin_until);
     for (int p = 0; p < ctx->nranks; p++)
@@ -531,7 +534,7 @@ static loomResult_t ucx_wait(void *ctx_v, int timeout_us)
             if (ctx->peers[p].failed && ctx->peers[p].comms[d] != NULL &&
                 ctx->peers[p].comms[d]->pending != NULL)
                 return loomSuccess; /* a test() reports it now */
-    ucs_status_t st = ucp_worker_arm(ctx->worker);
+    ucs_status_t st = loom_ucx.worker_arm(ctx->worker);
     if (st == UCS_ERR_BUSY)
         return loomSuccess;
     if (st != UCS_OK)
@@ -575,10 +578,10 @@ static void closing_drain(ucx_ctx_t *ctx)
                                                           : CLOSE_FLUSH_MS;
     const uint64_t deadline = loom_deadline_ms(ms);
     while (ctx->nclosing > 0) {
-        ucp_worker_progress(ctx->worker);
+        loom_ucx.worker_progress(ctx->worker);
         for (int i = 0; i < ctx->nclosing;) {
-            if (ucp_request_check_status(ctx->closing[i]) != UCS_INPROGRESS) {
-                ucp_request_free(ctx->closing[i]);
+            if (loom_ucx.request_check_status(ctx->closing[i]) != UCS_INPROGRESS) {
+                loom_ucx.request_free(ctx->closing[i]);
                 ctx->closing[i] = ctx->closing[--ctx->nclosing];
             } else {
                 i++;
@@ -588,7 +591,7 @@ static void closing_drain(ucx_ctx_t *ctx)
             LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: %d endpoint flushes unfinished after %lld ms",
                       ctx->rank, ctx->nclosing, (long long)ms);
             for (int i = 0; i < ctx->nclosing; i++)
-                ucp_request_free(ctx->closing[i]); /* released when UCP is done with it */
+                loom_ucx.request_free(ctx->closing[i]); /* released when UCP is done with it */
             ctx->nclosing = 0;
         }
     }
@@ -601,7 +604,7 @@ static void unexpected_drain(ucx_ctx_t *ctx)
 {
     for (int k = 0; k < UNEXPECTED_MAX; k++) {
         ucp_tag_recv_info_t info;
-        ucp_tag_message_h msg = ucp_tag_probe_nb(ctx->worker, 0, 0, 1, &info);
+        ucp_tag_message_h msg = loom_ucx.tag_probe_nb(ctx->worker, 0, 0, 1, &info);
         if (msg == NULL)
             return;
         void *buf = malloc(info.length > 0 ? info.length : 1);
@@ -609,15 +612,15 @@ static void unexpected_drain(ucx_ctx_t *ctx)
             return; /* the worker's destruction frees it, with UCX's warning */
         ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE,
                                      .datatype = ucp_dt_make_contig(1)};
-        void *req = ucp_tag_msg_recv_nbx(ctx->worker, buf, info.length, msg, &param);
+        void *req = loom_ucx.tag_msg_recv_nbx(ctx->worker, buf, info.length, msg, &param);
         for (int i = 0; i < PROGRESS_MAX && UCS_PTR_IS_PTR(req) &&
-                        ucp_request_check_status(req) == UCS_INPROGRESS;
+                        loom_ucx.request_check_status(req) == UCS_INPROGRESS;
              i++)
-            ucp_worker_progress(ctx->worker);
+            loom_ucx.worker_progress(ctx->worker);
         int busy = 0;
         if (UCS_PTR_IS_PTR(req)) {
-            busy = ucp_request_check_status(req) == UCS_INPROGRESS;
-            ucp_request_free(req); /* released when UCP is done with it */
+            busy = loom_ucx.request_check_status(req) == UCS_INPROGRESS;
+            loom_ucx.request_free(req); /* released when UCP is done with it */
         }
         LOOM_INFO(LOOM_LOG_UCX,
                   "ucx: rank %d: dropped a %zu-byte message never received (tag 0x%016llx)",
@@ -664,12 +667,12 @@ static loomResult_t ucx_finalize(void *ctx_v)
         closing_drain(ctx);
         unexpected_drain(ctx);
         if (ctx->my_addr != NULL)
-            ucp_worker_release_address(ctx->worker, ctx->my_addr);
-        ucp_worker_destroy(ctx->worker); /* after this no callback runs */
+            loom_ucx.worker_release_address(ctx->worker, ctx->my_addr);
+        loom_ucx.worker_destroy(ctx->worker); /* after this no callback runs */
     }
     free(ctx->drain_buf);
     if (ctx->ucp != NULL)
-        ucp_cleanup(ctx->ucp);
+        loom_ucx.cleanup(ctx->ucp);
     reqs_free(ctx->orphans);
     reqs_free(ctx->free_reqs);
     free(ctx->closing);
