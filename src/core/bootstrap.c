@@ -334,12 +334,7 @@ static loomResult_t root_accept(root_t *rt)
             return loomSuccess;
         if (rt->npend == MAX_PENDING &&
             !pend_evict(rt, "evicted by a newer connection (too many unproven ones)")) {
-            char peer[96], why[192];
-            snprintf(why, sizeof(why),
-                     "refused a connection from %s: %d proven connections are pending",
-                     loom_socket_peer_str(fd, peer, sizeof(peer)), rt->npend);
-            LOOM_STRAY_NOTE(&rt->strays, why);
-            close(fd);
+            LOOM_STRAY_REFUSE(&rt->strays, fd, rt->npend);
             continue;
         }
         pending_t *p = &rt->pend[rt->npend];

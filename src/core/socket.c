@@ -442,6 +442,22 @@ const char *loom_socket_peer_str(int fd, char *buf, size_t len)
     return loom_sockaddr_str(&peer, buf, len);
 }
 
+loomResult_t loom_pollset_add(loom_pollset_t *ps, int fd, short events)
+{
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? 2 * ps->cap : 64;
+        struct pollfd *p = realloc(ps->fds, cap * sizeof(*p));
+        if (p == NULL) {
+            LOOM_WARN("out of memory for %zu poll entries", cap);
+            return loomSystemError;
+        }
+        ps->fds = p;
+        ps->cap = cap;
+    }
+    ps->fds[ps->n++] = (struct pollfd){.fd = fd, .events = events, .revents = 0};
+    return loomSuccess;
+}
+
 /* Waits for fd to become ready for events before deadline_ns: 1 ready, 0 timed out. */
 static loomResult_t wait_ready(int fd, short events, uint64_t deadline_ns, int *ready_p)
 {
@@ -527,6 +543,15 @@ void loom_stray_note_at(loom_stray_log_t *log, const char *file, int line, const
     else
         loom_log(LOOM_LOG_INFO, log->subsys, file, line, "%s: %s (refusal %llu)", log->who, why,
                  (unsigned long long)log->count);
+}
+
+void loom_stray_refuse_at(loom_stray_log_t *log, const char *file, int line, int fd, int nproven)
+{
+    char peer[96], why[192];
+    snprintf(why, sizeof(why), "refused a connection from %s: %d proven connections are pending",
+             loom_socket_peer_str(fd, peer, sizeof(peer)), nproven);
+    loom_stray_note_at(log, file, line, why);
+    close(fd);
 }
 
 void loom_stray_summary(loom_stray_log_t *log)

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * socket.h - TCP socket helpers shared by the bootstrap and the tcp transport:
+ * socket.h - TCP socket helpers shared by the bootstrap and the transports:
  * address parsing and formatting, interface choice (LOOM_SOCKET_IFNAME),
  * non-blocking listen/connect/accept, deadline-bounded full reads and
- * writes, and the rate-limited log of refused connections that every listener
- * uses. No protocol lives here.
+ * writes, a growing poll() array, and the rate-limited log of refused
+ * connections that every listener uses. No protocol lives here.
  */
 #ifndef LOOM_SOCKET_H
 #define LOOM_SOCKET_H
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -75,6 +76,16 @@ loomResult_t loom_socket_recv_some(int fd, void *buf, size_t len, size_t *nbytes
 /* "ip:port" of fd's peer into buf, or "socket N" when it has none. Returns buf. */
 const char *loom_socket_peer_str(int fd, char *buf, size_t len);
 
+/* A growing poll() array, rebuilt (n = 0) before every wait. */
+typedef struct {
+    struct pollfd *fds;
+    size_t n;   /* entries in use */
+    size_t cap; /* entries allocated */
+} loom_pollset_t;
+
+/* Appends one entry (grows the array). */
+loomResult_t loom_pollset_add(loom_pollset_t *ps, int fd, short events);
+
 /* Connections a listener refused before they proved the job secret (scanners,
  * health checks, other jobs, attacks), logged so that a flood of them cannot
  * flood the log: the first refusal is a WARN, later ones are INFO lines under
@@ -91,6 +102,11 @@ void loom_stray_init(loom_stray_log_t *log, const char *who, uint32_t subsys);
  * log line the caller's file and line. */
 void loom_stray_note_at(loom_stray_log_t *log, const char *file, int line, const char *why);
 #define LOOM_STRAY_NOTE(_log, _why) loom_stray_note_at((_log), __FILE__, __LINE__, (_why))
+/* Closes fd, accepted while the listener is full of nproven connections that
+ * all proved the secret (none to evict), and logs the refusal. */
+void loom_stray_refuse_at(loom_stray_log_t *log, const char *file, int line, int fd, int nproven);
+#define LOOM_STRAY_REFUSE(_log, _fd, _nproven)                                                     \
+    loom_stray_refuse_at((_log), __FILE__, __LINE__, (_fd), (_nproven))
 /* WARNs the count when more than one refusal was noted; then counts anew. */
 void loom_stray_summary(loom_stray_log_t *log);
 

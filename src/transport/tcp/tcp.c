@@ -245,6 +245,7 @@ static loomResult_t tcp_init(const loom_tp_init_args_t *args, void **ctx_p)
         goto err_free;
     }
     LOOM_CHECK_GOTO(read_params(ctx), res, err_free);
+    loom_tcp_conn_init(ctx);
     LOOM_CHECK_GOTO(loom_socket_pick_addr(&ctx->addr, ctx->ifname, sizeof(ctx->ifname)), res,
                     err_free);
     *ctx_p = ctx;
@@ -304,7 +305,7 @@ static loomResult_t tcp_test(void *req, int *done_p, size_t *nbytes_p)
 static loomResult_t tcp_wait(void *ctx_v, int timeout_us)
 {
     tcp_ctx_t *ctx = ctx_v;
-    size_t n = 0;
+    ctx->pollset.n = 0;
     for (tcp_comm_t *c = ctx->comms; c != NULL; c = c->next) {
         if (loom_tp_stream_buffered(&c->stream))
             timeout_us = 0; /* a test() can progress without the socket */
@@ -312,15 +313,16 @@ static loomResult_t tcp_wait(void *ctx_v, int timeout_us)
             short ev = (short)((loom_tp_stream_lane_wants_write(&c->stream, i) ? POLLOUT : 0) |
                                (loom_tp_stream_lane_wants_read(&c->stream, i) ? POLLIN : 0));
             if (ev != 0)
-                LOOM_CHECK(loom_tcp_pfd_add(ctx, &n, c->socks[i].fd, ev));
+                LOOM_CHECK(loom_pollset_add(&ctx->pollset, c->socks[i].fd, ev));
         }
     }
-    LOOM_CHECK(loom_tcp_setup_poll(ctx, &n));
+    LOOM_CHECK(loom_tcp_setup_poll(ctx));
+    const size_t n = ctx->pollset.n;
     if (timeout_us < 0)
         timeout_us = 0;
     struct timespec ts = {.tv_sec = timeout_us / 1000000,
                           .tv_nsec = (timeout_us % 1000000) * 1000L};
-    if (ppoll(ctx->pfds, n, &ts, NULL) < 0 && errno != EINTR) {
+    if (ppoll(ctx->pollset.fds, n, &ts, NULL) < 0 && errno != EINTR) {
         LOOM_WARN("tcp: rank %d: ppoll over %zu sockets failed: %s", ctx->rank, n, strerror(errno));
         return loomSystemError;
     }
@@ -353,7 +355,7 @@ static loomResult_t tcp_finalize(void *ctx_v)
     free(ctx->connecting);
     free(ctx->send_up);
     free(ctx->recv_up);
-    free(ctx->pfds);
+    free(ctx->pollset.fds);
     loom_secret_wipe(ctx->secret, sizeof(ctx->secret));
     free(ctx);
     return res;

@@ -350,6 +350,7 @@ static loomResult_t ucx_init(const loom_tp_init_args_t *args, void **ctx_p)
     }
     for (int p = 0; p < args->nranks; p++)
         ctx->peers[p] = (ucx_peer_t){.ctx = ctx, .rank = p};
+    loom_ucx_conn_init(ctx);
     LOOM_CHECK_GOTO(loom_socket_pick_addr(&ctx->sockaddr, ctx->ifname, sizeof(ctx->ifname)), res,
                     err_free);
     LOOM_CHECK_GOTO(worker_open(ctx), res, err_free);
@@ -539,9 +540,10 @@ static loomResult_t ucx_wait(void *ctx_v, int timeout_us)
         return loomSuccess;
     if (st != UCS_OK)
         return ucx_warn(ctx, "ucp_worker_arm", st);
-    size_t n = 0;
-    LOOM_CHECK(loom_ucx_pfd_add(ctx, &n, ctx->efd, POLLIN));
-    LOOM_CHECK(loom_ucx_setup_poll(ctx, &n));
+    ctx->pollset.n = 0;
+    LOOM_CHECK(loom_pollset_add(&ctx->pollset, ctx->efd, POLLIN));
+    LOOM_CHECK(loom_ucx_setup_poll(ctx));
+    const size_t n = ctx->pollset.n;
     if (timeout_us < 0)
         timeout_us = 0;
     /* The wakeup reports arrivals, not room to send: UCX's tcp lanes push a large
@@ -553,7 +555,7 @@ static loomResult_t ucx_wait(void *ctx_v, int timeout_us)
         timeout_us = cap_us;
     struct timespec ts = {.tv_sec = timeout_us / 1000000,
                           .tv_nsec = (timeout_us % 1000000) * 1000L};
-    if (ppoll(ctx->pfds, n, &ts, NULL) < 0 && errno != EINTR) {
+    if (ppoll(ctx->pollset.fds, n, &ts, NULL) < 0 && errno != EINTR) {
         LOOM_WARN("ucx: rank %d: ppoll over %zu descriptors failed: %s", ctx->rank, n,
                   strerror(errno));
         return loomSystemError;
@@ -678,7 +680,7 @@ static loomResult_t ucx_finalize(void *ctx_v)
     free(ctx->closing);
     free(ctx->connecting);
     free(ctx->peers);
-    free(ctx->pfds);
+    free(ctx->pollset.fds);
     loom_secret_wipe(ctx->secret, sizeof(ctx->secret));
     free(ctx);
     return res;

@@ -3,9 +3,10 @@
  * ucx.h - the ucx transport's shared state (context, per-peer endpoints,
  * connections, requests) and the interface between its two files: ucx_conn.c
  * sets connections up over a small TCP side channel (listen, connect, accept:
- * the secret handshake, then the exchange of UCP worker addresses), ucx.c owns
- * the UCP context and worker, the data path, wait and the table. Private to
- * the ucx folder; built only when meson found UCX (LOOM_HAVE_UCX).
+ * secure_conn.h's secret handshake, then the exchange of UCP worker
+ * addresses), ucx.c owns the UCP context and worker, the data path, wait and
+ * the table. Private to the ucx folder; built only when meson found UCX
+ * (LOOM_HAVE_UCX).
  */
 #ifndef LOOM_UCX_H
 #define LOOM_UCX_H
@@ -15,8 +16,7 @@
 
 #include <ucp/api/ucp.h>
 
-#include "secret.h"
-#include "socket.h"
+#include "secure_conn.h"
 #include "transport.h"
 
 #define LOOM_UCX_ADDR_MAX 16384u /* bytes of a worker address a peer may announce */
@@ -61,36 +61,16 @@ struct ucx_comm {
     ucx_req_t *pending; /* requests in flight, for failure and close */
 };
 
-/* A connection being set up over the side channel, on either end. */
-typedef struct ucx_setup {
-    struct ucx_setup *next;
-    int fd;
-    int stage;
-    int peer;       /* connector: the target rank; acceptor: once the hello named it */
-    int last_errno; /* connector: why the last connect attempt failed */
-    uint64_t deadline_ns;
-    uint64_t retry_at_ns;
-    loom_sockaddr_t addr; /* connector: the listener */
-    loom_handshake_t hs;
-    uint8_t *msg;    /* the hello or reply being sent or received */
-    size_t msg_have; /* bytes of msg moved */
-    size_t msg_want; /* bytes of msg (known once its header is in) */
-    uint8_t *got;    /* acceptor: the peer's hello, kept while the reply goes out */
-} ucx_setup_t;
-
 typedef struct {
     ucx_ctx_t *ctx;
-    int fd;
-    ucx_setup_t *setups; /* accepted, not yet up */
-    int n_setups;
-    int accepting; /* accept() ran since the last wait(): the caller waits for peers */
-    loom_stray_log_t strays;
+    loom_secure_listen_t sl; /* the side channel's socket and connections being set up */
 } ucx_listen_t;
 
 struct ucx_ctx {
     int rank;
     int nranks;
     uint8_t secret[LOOM_SECRET_BYTES];
+    loom_secure_cfg_t sec; /* side-channel setup (loom_ucx_conn_init) */
     int64_t timeout_ms;
     volatile const int *abort_flag;
     volatile const int *quiet_flag;
@@ -105,14 +85,13 @@ struct ucx_ctx {
     loom_sockaddr_t sockaddr; /* the side channel's interface */
     char ifname[64];
     ucx_listen_t *listen;
-    ucx_peer_t *peers;        /* [nranks] */
-    ucx_setup_t **connecting; /* [nranks] connects in progress */
-    ucx_req_t *free_reqs;     /* recycled requests */
-    ucx_req_t *orphans;       /* requests whose connection closed while UCP held them */
-    void **closing;           /* endpoint close requests still in flight */
+    ucx_peer_t *peers;               /* [nranks] */
+    loom_secure_conn_t **connecting; /* [nranks] connects in progress */
+    ucx_req_t *free_reqs;            /* recycled requests */
+    ucx_req_t *orphans;              /* requests whose connection closed while UCP held them */
+    void **closing;                  /* endpoint close requests still in flight */
     int nclosing, closing_cap;
-    struct pollfd *pfds; /* wait()'s scratch array */
-    size_t pfds_cap;
+    loom_pollset_t pollset; /* wait()'s scratch array */
 };
 
 /* ---- ucx.c ---- */
@@ -121,16 +100,17 @@ struct ucx_ctx {
 loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const void *addr,
                                 size_t addr_len, ucx_comm_t **comm_p);
 
-/* ---- ucx_conn.c: the table members of connection setup (contracts in transport.h) ---- */
+/* ---- ucx_conn.c ---- */
+/* Fills ctx->sec once ctx's settings are read (init). */
+void loom_ucx_conn_init(ucx_ctx_t *ctx);
+/* The table members of connection setup (contracts in transport.h). */
 loomResult_t loom_ucx_listen(void *ctx, void *handle, void **listen_p);
 loomResult_t loom_ucx_connect(void *ctx, const void *handle, int peer, void **send_comm_p);
 loomResult_t loom_ucx_accept(void *listen, void **recv_comm_p, int *peer_p);
 loomResult_t loom_ucx_close_listen(void *listen);
 /* Abandons a connect in progress to peer (finalize). */
 void loom_ucx_connect_drop(ucx_ctx_t *ctx, int peer);
-/* Adds the poll entries of the side-channel sockets being set up (wait()). */
-loomResult_t loom_ucx_setup_poll(ucx_ctx_t *ctx, size_t *n_p);
-/* Appends one poll entry to ctx->pfds (grows it). */
-loomResult_t loom_ucx_pfd_add(ucx_ctx_t *ctx, size_t *n_p, int fd, short events);
+/* Adds the poll entries of the side-channel sockets being set up to ctx->pollset (wait()). */
+loomResult_t loom_ucx_setup_poll(ucx_ctx_t *ctx);
 
 #endif
