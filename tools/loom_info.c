@@ -4,7 +4,8 @@
  * transports built in, the algorithms per collective, (-p) every LOOM_*
  * parameter with its current value and documentation, and (-d) the cost
  * model's decision table: the algorithm chosen per collective and size for a
- * link class and rank count. Like ucx_info.
+ * link class and rank count (AllToAllv, chosen by the layout alone, in a line
+ * below it). Like ucx_info.
  * Reads internals (the parameter, transport and algorithm tables); changes nothing.
  */
 #include <stdio.h>
@@ -34,7 +35,9 @@ static void usage(void)
            "      ranks; -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
            "      LOOM_COST_UCX, LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator.\n"
            "      -H spreads the ranks over HOSTS hosts (NRANKS / HOSTS each, tcp or the -c\n"
-           "      class between them, shm inside), where the hierarchical algorithms compete\n");
+           "      class between them, shm inside), where the hierarchical algorithms compete.\n"
+           "      AllToAllv, whose counts differ per rank, gets one line: its algorithm for\n"
+           "      every size\n");
 }
 
 static void print_version(void)
@@ -102,18 +105,18 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     /* Single copy also needs every rank's process_vm_readv to work: assumed here. */
     const int shm_single_copy = loom_param_SHM_COLL_CMA() >= 2;
     const double gib = 1024.0 * 1024.0 * 1024.0;
+    loom_cost_call_t call = {.nranks = nranks,
+                             .acc_ratio = 1.0,
+                             .chunk_bytes = chunk,
+                             .ring_depth = loom_ring_depth(cls, nranks),
+                             .nhosts = nhosts,
+                             .ppn = ppn,
+                             .intra = loom_link_cost_default(LOOM_LINK_SHM)};
     for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
         char sz[32];
         size_text(bytes, sz, sizeof(sz));
         printf("  %10s", sz);
-        loom_cost_call_t call = {.nranks = nranks,
-                                 .nbytes = bytes,
-                                 .acc_ratio = 1.0,
-                                 .chunk_bytes = chunk,
-                                 .ring_depth = loom_ring_depth(cls, nranks),
-                                 .nhosts = nhosts,
-                                 .ppn = ppn,
-                                 .intra = loom_link_cost_default(LOOM_LINK_SHM)};
+        call.nbytes = bytes;
         for (size_t k = 0; k < NKINDS; k++) {
             double us = 0;
             const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);
@@ -130,6 +133,11 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
         if (bytes >= gib)
             break;
     }
+    /* Its counts differ per rank, so no size column: the layout alone chooses. */
+    call.nbytes = 0;
+    const loom_algo_t *a = loom_algo_pick(table, n, LOOM_COLL_ALLTOALLV, &call, &link, NULL);
+    printf("# %s: %s at every size (the layout chooses; counts differ per rank)\n",
+           loom_coll_name(LOOM_COLL_ALLTOALLV), a ? a->name : "-");
 }
 
 static void print_algos(void)

@@ -20,7 +20,8 @@
  * each rank of its host a slice, each rail broadcasts its slice from the
  * root's host, local all-gather of the slices. AllToAll (small blocks):
  * blocks regrouped inside the host by destination local index, then one
- * message per other host on each rail.
+ * message per other host on each rail. AllToAllv does the same with its small
+ * blocks only, in algo_hier_a2av.c; what both files share is in algo_hier.h.
  * Determinism: the reduction order is fixed by the layout (a host's ranks in
  * local order, then the rail algorithm's own fixed order over hosts) and only
  * owners compute, so every rank gets the same bits, run to run. Calls are
@@ -33,32 +34,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo_hier.h"
 #include "algo_util.h"
 #include "check.h"
 #include "dtype.h"
-
-/* Tag steps of the phases inside a host (the rail algorithms use their own
- * steps, on connections between hosts). */
-enum {
-    STEP_LOCAL_REDUCE = 20,
-    STEP_LOCAL_GATHER = 21,
-    STEP_LOCAL_SCATTER = 22,
-    STEP_RAIL_ALLTOALL = 23
-};
-
-typedef struct {
-    loom_coll_ctx_t *ctx;
-    loom_coll_ctx_t local, rail;
-    int L, H, l, host;
-} hier_t;
 
 static int hier_usable(const loom_coll_ctx_t *ctx)
 {
     return ctx->group == NULL && ctx->hosts.nhosts > 1 && ctx->hosts.ppn > 1;
 }
 
-/* 0 when the layout has no hierarchy (the caller then runs no_hierarchy). */
-static int hier_begin(hier_t *h, loom_coll_ctx_t *ctx)
+int loom_hier_begin(loom_hier_t *h, loom_coll_ctx_t *ctx)
 {
     if (!hier_usable(ctx))
         return 0;
@@ -90,19 +76,19 @@ static loom_coll_args_t across_reduce(loom_coll_kind_t kind, const loom_coll_arg
 
 /* The parts share the communicator's scratch: whoever grows it frees the old
  * one, so each part takes the current one before it runs and hands it back. */
-static void take_scratch(hier_t *h, loom_coll_ctx_t *part)
+static void take_scratch(loom_hier_t *h, loom_coll_ctx_t *part)
 {
     part->scratch = h->ctx->scratch;
     part->scratch_bytes = h->ctx->scratch_bytes;
 }
-static void give_scratch(hier_t *h, loom_coll_ctx_t *part)
+static void give_scratch(loom_hier_t *h, loom_coll_ctx_t *part)
 {
     h->ctx->scratch = part->scratch;
     h->ctx->scratch_bytes = part->scratch_bytes;
 }
 
 /* Runs the flat algorithm the model picks for call a on a part. */
-static loomResult_t run_flat(hier_t *h, loom_coll_ctx_t *part, const loom_coll_args_t *a)
+static loomResult_t run_flat(loom_hier_t *h, loom_coll_ctx_t *part, const loom_coll_args_t *a)
 {
     const loom_algo_t *algo = loom_algo_pick_flat(part, a);
     if (algo == NULL) {
@@ -115,8 +101,8 @@ static loomResult_t run_flat(hier_t *h, loom_coll_ctx_t *part, const loom_coll_a
     return res;
 }
 
-static loomResult_t local_partial(hier_t *h, const loom_coll_args_t *a, const loom_span_t *spans,
-                                  void *acc)
+static loomResult_t local_partial(loom_hier_t *h, const loom_coll_args_t *a,
+                                  const loom_span_t *spans, void *acc)
 {
     take_scratch(h, &h->local);
     loomResult_t res =
@@ -125,9 +111,7 @@ static loomResult_t local_partial(hier_t *h, const loom_coll_args_t *a, const lo
     return res;
 }
 
-/* Where a layout has no hierarchy: the model's flat choice on the whole
- * communicator. */
-static loomResult_t no_hierarchy(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+loomResult_t loom_hier_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const loom_algo_t *algo = loom_algo_pick_flat(ctx, a);
     if (algo == NULL) {
@@ -137,8 +121,7 @@ static loomResult_t no_hierarchy(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     return algo->fn(ctx, a);
 }
 
-/* The algorithms' own buffer of at least nbytes (kept for later calls). */
-static loomResult_t hier_buf(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p)
+loomResult_t loom_hier_buf(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_p)
 {
     LOOM_CHECK(loom_coll_grow(&ctx->hier_buf, &ctx->hier_bytes, nbytes, ctx->rank,
                               "hierarchical collective buffer"));
@@ -146,7 +129,7 @@ static loomResult_t hier_buf(loom_coll_ctx_t *ctx, size_t nbytes, uint8_t **buf_
     return loomSuccess;
 }
 
-static loomResult_t alloc_array(size_t n, size_t size, void *p_out)
+loomResult_t loom_hier_calloc(size_t n, size_t size, void *p_out)
 {
     void *p = calloc(n ? n : 1, size);
     if (p == NULL) {
@@ -159,14 +142,14 @@ static loomResult_t alloc_array(size_t n, size_t size, void *p_out)
 
 /* Inside a host: every rank sends its span of buf to each other rank and
  * receives theirs in place. */
-static loomResult_t local_allgather_spans(hier_t *h, uint8_t *buf, const loom_span_t *spans,
+static loomResult_t local_allgather_spans(loom_hier_t *h, uint8_t *buf, const loom_span_t *spans,
                                           size_t es, unsigned step)
 {
     loom_coll_ctx_t *p = &h->local;
     const int L = h->L, me = h->l;
     const uint32_t tag = loom_tag_coll(p->seq, step);
     loom_p2p_req_t *reqs = NULL;
-    LOOM_CHECK(alloc_array(2 * (size_t)L, sizeof(*reqs), &reqs));
+    LOOM_CHECK(loom_hier_calloc(2 * (size_t)L, sizeof(*reqs), &reqs));
     loomResult_t res = loomSuccess;
     int nreq = 0;
     for (int k = 1; k < L; k++) {
@@ -188,9 +171,9 @@ out:
 
 loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    hier_t h;
-    if (!hier_begin(&h, ctx))
-        return no_hierarchy(ctx, a);
+    loom_hier_t h;
+    if (!loom_hier_begin(&h, ctx))
+        return loom_hier_flat(ctx, a);
     const size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
     const size_t L = (size_t)h.L;
     size_t round = LOOM_HIER_ROUND_BYTES / es;
@@ -199,8 +182,8 @@ loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     uint8_t *acc = NULL;
     loom_span_t *spans = NULL;
     const size_t first = a->count < round ? a->count : round; /* no more than the call needs */
-    LOOM_CHECK(hier_buf(ctx, (first / L + 1) * accsz, &acc));
-    LOOM_CHECK(alloc_array(L, sizeof(*spans), &spans));
+    LOOM_CHECK(loom_hier_buf(ctx, (first / L + 1) * accsz, &acc));
+    LOOM_CHECK(loom_hier_calloc(L, sizeof(*spans), &spans));
     const uint8_t *send = a->sendbuff;
     uint8_t *recv = a->recvbuff;
     loomResult_t res = loomSuccess;
@@ -227,9 +210,9 @@ out:
 
 loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    hier_t h;
-    if (!hier_begin(&h, ctx))
-        return no_hierarchy(ctx, a);
+    loom_hier_t h;
+    if (!loom_hier_begin(&h, ctx))
+        return loom_hier_flat(ctx, a);
     const loom_hosts_t *k = &ctx->hosts;
     const size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
     const size_t n = (size_t)ctx->nranks, H = (size_t)h.H;
@@ -244,8 +227,8 @@ loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args
     const size_t part_bytes = (H * round * accsz + 63) / 64 * 64;
     uint8_t *buf = NULL;
     loom_span_t *spans = NULL;
-    LOOM_CHECK(hier_buf(ctx, pack_bytes + part_bytes + round * accsz, &buf));
-    LOOM_CHECK(alloc_array((size_t)h.L, sizeof(*spans), &spans));
+    LOOM_CHECK(loom_hier_buf(ctx, pack_bytes + part_bytes + round * accsz, &buf));
+    LOOM_CHECK(loom_hier_calloc((size_t)h.L, sizeof(*spans), &spans));
     uint8_t *pack = buf, *acc = buf + pack_bytes, *mine = acc + part_bytes;
     const uint8_t *send = a->sendbuff;
     uint8_t *recv = a->recvbuff;
@@ -278,9 +261,9 @@ out:
 
 loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    hier_t h;
-    if (!hier_begin(&h, ctx))
-        return no_hierarchy(ctx, a);
+    loom_hier_t h;
+    if (!loom_hier_begin(&h, ctx))
+        return loom_hier_flat(ctx, a);
     const loom_hosts_t *k = &ctx->hosts;
     const size_t es = loom_dtype_size(a->dt), H = (size_t)h.H, c = a->count;
     size_t round = LOOM_HIER_ROUND_BYTES / (es * H);
@@ -290,8 +273,8 @@ loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     loom_p2p_req_t *reqs = NULL;
     if (round > c)
         round = c ? c : 1;
-    LOOM_CHECK(hier_buf(ctx, H * round * es, &got));
-    LOOM_CHECK(alloc_array(2 * (size_t)(h.L - 1) * H, sizeof(*reqs), &reqs));
+    LOOM_CHECK(loom_hier_buf(ctx, H * round * es, &got));
+    LOOM_CHECK(loom_hier_calloc(2 * (size_t)(h.L - 1) * H, sizeof(*reqs), &reqs));
     const uint8_t *send = a->sendbuff;
     uint8_t *recv = a->recvbuff;
     const uint32_t tag = loom_tag_coll(ctx->seq, STEP_LOCAL_GATHER);
@@ -336,9 +319,9 @@ out:
 
 loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    hier_t h;
-    if (!hier_begin(&h, ctx))
-        return no_hierarchy(ctx, a);
+    loom_hier_t h;
+    if (!loom_hier_begin(&h, ctx))
+        return loom_hier_flat(ctx, a);
     const loom_hosts_t *k = &ctx->hosts;
     const size_t es = loom_dtype_size(a->dt), L = (size_t)h.L;
     const int root_host = k->host_of[a->root];
@@ -350,8 +333,8 @@ loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
         round = L;
     loom_span_t *spans = NULL;
     loom_p2p_req_t *reqs = NULL;
-    LOOM_CHECK(alloc_array(L, sizeof(*spans), &spans));
-    loomResult_t res = alloc_array(L, sizeof(*reqs), &reqs);
+    LOOM_CHECK(loom_hier_calloc(L, sizeof(*spans), &spans));
+    loomResult_t res = loom_hier_calloc(L, sizeof(*reqs), &reqs);
     if (res != loomSuccess) {
         free(spans);
         return res;
@@ -404,17 +387,17 @@ out:
  * flat choice). */
 loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    hier_t h;
+    loom_hier_t h;
     const size_t es = loom_dtype_size(a->dt), blk = a->count * es;
     const size_t total = blk * (size_t)ctx->nranks;
-    if (total > LOOM_HIER_ROUND_BYTES || !hier_begin(&h, ctx))
-        return no_hierarchy(ctx, a);
+    if (total > LOOM_HIER_ROUND_BYTES || !loom_hier_begin(&h, ctx))
+        return loom_hier_flat(ctx, a);
     const loom_hosts_t *k = &ctx->hosts;
     const size_t H = (size_t)h.H, P = (size_t)h.L, grp = H * blk; /* one local peer's share */
     uint8_t *buf = NULL;
     loom_p2p_req_t *reqs = NULL;
-    LOOM_CHECK(hier_buf(ctx, 4 * total + 1, &buf));
-    LOOM_CHECK(alloc_array(2 * (P + H), sizeof(*reqs), &reqs));
+    LOOM_CHECK(loom_hier_buf(ctx, 4 * total + 1, &buf));
+    LOOM_CHECK(loom_hier_calloc(2 * (P + H), sizeof(*reqs), &reqs));
     /* togo[q]: blocks for local index q, by host; in[q]: those local rank q sent
      * here; fwd[g]: the P blocks for host g's rank, by source local index;
      * got[g]: those host g's rank sent here. */

@@ -168,6 +168,7 @@ loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args
 loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_alltoallv_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* The algorithm a call would run now (LOOM_ALGO, then the model; NULL if
  * none can) and its predicted time in ns, -1 where the model does not price
@@ -187,8 +188,8 @@ size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks);
 const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,
                                   const loom_cost_call_t *call, const loom_link_cost_t *link,
                                   double *cost_p);
-/* The cost model's view of a call: equal on every rank for every collective but
- * AllToAllv (whose single algorithm ignores it). */
+/* The cost model's view of a call, equal on every rank: for AllToAllv, whose
+ * counts differ per rank, nbytes is 0 and its rows choose by the layout. */
 loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* Fills ctx for a new communicator: rank, size, chunk, the host layout from

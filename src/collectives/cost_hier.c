@@ -9,6 +9,7 @@
  * other hosts the host's link carries ppn * b, so the middle phase pays
  * beta * ppn per byte. The flat algorithms, which run with one rank per
  * host in the middle phase, are priced by their own functions (cost_model.c).
+ * AllToAllv (algo_hier_a2av.c) is not priced: it runs wherever it can.
  */
 #include <math.h>
 
@@ -119,4 +120,12 @@ double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t
     /* Two exchanges, each posted at once; every byte is regrouped twice. */
     return intra(c, s * (L - 1) / L, 2 * s, 2 * (L - 1)) +
            loom_cost_eval(&shared, 1, 2 * (H - 1), s * (H - 1) / H, s);
+}
+
+/* Not a prediction: AllToAllv's counts differ per rank, so the layout alone
+ * chooses (cost_model.h). */
+double loom_cost_alltoallv_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    (void)l;
+    return usable(c) ? 0.0 : LOOM_COST_NA;
 }

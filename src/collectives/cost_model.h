@@ -131,6 +131,10 @@ double loom_cost_reduce_scatter_hier(const loom_cost_call_t *c, const loom_link_
 double loom_cost_allgather_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* AllToAllv's counts differ per rank, so its costs cannot see them: 0 wherever
+ * the layout has a hierarchy (the row comes before pairwise's, which also
+ * costs 0, and wins the tie), LOOM_COST_NA elsewhere. */
+double loom_cost_alltoallv_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 /* Vector bytes per round of the hierarchical algorithms (bounds their buffers). */
 #define LOOM_HIER_ROUND_BYTES ((size_t)8 << 20)
 
@@ -141,7 +145,8 @@ double loom_cost_shm_family(const loom_cost_call_t *c, const loom_link_cost_t *l
 /* One forced shm variant (shm_flat, shm_cico, shm_cma): LOOM_COST_NA, never chosen by the
  * model; LOOM_ALGO runs it. */
 double loom_cost_shm_forced(const loom_cost_call_t *c, const loom_link_cost_t *l);
-/* Collectives with a single algorithm (AllToAllv, Barrier): always 0. */
+/* Rows whose cost does not depend on the call (Barrier; AllToAllv's pairwise,
+ * which runs wherever its hier row cannot): always 0. */
 double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l);
 
 #ifdef __cplusplus

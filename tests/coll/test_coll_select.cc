@@ -6,8 +6,9 @@
 // COLL log (LOOM_DEBUG_FILE per rank): the agreed constants are identical on every rank and are
 // the maximum of what the ranks measured, the link class is the slowest link's, every call's
 // algorithm is the same on every rank, LOOM_COST_SHM steers the choice, calls alternating
-// between sizes keep each size's choice, and a LOOM_ALGO name that does not exist is reported
-// once. Run by meson's 'coll' suite.
+// between sizes keep each size's choice, AllToAllv takes the hierarchy wherever the ranks span
+// hosts of equal size (and pairwise elsewhere, or when LOOM_ALGO says so), and a LOOM_ALGO name
+// that does not exist is reported once. Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstdlib>
@@ -340,6 +341,76 @@ TEST(Select, AlternatingSizesKeepTheirChoice)
 {
     XT_ASSERT_RUN(loomtest::RunRanks(4, CheckAlternating,
                                      TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}})));
+}
+
+// AllToAllv's counts differ per rank, so the layout alone chooses its algorithm: every rank
+// traces `want` for one call whose blocks of 0, 3 and 100000 floats (0 B to 400 KB, both sides of
+// the hierarchy's small-block limit) all arrive in place.
+void CheckAllToAllv(int rank, int n, loomComm_t comm, const std::string &want)
+{
+    const auto count = [](int s, int d) {
+        const size_t sizes[] = {0, 3, 100000};
+        return sizes[(s + 2 * d) % 3];
+    };
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    size_t stotal = 0, rtotal = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = count(rank, j);
+        sd[j] = stotal;
+        stotal += sc[j];
+        rc[j] = count(j, rank);
+        rd[j] = rtotal;
+        rtotal += rc[j];
+    }
+    std::vector<float> in(stotal + 1), out(rtotal + 1, -1.0f);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++)
+            in[sd[j] + i] = static_cast<float>(1000 * rank + j);
+    XT_CHECK_LOOM(loomAllToAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(),
+                                loomFloat32, comm, nullptr));
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < rc[j]; i++)
+            XT_CHECK_EQ(out[rd[j] + i], static_cast<float>(1000 * j + rank));
+    int calls = 0;
+    for (const std::string &l : ReadLines(TracePath(rank))) {
+        if (l.find(" alltoallv seq ") == std::string::npos)
+            continue;
+        calls++;
+        XT_CHECK_MSG(l.find(" algo " + want + " ") != std::string::npos, l);
+    }
+    XT_CHECK_EQ(calls, 1);
+}
+
+// TraceOptions, with rank r on the host host_of(r) (LOOM_HOST_ID).
+loomtest::RunOptions HostsOptions(const loomtest::EnvList &extra, int (*host_of)(int))
+{
+    loomtest::RunOptions opts = TraceOptions(extra);
+    opts.rank_env = [host_of](int rank) {
+        return loomtest::EnvList{{"LOOM_DEBUG_FILE", TracePath(rank)},
+                                 {"LOOM_HOST_ID", "host" + std::to_string(host_of(rank))}};
+    };
+    return opts;
+}
+
+TEST(Select, AllToAllvTakesTheHierarchyAcrossHosts)
+{
+    const auto run = [](int nranks, const std::string &want, const loomtest::RunOptions &opts) {
+        return loomtest::RunRanks(
+            nranks, [&](int rank, int n, loomComm_t comm) { CheckAllToAllv(rank, n, comm, want); },
+            opts);
+    };
+    int (*pairs)(int) = [](int rank) { return rank / 2; };
+    int (*cyclic)(int) = [](int rank) { return rank % 2; };
+    int (*uneven)(int) = [](int rank) { return rank < 2 ? 0 : 1; };
+    // 2 hosts x 2, in blocks or dealt round-robin: the hierarchy, unless LOOM_ALGO forces
+    // pairwise (for AllToAllv, or for every collective that has it).
+    XT_ASSERT_RUN(run(4, "hier", HostsOptions({}, pairs)));
+    XT_ASSERT_RUN(run(4, "hier", HostsOptions({}, cyclic)));
+    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "alltoallv:pairwise"}}, pairs)));
+    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "pairwise"}}, pairs)));
+    // No hierarchy: one host (over tcp, so no shm arena either), or hosts of 2 and 1 ranks.
+    XT_ASSERT_RUN(run(4, "pairwise", TraceOptions({{"LOOM_NET", "tcp"}})));
+    XT_ASSERT_RUN(run(3, "pairwise", HostsOptions({}, uneven)));
 }
 
 // A LOOM_ALGO entry that names no algorithm of its collective is reported once per process,

@@ -5,8 +5,10 @@
  * Broadcast and Reduce from every root, AllToAll, AllToAllv, a Send/Recv ring and Barrier, at
  * 8 B, 64 KiB and 4 MiB per rank (and with --big 16 MiB + 12 B, which the hierarchical
  * algorithms cut in several rounds), AllReduce in place (float avg) and AllGather and
- * ReduceScatter in place too. Values are small integers, so every sum is exact in every order
- * and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first wrong value.
+ * ReduceScatter in place too, and AllToAllv with blocks from 0 B to 1 MiB mixed (on both sides
+ * of the hierarchical AllToAllv's small-block limit). Values are small integers, so every sum is
+ * exact in every order and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first
+ * wrong value.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -136,6 +138,57 @@ static void gather_scatter(loomComm_t c, size_t n)
     free(sc), free(sd), free(rc), free(rd), free(s), free(o);
 }
 
+/* Mixed AllToAllv: rank s sends rank d v_count(s, d, salt) floats, 0, 3, 1000 or 2^18 + 5
+ * (0 B, 12 B, 4000 B, 1 MiB + 20 B), so that blocks on both sides of the hierarchical
+ * algorithm's small-block limit cross between hosts, and a pair's two directions often differ.
+ * Three salts give every rank of the hosts suite's layouts each kind to and from another host. */
+static size_t v_count(int s, int d, int salt)
+{
+    static const size_t sizes[] = {0, 3, 1000, (1u << 18) + 5};
+    return sizes[(size_t)(s + 2 * d + s * d + salt) % 4];
+}
+
+/* Where rank s's block for rank d starts in its sendbuff: in rank order, one float apart. */
+static size_t v_sdispl(int s, int d, int salt)
+{
+    size_t at = 0;
+    for (int j = 0; j < d; j++)
+        at += v_count(s, j, salt) + 1;
+    return at;
+}
+
+static void alltoallv_mixed(loomComm_t c, int salt)
+{
+    size_t *sc = malloc((size_t)g_n * sizeof(size_t)), *sd = malloc((size_t)g_n * sizeof(size_t));
+    size_t *rc = malloc((size_t)g_n * sizeof(size_t)), *rd = malloc((size_t)g_n * sizeof(size_t));
+    const size_t stotal = v_sdispl(g_rank, g_n, salt);
+    size_t rtotal = 0;
+    for (int j = g_n - 1; j >= 0; j--) { /* received blocks in reverse rank order, gaps between */
+        rc[j] = v_count(j, g_rank, salt);
+        rd[j] = rtotal;
+        rtotal += rc[j] + 1;
+    }
+    for (int j = 0; j < g_n; j++) {
+        sc[j] = v_count(g_rank, j, salt);
+        sd[j] = v_sdispl(g_rank, j, salt);
+    }
+    float *s = malloc(stotal * 4), *o = malloc(rtotal * 4);
+    for (size_t i = 0; i < stotal; i++)
+        s[i] = (float)val(g_rank, i);
+    for (size_t i = 0; i < rtotal; i++)
+        o[i] = -99;
+    CHECK(loomAllToAllv(s, sc, sd, o, rc, rd, loomFloat32, c, NULL));
+    for (int r = 0; r < g_n; r++) {
+        const size_t from = v_sdispl(r, g_rank, salt);
+        for (size_t i = 0; i < rc[r]; i++)
+            expect(o[rd[r] + i], val(r, from + i), "AllToAllv mixed", rc[r], i);
+        expect(o[rd[r] + rc[r]], -99, "AllToAllv mixed: the gap after a block", rc[r], rc[r]);
+    }
+    for (size_t i = 0; i < stotal; i++)
+        expect(s[i], val(g_rank, i), "AllToAllv mixed: sendbuff unchanged", stotal, i);
+    free(sc), free(sd), free(rc), free(rd), free(s), free(o);
+}
+
 static void rooted(loomComm_t c, size_t n)
 {
     float *s = malloc(n * 4), *o = malloc(n * 4);
@@ -181,6 +234,8 @@ int main(int argc, char **argv)
         gather_scatter(c, counts[k] / (size_t)g_n + 1);
         rooted(c, counts[k]);
     }
+    for (int salt = 0; salt < 3; salt++)
+        alltoallv_mixed(c, salt);
     CHECK(loomCommDestroy(c));
     if (g_rank == 0)
         printf("grid ok: %d ranks, %ld checks\n", g_n, g_checks);

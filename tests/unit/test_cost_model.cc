@@ -314,6 +314,26 @@ TEST(CostModel, HierarchyOnlyAcrossHostsOfEqualSize)
     }
 }
 
+TEST(CostModel, AllToAllvChoosesByTheLayout)
+{
+    // Its counts differ per rank, so nothing of the call may steer the choice: the hierarchy
+    // wherever the hosts have equal sizes > 1, whatever the constants; pairwise elsewhere.
+    loom_link_cost_t slow = loom_link_cost_builtin(LOOM_LINK_TCP), free_net = Link(0, 0, 0);
+    slow.beta_ns = 8.0;
+    free_net.cls = LOOM_LINK_TCP;
+    for (const loom_link_cost_t &l : {loom_link_cost_builtin(LOOM_LINK_TCP), slow, free_net}) {
+        for (int hosts : {2, 3, 8})
+            for (int ppn : {2, 4})
+                EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, 0), l), "hier")
+                    << hosts << "x" << ppn;
+        loom_cost_call_t uneven = HostsCall(2, 0, 0);
+        uneven.nranks = 5;
+        for (const loom_cost_call_t &c :
+             {HostsCall(1, 4, 0), HostsCall(4, 1, 0), uneven, Call(4, 0)})
+            EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, c, l), "pairwise") << c.nhosts << "x" << c.ppn;
+    }
+}
+
 TEST(CostModel, HierarchySharesTheHostLink)
 {
     // With free links inside a host, the hierarchical AllReduce of S bytes on 2 hosts x L
