@@ -5,8 +5,13 @@
  * count rounded down to 16 bytes, the expected exchanged blocks, algbw bytes
  * (count x n x size) and the busbw factor (n-1)/n. In place is not measured
  * (NCCL has no in-place all-to-all): those columns print N/A.
- * Built as the alltoall_perf program by bench/meson.build.
+ * Built twice by bench/meson.build: as alltoall_perf, and with
+ * BENCH_ALLTOALLV as alltoallv_perf, which makes the same exchange through
+ * loomAllToAllv (every count equal, displacements packed), so that
+ * AllToAllv's own algorithms can be measured against AllToAll's.
  */
+#include <stdlib.h>
+
 #include "common.h"
 
 static void get_counts(size_t count, size_t elt_size, int nranks, bench_counts_t *c)
@@ -34,16 +39,53 @@ static void get_bw(size_t count, size_t elt_size, int nranks, double *bytes, dou
     *factor = (double)(nranks - 1) / nranks;
 }
 
+#ifdef BENCH_ALLTOALLV
+/* Equal counts and packed displacements for n peers, kept between calls: the
+ * arrays must outlive a call queued on a stream. */
+static loomResult_t run_v(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t dtype,
+                          loomComm_t comm, loomStream_t stream)
+{
+    static size_t *v, vcount, vn;
+    int n = 0;
+    loomResult_t res = loomCommCount(comm, &n);
+    if (res != loomSuccess)
+        return res;
+    if (v == NULL || vn != (size_t)n || vcount != count) {
+        if (v != NULL && stream != NULL && (res = loomStreamSynchronize(stream)) != loomSuccess)
+            return res;
+        free(v);
+        v = malloc(2 * (size_t)n * sizeof(*v));
+        if (v == NULL)
+            return loomSystemError;
+        for (int r = 0; r < n; r++) {
+            v[r] = count;
+            v[n + r] = (size_t)r * count;
+        }
+        vn = (size_t)n;
+        vcount = count;
+    }
+    return loomAllToAllv(sendbuff, v, v + n, recvbuff, v, v + n, dtype, comm, stream);
+}
+#endif
+
 static loomResult_t run(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t dtype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream)
 {
     (void)op;
     (void)root;
+#ifdef BENCH_ALLTOALLV
+    return run_v(sendbuff, recvbuff, count, dtype, comm, stream);
+#else
     return loomAllToAll(sendbuff, recvbuff, count, dtype, comm, stream);
+#endif
 }
 
 static const bench_coll_t alltoall = {
+#ifdef BENCH_ALLTOALLV
+    .name = "AlltoAllv",
+#else
     .name = "AlltoAll",
+#endif
     .flags = BENCH_NO_INPLACE,
     .get_counts = get_counts,
     .init_data = bench_init_rank_input,

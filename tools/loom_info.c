@@ -136,7 +136,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     /* Its counts differ per rank, so no size column: the layout alone chooses. */
     call.nbytes = 0;
     const loom_algo_t *a = loom_algo_pick(table, n, LOOM_COLL_ALLTOALLV, &call, &link, NULL);
-    printf("# %s: %s at every size (the layout chooses; counts differ per rank)\n",
+    printf("# %s: %s at every size (counts differ per rank: the layout's messages choose)\n",
            loom_coll_name(LOOM_COLL_ALLTOALLV), a ? a->name : "-");
 }
 

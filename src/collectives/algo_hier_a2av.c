@@ -5,9 +5,11 @@
  * are aggregated: P - 1 + H - 1 messages per rank carry them instead of one
  * per rank of the other hosts. Large blocks, and every block inside a host,
  * go straight to their rank as in pairwise (alltoall.c). It does not split
- * calls in rounds: the small blocks bound its buffer (below). Chosen by
- * algo_select.c whenever the layout has a hierarchy (the counts differ per
- * rank, so no cost can see them); elsewhere it runs the flat choice.
+ * calls in rounds: the small blocks bound its buffer (below). The counts
+ * differ per rank, so no cost can see them: the model chooses it by the
+ * layout's messages and steps alone (cost_hier.c), where the messages saved
+ * between hosts outweigh its second step; without a hierarchy it runs the
+ * flat choice.
  *
  * Which blocks are small must be known at both ends without a message: a
  * block of b bytes (sendcounts * size on the sender, recvcounts * size on the
@@ -26,8 +28,6 @@
 #include "algo_hier.h"
 #include "check.h"
 #include "dtype.h"
-
-#define SMALL_MAX_BYTES ((size_t)64 << 10)
 
 /* A small block that this rank forwards: its bytes and where they are. */
 typedef struct {
@@ -48,20 +48,6 @@ typedef struct {
     int ndirect, nrecv_direct;
     loomResult_t bad; /* the first wrong count found; the call still runs to its end */
 } a2av_t;
-
-/* T for H hosts of P ranks (see the top of the file). */
-static size_t small_limit(const loom_coll_ctx_t *ctx, size_t H, size_t P)
-{
-    const double per_byte = ctx->intra.beta_ns + 3 * ctx->intra.gamma_ns;
-    double t = per_byte > 0 ? 2 * ctx->link.o_ns / per_byte : (double)SMALL_MAX_BYTES;
-    if (!(t >= 0)) /* NaN */
-        t = 0;
-    size_t T = t < (double)SMALL_MAX_BYTES ? (size_t)t : SMALL_MAX_BYTES;
-    const size_t fit = LOOM_HIER_ROUND_BYTES / (4 * H * P);
-    if (T + 8 > fit)
-        T = fit > 8 ? fit - 8 : 0;
-    return T;
-}
 
 /* Bytes of a block of count elements between this rank and rank r that travel
  * aggregated: all of them if r is on another host and they are at most T, else 0. */
@@ -317,7 +303,7 @@ loomResult_t loom_alltoallv_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     c.es = loom_dtype_size(a->dt);
     c.H = (size_t)c.h.H;
     c.P = (size_t)c.h.L;
-    c.T = small_limit(ctx, c.H, c.P);
+    c.T = loom_a2av_small_bytes(&ctx->link, &ctx->intra, c.H, c.P);
     c.slot = c.H * 8 + (c.H - 1) * c.T;
     LOOM_CHECK(carve(&c));
     LOOM_CHECK(loom_hier_calloc(c.P * c.H, sizeof(*c.blocks), &c.blocks));

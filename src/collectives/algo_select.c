@@ -81,11 +81,10 @@ static const loom_algo_t algos[] = {
     {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial},
     {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, loom_cost_alltoall_pairwise},
     {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck},
-    /* AllToAllv: no cost can see the counts (they differ per rank), so the layout
-     * chooses: hier (algo_hier_a2av.c) wherever there is a hierarchy, pairwise
-     * elsewhere. Both cost 0 there and hier comes first. */
+    /* AllToAllv: no cost can see the counts (they differ per rank), so both rows
+     * price the layout's messages and steps only (cost_model.h). */
     {LOOM_COLL_ALLTOALLV, "hier", loom_alltoallv_hier, loom_cost_alltoallv_hier},
-    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_only},
+    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_alltoallv_pairwise},
     {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only},
     /* Hierarchical (algo_hier.c): only across hosts with equal ranks per host. */
     {LOOM_COLL_ALLREDUCE, "hier", loom_allreduce_hier, loom_cost_allreduce_hier},

@@ -9,9 +9,10 @@
  * other hosts the host's link carries ppn * b, so the middle phase pays
  * beta * ppn per byte. The flat algorithms, which run with one rank per
  * host in the middle phase, are priced by their own functions (cost_model.c).
- * AllToAllv (algo_hier_a2av.c) is not priced: it runs wherever it can.
+ * AllToAllv (algo_hier_a2av.c) is priced by its messages and steps alone.
  */
 #include <math.h>
+#include <stddef.h>
 
 #include "cost_model.h"
 
@@ -122,10 +123,33 @@ double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t
            loom_cost_eval(&shared, 1, 2 * (H - 1), s * (H - 1) / H, s);
 }
 
-/* Not a prediction: AllToAllv's counts differ per rank, so the layout alone
- * chooses (cost_model.h). */
+size_t loom_a2av_small_bytes(const loom_link_cost_t *link, const loom_link_cost_t *intra, size_t H,
+                             size_t P)
+{
+    const double per_byte = intra->beta_ns + 3 * intra->gamma_ns;
+    double t = per_byte > 0 ? 2 * link->o_ns / per_byte : (double)A2AV_SMALL_MAX;
+    if (!(t >= 0)) /* NaN */
+        t = 0;
+    size_t T = t < (double)A2AV_SMALL_MAX ? (size_t)t : A2AV_SMALL_MAX;
+    const size_t fit = LOOM_HIER_ROUND_BYTES / (4 * H * P);
+    if (T + 8 > fit)
+        T = fit > 8 ? fit - 8 : 0;
+    return T;
+}
+
+/* AllToAllv's counts differ per rank, so its costs see only what the layout
+ * decides (cost_model.h). The hierarchy: the small blocks' P - 1 + H - 1
+ * messages each way in two dependent steps, and the n - P blocks for other
+ * hosts moved once more inside the host and copied three times, priced at
+ * half of T each (blocks between 0 and T). Against pairwise's n - 1 messages
+ * in one step, it wins where (H - 1)(P - 2) o > alpha, since a block of T/2
+ * costs about o to regroup. */
 double loom_cost_alltoallv_hier(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
-    (void)l;
-    return usable(c) ? 0.0 : LOOM_COST_NA;
+    if (!usable(c))
+        return LOOM_COST_NA;
+    const double H = c->nhosts, P = c->ppn;
+    const double T = (double)loom_a2av_small_bytes(l, &c->intra, (size_t)H, (size_t)P);
+    return loom_cost_eval(l, 2, 2 * (P - 1 + H - 1), 0, 0) +
+           loom_cost_eval(&c->intra, 0, 0, (H * P - P) * T / 2, 3 * (H * P - P) * T / 2);
 }

@@ -396,6 +396,11 @@ double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_co
     return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S, S / n);
 }
 
+double loom_cost_alltoallv_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    return c->nranks <= 1 ? 0.0 : loom_cost_eval(l, 1, 2 * (c->nranks - 1.0), 0, 0);
+}
+
 double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
     (void)c;

@@ -131,10 +131,21 @@ double loom_cost_reduce_scatter_hier(const loom_cost_call_t *c, const loom_link_
 double loom_cost_allgather_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
-/* AllToAllv's counts differ per rank, so its costs cannot see them: 0 wherever
- * the layout has a hierarchy (the row comes before pairwise's, which also
- * costs 0, and wins the tie), LOOM_COST_NA elsewhere. */
+/* AllToAllv's counts differ per rank, so its costs cannot see them (a choice
+ * that followed them could differ between ranks): they price what the layout
+ * decides, the messages and dependent steps, with small blocks of T/2. hier
+ * (LOOM_COST_NA without a hierarchy) then wins where the messages it saves
+ * between hosts outweigh its second step and its copies (cost_hier.c). */
 double loom_cost_alltoallv_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_alltoallv_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* T, the largest block (bytes) hierarchical AllToAllv aggregates on H hosts of P ranks:
+ * 2 o / (beta + 3 gamma), o of link and beta, gamma of intra (a regrouped block crosses the
+ * host once more and is copied three times to save a message between hosts, o at each end),
+ * at most A2AV_SMALL_MAX and at most what keeps its buffer, about 4 H P (T + 8) bytes, within
+ * LOOM_HIER_ROUND_BYTES. A function of agreed constants, so equal on every rank. */
+#define A2AV_SMALL_MAX ((size_t)64 << 10)
+size_t loom_a2av_small_bytes(const loom_link_cost_t *link, const loom_link_cost_t *intra, size_t H,
+                             size_t P);
 /* Vector bytes per round of the hierarchical algorithms (bounds their buffers). */
 #define LOOM_HIER_ROUND_BYTES ((size_t)8 << 20)
 
@@ -145,8 +156,7 @@ double loom_cost_shm_family(const loom_cost_call_t *c, const loom_link_cost_t *l
 /* One forced shm variant (shm_flat, shm_cico, shm_cma): LOOM_COST_NA, never chosen by the
  * model; LOOM_ALGO runs it. */
 double loom_cost_shm_forced(const loom_cost_call_t *c, const loom_link_cost_t *l);
-/* Rows whose cost does not depend on the call (Barrier; AllToAllv's pairwise,
- * which runs wherever its hier row cannot): always 0. */
+/* Collectives with a single algorithm (Barrier): always 0. */
 double loom_cost_only(const loom_cost_call_t *c, const loom_link_cost_t *l);
 
 #ifdef __cplusplus

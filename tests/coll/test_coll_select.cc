@@ -402,12 +402,18 @@ TEST(Select, AllToAllvTakesTheHierarchyAcrossHosts)
     int (*pairs)(int) = [](int rank) { return rank / 2; };
     int (*cyclic)(int) = [](int rank) { return rank % 2; };
     int (*uneven)(int) = [](int rank) { return rank < 2 ? 0 : 1; };
-    // 2 hosts x 2, in blocks or dealt round-robin: the hierarchy, unless LOOM_ALGO forces
-    // pairwise (for AllToAllv, or for every collective that has it).
-    XT_ASSERT_RUN(run(4, "hier", HostsOptions({}, pairs)));
-    XT_ASSERT_RUN(run(4, "hier", HostsOptions({}, cyclic)));
-    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "alltoallv:pairwise"}}, pairs)));
-    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "pairwise"}}, pairs)));
+    // 2 hosts x 2, in blocks or dealt round-robin: pairwise on the built-in constants, where
+    // the one message the hierarchy saves is worth less than its second step and its copies;
+    // the hierarchy where messages cost more (o of 100 us). LOOM_ALGO forces either (pairwise
+    // for AllToAllv, or for every collective that has it).
+    const loomtest::EnvList costly = {{"LOOM_COST_TCP", "120,0.5,0.15,100"}};
+    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({}, pairs)));
+    XT_ASSERT_RUN(run(4, "hier", HostsOptions(costly, pairs)));
+    XT_ASSERT_RUN(run(4, "hier", HostsOptions(costly, cyclic)));
+    XT_ASSERT_RUN(run(4, "hier", HostsOptions({{"LOOM_ALGO", "alltoallv:hier"}}, cyclic)));
+    XT_ASSERT_RUN(
+        run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "alltoallv:pairwise"}, costly[0]}, pairs)));
+    XT_ASSERT_RUN(run(4, "pairwise", HostsOptions({{"LOOM_ALGO", "pairwise"}, costly[0]}, pairs)));
     // No hierarchy: one host (over tcp, so no shm arena either), or hosts of 2 and 1 ranks.
     XT_ASSERT_RUN(run(4, "pairwise", TraceOptions({{"LOOM_NET", "tcp"}})));
     XT_ASSERT_RUN(run(3, "pairwise", HostsOptions({}, uneven)));

@@ -316,22 +316,35 @@ TEST(CostModel, HierarchyOnlyAcrossHostsOfEqualSize)
 
 TEST(CostModel, AllToAllvChoosesByTheLayout)
 {
-    // Its counts differ per rank, so nothing of the call may steer the choice: the hierarchy
-    // wherever the hosts have equal sizes > 1, whatever the constants; pairwise elsewhere.
-    loom_link_cost_t slow = loom_link_cost_builtin(LOOM_LINK_TCP), free_net = Link(0, 0, 0);
-    slow.beta_ns = 8.0;
-    free_net.cls = LOOM_LINK_TCP;
-    for (const loom_link_cost_t &l : {loom_link_cost_builtin(LOOM_LINK_TCP), slow, free_net}) {
-        for (int hosts : {2, 3, 8})
-            for (int ppn : {2, 4})
-                EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, 0), l), "hier")
-                    << hosts << "x" << ppn;
-        loom_cost_call_t uneven = HostsCall(2, 0, 0);
-        uneven.nranks = 5;
+    // Its counts differ per rank, so nothing of the call may steer the choice: the same
+    // algorithm whatever the size, hier only where the messages it saves between hosts outweigh
+    // its second step, pairwise elsewhere.
+    // With blocks of T/2 on average, hier wins where (H - 1)(P - 2) o > alpha.
+    const loom_link_cost_t tcp = loom_link_cost_builtin(LOOM_LINK_TCP); // alpha 120, o 10 us
+    for (double bytes : {0.0, 4096.0, 64.0 * (1 << 20)}) {
+        for (auto [hosts, ppn] : {std::pair{2, 2}, {3, 2}, {4, 4}, {8, 2}, {2, 8}})
+            EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, bytes), tcp), "pairwise")
+                << hosts << "x" << ppn;
+        for (auto [hosts, ppn] : {std::pair{8, 4}, {4, 8}, {8, 8}, {2, 16}})
+            EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, bytes), tcp), "hier")
+                << hosts << "x" << ppn;
+    }
+    // Messages that cost more than a step (o 100 us, T at its 64 KiB cap): the hierarchy pays
+    // already on 2 x 2. Messages that cost nothing: its second step never does.
+    loom_link_cost_t costly_msgs = tcp, free_msgs = tcp;
+    costly_msgs.o_ns = 100000.0;
+    free_msgs.o_ns = 0;
+    for (auto [hosts, ppn] : {std::pair{2, 2}, {8, 2}, {2, 4}}) {
+        EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, 0), costly_msgs), "hier");
+        EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, HostsCall(hosts, ppn, 0), free_msgs), "pairwise");
+    }
+    // No hierarchy: pairwise, whatever the constants.
+    loom_cost_call_t uneven = HostsCall(2, 0, 0);
+    uneven.nranks = 5;
+    for (const loom_link_cost_t &l : {tcp, costly_msgs})
         for (const loom_cost_call_t &c :
              {HostsCall(1, 4, 0), HostsCall(4, 1, 0), uneven, Call(4, 0)})
             EXPECT_EQ(PickName(LOOM_COLL_ALLTOALLV, c, l), "pairwise") << c.nhosts << "x" << c.ppn;
-    }
 }
 
 TEST(CostModel, HierarchySharesTheHostLink)
