@@ -17,6 +17,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -37,7 +38,36 @@ const char *loom_shm_algo_name(uint32_t algo)
     return algo < sizeof(algo_names) / sizeof(algo_names[0]) ? algo_names[algo] : "?";
 }
 
-uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int single_copy_default)
+/* Where single copy (process_vm_readv straight into recvbuff) measured faster
+ * than copying through the arena, in loom_coll_bytes: [lo, hi] with a CPU per
+ * rank, [crowd_lo, crowd_hi] with more ranks than CPUs, where each system call
+ * waits for a core (0, 0: never). Measured side by side with bench/compare on
+ * the development machine (docs/shm-collectives.md, "Single copy or the
+ * arena"); above hi, pinning a large buffer's pages per call costs more than
+ * the second copy. */
+static const struct {
+    loom_coll_kind_t kind;
+    size_t lo, hi, crowd_lo, crowd_hi;
+} cma_windows[] = {
+    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 1u << 20, 16u << 20},
+    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 1u << 20, 32u << 20},
+    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 0, 0},
+    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0, 0},
+};
+
+static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded)
+{
+    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++) {
+        if (cma_windows[i].kind != kind)
+            continue;
+        const size_t lo = crowded ? cma_windows[i].crowd_lo : cma_windows[i].lo;
+        const size_t hi = crowded ? cma_windows[i].crowd_hi : cma_windows[i].hi;
+        return hi > 0 && bytes >= lo && bytes <= hi;
+    }
+    return 0;
+}
+
+uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded)
 {
     if (kind == LOOM_COLL_BARRIER)
         return SHM_ALGO_BARRIER;
@@ -47,13 +77,29 @@ uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int single
         return SHM_ALGO_TINY;
     if ((kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE) && bytes <= SHM_FLAT_MAX_BYTES)
         return SHM_ALGO_FLAT;
-    return single_copy_default ? SHM_ALGO_CMA : SHM_ALGO_CICO;
+    if (cma_mode >= 2 || (cma_mode == 1 && cma_measured_faster(kind, bytes, crowded)))
+        return SHM_ALGO_CMA;
+    return SHM_ALGO_CICO;
+}
+
+int loom_shm_crowded(int n)
+{
+    /* Asked on every call: sysconf reads a sysfs file each time, so read it once. */
+    static long cpus_cached; /* 0: not read yet */
+    long cpus = __atomic_load_n(&cpus_cached, __ATOMIC_RELAXED);
+    if (cpus == 0) {
+        cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cpus <= 0)
+            cpus = -1;
+        __atomic_store_n(&cpus_cached, cpus, __ATOMIC_RELAXED);
+    }
+    return cpus > 0 && n > cpus;
 }
 
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     return loom_shm_variant(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks,
-                            loom_shm_single_copy_default(ctx));
+                            loom_shm_cma_mode(ctx), loom_shm_crowded(ctx->nranks));
 }
 
 loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
@@ -88,9 +134,10 @@ int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
     return ar != NULL && loom_arena_single_copy(ar);
 }
 
-int loom_shm_single_copy_default(loom_coll_ctx_t *ctx)
+int loom_shm_cma_mode(loom_coll_ctx_t *ctx)
 {
-    return loom_shm_single_copy_agreed(ctx) && loom_param_SHM_COLL_CMA() >= 2;
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    return ar != NULL ? loom_arena_single_copy(ar) : 0;
 }
 
 loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a)

@@ -155,7 +155,8 @@ typedef struct {
 
 /* The communicator's arena, or NULL when it has none. */
 loom_arena_t *loom_p2p_arena(loom_p2p_t *p2p);
-/* 1 if every rank can read every other's memory (process_vm_readv). */
+/* 0 unless every rank can read every other's memory (process_vm_readv); then
+ * the smallest LOOM_SHM_COLL_CMA among the ranks (1 or 2), agreed at creation. */
 int loom_arena_single_copy(const loom_arena_t *a);
 /* Bytes of one slot half. */
 size_t loom_arena_half_bytes(const loom_arena_t *a);

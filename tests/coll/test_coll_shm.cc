@@ -355,6 +355,19 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
                                     (std::get<1>(info.param) ? "cma" : "nocma");
                          });
 
+// Ranks whose LOOM_SHM_COLL_CMA differ still pick the same variant for every call: the smallest
+// value is agreed at creation (2, 1, 2: single copy inside the measured windows only).
+TEST(ShmBackToBack, RanksWithDifferentCmaSettingsAgree)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
+    opts.rank_env = [](int rank) {
+        return loomtest::EnvList{{"LOOM_SHM_COLL_CMA", rank == 1 ? "1" : "2"}};
+    };
+    opts.deadline_s = 90;
+    XT_ASSERT_RUN(loomtest::RunRanks(3, BackToBack, opts));
+}
+
 // ---- tiny calls ------------------------------------------------------------------------------
 
 // 3000 calls whose data fits a cell, with no barrier: broadcast roots and reduce non-roots run

@@ -23,6 +23,7 @@
 #include "net_auto.h"
 extern "C" {
 #include "param.h"
+#include "shm_coll.h"
 }
 
 namespace {
@@ -450,6 +451,45 @@ TEST(CostModel, EnvironmentOverridesDefaults)
     unsetenv("LOOM_COST_TCP");
     unsetenv("LOOM_COST_SHM");
     loom_param_reset_cache();
+}
+
+// The shm family's variant: single copy only inside the windows where it measured faster,
+// which depend on whether the ranks outnumber the CPUs; LOOM_SHM_COLL_CMA=0 and 2 override.
+TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
+{
+    const size_t K = 1024, M = K * K;
+    struct Case {
+        loom_coll_kind_t kind;
+        size_t bytes;
+        int crowded;
+        uint32_t want;
+    } cases[] = {
+        {LOOM_COLL_ALLGATHER, 32 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 64 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLGATHER, 32 * M, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLGATHER, 64 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 16 * M, 1, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLGATHER, 32 * M, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLTOALL, 32 * M, 1, SHM_ALGO_CMA},
+        {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_BCAST, 1 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 256 * K, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_REDUCE_SCATTER, 1 * M, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_REDUCE_SCATTER, 2 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLREDUCE, 1 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_REDUCE, 1 * M, 0, SHM_ALGO_CICO},
+    };
+    for (const Case &c : cases) {
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded), c.want)
+            << loom_coll_name(c.kind) << " " << c.bytes << " crowded " << c.crowded;
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 0, c.crowded), SHM_ALGO_CICO);
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded), SHM_ALGO_CMA);
+    }
+    // What the arena does best stays: tiny inputs, flat small reductions.
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLGATHER, 64, 2, 2, 0), SHM_ALGO_TINY);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 4 * K, 2, 2, 0), SHM_ALGO_FLAT);
 }
 
 } // namespace

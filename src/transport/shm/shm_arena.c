@@ -319,19 +319,26 @@ static loomResult_t agree_single_copy(loom_arena_t *a)
     loom_arena_post(a, loom_arena_mkflag(0, 1));
     LOOM_CHECK(loom_arena_wait(a, -1, loom_arena_mkflag(0, 1)));
     uint64_t ok = 0;
-    int vote = loom_param_SHM_COLL_CMA() != 0;
+    /* The vote is this rank's LOOM_SHM_COLL_CMA, or 0 if it cannot read a
+     * peer; the smallest vote wins so that every rank picks the same variant. */
+    int vote = (int)loom_param_SHM_COLL_CMA();
+    if (vote < 0)
+        vote = 0;
     for (int r = 0; r < a->nranks && vote; r++)
-        if (r != a->rank)
-            vote = probe_peer(a, r, &ok);
+        if (r != a->rank && !probe_peer(a, r, &ok))
+            vote = 0;
     atomic_store_explicit(&me->cma_ok, (uint32_t)vote, memory_order_relaxed);
     atomic_store_explicit(&me->light_ok, (uint32_t)light_posts_possible(a), memory_order_relaxed);
     loom_arena_post(a, loom_arena_mkflag(0, 2));
     LOOM_CHECK(loom_arena_wait(a, -1, loom_arena_mkflag(0, 2)));
-    a->cma = 1;
+    a->cma = vote;
     int light = 1;
     for (int r = 0; r < a->nranks; r++) {
         a->pids[r] = (int)a->ctl[r].pid;
-        if (!atomic_load_explicit(&a->ctl[r].cma_ok, memory_order_relaxed) || a->pids[r] <= 0)
+        const int v = (int)atomic_load_explicit(&a->ctl[r].cma_ok, memory_order_relaxed);
+        if (v < a->cma)
+            a->cma = v;
+        if (a->pids[r] <= 0)
             a->cma = 0;
         if (!atomic_load_explicit(&a->ctl[r].light_ok, memory_order_relaxed))
             light = 0;

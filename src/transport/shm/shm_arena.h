@@ -38,8 +38,9 @@ typedef union {
 typedef struct {
     _Atomic uint64_t flag; /* monotonic progress counter, (seq << 24) | step */
     uint8_t pad0[56];
-    _Atomic uint32_t state;    /* LOOM_ARENA_* */
-    _Atomic uint32_t cma_ok;   /* creation vote: it could read every peer's probe word */
+    _Atomic uint32_t state; /* LOOM_ARENA_* */
+    _Atomic uint32_t
+        cma_ok; /* creation vote: its LOOM_SHM_COLL_CMA, 0 if it could not read a peer */
     _Atomic uint32_t light_ok; /* creation vote: its posts may skip the fence (membarrier) */
     uint8_t pad1[4];
     uint64_t pid;         /* getpid() of the rank, for single-copy reads */
@@ -94,7 +95,7 @@ struct loom_arena {
     loom_arena_cell_t *cells; /* [nranks][LOOM_ARENA_CELLS] */
     uint8_t *slots;           /* [nranks] x slot_bytes, page aligned */
     size_t slot_bytes;
-    int cma;        /* every rank agreed that process_vm_readv works */
+    int cma;        /* the smallest vote: 0 no single copy, else the agreed LOOM_SHM_COLL_CMA */
     int *pids;      /* [nranks] pids for process_vm_readv */
     uint64_t probe; /* the word peers read in the probe */
     /* Collectives' bookkeeping (identical on every rank while calls match). */
