@@ -525,6 +525,9 @@ static loomResult_t classify_lost_peer(loom_p2p_t *p, int peer, cause_t *c)
     loom_p2p_notice_poll(p, peer);
     if (pc->notice_state == NS_GOT && pc->got.kind != N_BYE) {
         *c = pc->got;
+        /* A peer found this rank at fault (a buffer it could not read). */
+        if (c->kind == N_ERROR && c->rank == p->rank && c->code == (uint32_t)loomInvalidUsage)
+            return loomInvalidUsage;
         return c->kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
     }
     *c = (cause_t){.kind = N_LOST, .rank = peer, .via = -1};
@@ -815,21 +818,24 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
     if (nw)
         w.tp = p->tps[p->conns[waited].tp];
     cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
-    int from = ev == LOOM_P2P_EV_LEFT    ? peer
-               : ev == LOOM_P2P_EV_ERROR ? -1
-                                         : loom_p2p_notices_poll_all(p);
+    const int found = ev == LOOM_P2P_EV_ERROR || ev == LOOM_P2P_EV_BLAME; /* the cause is known */
+    int from = ev == LOOM_P2P_EV_LEFT ? peer : found ? -1 : loom_p2p_notices_poll_all(p);
     int dead = -1;
-    if (ev != LOOM_P2P_EV_ERROR && aborted(p))
+    if (ev == LOOM_P2P_EV_BLAME)
+        c = (cause_t){.kind = N_ERROR, .rank = peer, .via = -1, .code = (uint32_t)res};
+    else if (!found && aborted(p))
         c = (cause_t){.kind = N_ABORT, .rank = p->rank, .via = -1};
     else if (from >= 0)
         return notice_failed(p, &w, nw, from, start_ns);
-    else if (ev != LOOM_P2P_EV_ERROR && (dead = find_dead_peer(p, NULL, p->nranks)) >= 0)
+    else if (!found && (dead = find_dead_peer(p, NULL, p->nranks)) >= 0)
         c = (cause_t){.kind = N_DEAD, .rank = dead, .via = -1};
     else if (ev == LOOM_P2P_EV_TIMEOUT)
         c = (cause_t){.kind = N_TIMEOUT, .rank = waited, .via = -1};
-    else if (ev != LOOM_P2P_EV_ERROR)
+    else if (!found)
         return loomSuccess;
-    res = c.kind == N_ERROR ? res : c.kind == N_TIMEOUT ? loomTimeout : loomRemoteError;
+    res = c.kind == N_ERROR && c.rank == p->rank ? res
+          : c.kind == N_TIMEOUT                  ? loomTimeout
+                                                 : loomRemoteError;
     return fail(p, &w, nw, &c, res, start_ns, detail);
 }
 

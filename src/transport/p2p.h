@@ -110,10 +110,19 @@ int loom_p2p_nranks(const loom_p2p_t *p2p);
  *   LEFT: `peer` announced outside the streams that it broke or left: its
  *         notice (or its death) says why;
  *   TIMEOUT: no progress for the timeout, waiting for `waited`;
- *   ERROR: the wait failed here with `res`.
+ *   ERROR: the wait failed here with `res`;
+ *   BLAME: `peer` is at fault with `res` (a buffer of it that this rank cannot
+ *          read): this rank fails with RemoteError naming it, and its notice
+ *          makes `peer` itself return `res`.
  * A failure breaks the layer as wait_all does; detail (may be NULL) says what
  * was awaited and goes into the message. start_ns: when the wait began. */
-enum { LOOM_P2P_EV_CHECK, LOOM_P2P_EV_LEFT, LOOM_P2P_EV_TIMEOUT, LOOM_P2P_EV_ERROR };
+enum {
+    LOOM_P2P_EV_CHECK,
+    LOOM_P2P_EV_LEFT,
+    LOOM_P2P_EV_TIMEOUT,
+    LOOM_P2P_EV_ERROR,
+    LOOM_P2P_EV_BLAME
+};
 /* 1 if what CHECK fails on is there (abort, a peer's failure notice or ended
  * stream, a dead same-machine peer, an earlier failure), without failing
  * anything. A waiter calls it before its last look at what it waits for: a

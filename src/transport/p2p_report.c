@@ -89,8 +89,15 @@ void loom_p2p_describe(const loom_p2p_t *p, const cause_t *c, const char *direct
                  here ? " (loomCommAbort)" : "");
         break;
     default:
-        snprintf(cause, sizeof(cause), "%s failed with '%s'", a,
-                 loomGetErrorString((loomResult_t)c->code));
+        /* Only a peer's BLAME (p2p.h) names this rank for an error. */
+        if (c->rank == p->rank && !here && c->code == (uint32_t)loomInvalidUsage)
+            snprintf(cause, sizeof(cause),
+                     "%s could not read this rank's buffer: it is shorter than the call's count "
+                     "says, or not mapped",
+                     loom_p2p_who(p, c->via, b, sizeof(b)));
+        else
+            snprintf(cause, sizeof(cause), "%s failed with '%s'", a,
+                     loomGetErrorString((loomResult_t)c->code));
         break;
     }
     if (!here)

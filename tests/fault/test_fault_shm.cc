@@ -7,12 +7,15 @@
 // return loomRemoteError within 2 s, naming it with host and pid and the operation with its
 // sequence number (a tiny or flat reduce's non-roots, which need nobody: in their next call), with
 // nothing left in /dev/shm; a rank stopped by SIGSTOP must make them
-// return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; loomCommAbort
+// return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; a buffer that
+// single copy cannot read must fail its peers with loomRemoteError naming its owner, and the owner
+// with loomInvalidUsage saying why; loomCommAbort
 // from another thread must end a call blocked in the arena; a rank killed while the arena is
 // being created must leave no segment. Run by meson's 'fault' suite.
 
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -220,6 +223,96 @@ INSTANTIATE_TEST_SUITE_P(
         return std::string(FamilyName(std::get<0>(info.param))) + "_" +
                OpName(std::get<1>(info.param));
     });
+
+// ---- a buffer that its peers cannot read (single copy) -------------------------------------
+
+// The victim passes a buffer with a page that cannot be read where only its peers read it (its
+// own reads: its all-reduce slice, its all-to-all block; all-gather and broadcast in place, so
+// that it copies nothing itself). A reader finds the page with process_vm_readv: the victim is
+// at fault, alive, and must hear so.
+loomResult_t CallWithUnreadablePage(Op op, int rank, loomComm_t comm)
+{
+    constexpr size_t kCount = 300000; // floats per rank
+    const bool victim = rank == kVictim;
+    TripBuffer buf(kCount * kRanks * 4);
+    std::vector<float> recv(kCount * kRanks);
+    size_t hole = 0; // the byte of buf whose page is unreadable on the victim
+    loomResult_t r = loomInternalError;
+    switch (op) {
+    case Op::AllReduce:     // rank 0 reduces floats [0, count / 4) and reads them from the victim
+    case Op::ReduceScatter: // rank 0's span is floats [0, count)
+    case Op::AllToAll:      // block 0 goes to rank 0
+        hole = 4 * 1000;
+        break;
+    case Op::AllGather: // in place: the victim's block of buf is what the others read
+        hole = (static_cast<size_t>(rank) * kCount + kCount / 2) * 4;
+        break;
+    default: // Broadcast from the victim, in place
+        hole = kCount * 2;
+        break;
+    }
+    if (victim && mprotect(buf.data() + hole / loomtest::PageBytes() * loomtest::PageBytes(),
+                           loomtest::PageBytes(), PROT_NONE) != 0)
+        loomtest::Fail(__FILE__, __LINE__, std::string("mprotect: ") + strerror(errno));
+    float *f = reinterpret_cast<float *>(buf.data());
+    switch (op) {
+    case Op::AllReduce:
+        r = loomAllReduce(f, recv.data(), kCount * kRanks, loomFloat32, loomSum, comm, nullptr);
+        break;
+    case Op::ReduceScatter:
+        r = loomReduceScatter(f, recv.data(), kCount, loomFloat32, loomSum, comm, nullptr);
+        break;
+    case Op::AllToAll:
+        r = loomAllToAll(f, recv.data(), kCount, loomFloat32, comm, nullptr);
+        break;
+    case Op::AllGather:
+        r = loomAllGather(f + static_cast<size_t>(rank) * kCount, f, kCount, loomFloat32, comm,
+                          nullptr);
+        break;
+    default:
+        r = loomBroadcast(f, f, kCount, loomFloat32, kVictim, comm, nullptr);
+        break;
+    }
+    return r;
+}
+
+class ShmUnreadableBuffer : public ::testing::TestWithParam<Op> {};
+
+TEST_P(ShmUnreadableBuffer, BlamesItsOwnerWhoHearsOfIt)
+{
+    const Op op = GetParam();
+    loomtest::RunOptions opts;
+    opts.env = ShmEnv(Family::kCma, 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        kRanks,
+        [op](int rank, int, loomComm_t comm) {
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            const double t0 = NowSec();
+            const loomResult_t r = CallWithUnreadablePage(op, rank, comm);
+            const std::string msg = loomGetLastError(nullptr);
+            if (rank == kVictim) {
+                fprintf(stderr, "rank %d: %s returned %s: %s\n", rank, OpName(op),
+                        loomtest::Show(r).c_str(), msg.c_str());
+                XT_CHECK_LOOM_RES(r, loomInvalidUsage);
+                XT_CHECK_MSG(msg.find("could not read this rank's buffer") != std::string::npos,
+                             "the victim is not told why: '" + msg + "'");
+            } else {
+                CheckFailure(r, NowSec() - t0, OpName(op));
+                XT_CHECK_MSG(msg.find("buffer is not readable") != std::string::npos ||
+                                 msg.find("failed with 'invalid usage") != std::string::npos,
+                             "the cause is not named: '" + msg + "'");
+            }
+            XT_CHECK_LOOM_RES(loomBarrier(comm, nullptr), loomInvalidUsage); // broken for good
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmUnreadableBuffer,
+                         ::testing::Values(Op::AllReduce, Op::ReduceScatter, Op::AllGather,
+                                           Op::Broadcast, Op::AllToAll),
+                         [](const ::testing::TestParamInfo<Op> &info) {
+                             return std::string(OpName(info.param));
+                         });
 
 // ---- SIGSTOP ---------------------------------------------------------------------------------
 

@@ -425,6 +425,19 @@ loomResult_t loom_arena_check_peers(loom_arena_t *a)
     return loomSuccess;
 }
 
+/* After EFAULT: 1 if the peer's byte at addr cannot be read (its buffer is
+ * short or unmapped), 0 if it can (then the fault was in this rank's buffer). */
+static int peer_byte_unreadable(pid_t pid, uint64_t addr)
+{
+    uint8_t b;
+    struct iovec l = {&b, 1}, r = {(void *)(uintptr_t)addr, 1};
+    ssize_t got;
+    do
+        got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    while (got < 0 && errno == EINTR);
+    return got < 0 && errno == EFAULT;
+}
+
 loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes)
 {
     uint8_t *d = dst;
@@ -449,6 +462,18 @@ loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr
             atomic_load_explicit(&a->ctl[rank].state, memory_order_acquire) != LOOM_ARENA_ACTIVE)
             return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_LEFT, rank, rank, 0, loomRemoteError,
                                        loom_now_ns(), what);
+        /* The peer's buffer is shorter than the call's count says, or freed: its
+         * fault, as a copy of its own would have faulted in it. */
+        if (e == EFAULT && peer_byte_unreadable(a->pids[rank], addr)) {
+            snprintf(
+                what, sizeof(what),
+                "shm arena: rank %d's buffer is not readable at 0x%llx (reading %zu bytes from "
+                "there; process_vm_readv: %s): it is shorter than the call's count "
+                "says, or not mapped",
+                rank, (unsigned long long)addr, nbytes, strerror(e));
+            return loom_p2p_wait_event(a->p2p, LOOM_P2P_EV_BLAME, rank, rank, 0, loomInvalidUsage,
+                                       loom_now_ns(), what);
+        }
         return loom_arena_fail(a, e == EFAULT ? loomInvalidUsage : loomSystemError, what);
     }
     return loomSuccess;
