@@ -7,7 +7,8 @@
 // return loomRemoteError within 2 s, naming it with host and pid and the operation with its
 // sequence number (a tiny or flat reduce's non-roots, which need nobody: in their next call), with
 // nothing left in /dev/shm; a rank stopped by SIGSTOP must make them
-// return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; a buffer that
+// return loomTimeout no earlier than LOOM_TIMEOUT_MS and within a second after it; a rank killed
+// in its own single-copy read of a peer's block must fail them the same way; a buffer that
 // single copy cannot read must fail its peers with loomRemoteError naming its owner, and the owner
 // with loomInvalidUsage saying why; loomCommAbort
 // from another thread must end a call blocked in the arena; a rank killed while the arena is
@@ -94,6 +95,20 @@ void CheckFailure(loomResult_t r, double s, const char *op)
     XT_CHECK_NAMES_RANK(kVictim, op);
 }
 
+// Runs body on kRanks ranks under env, the victim dying by SIGKILL; nothing of the ranks' may be
+// left in /dev/shm afterwards.
+template <typename Body> void RunVictimDies(const loomtest::EnvList &env, Body body)
+{
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.env = env;
+    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(kRanks, body, opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
 // ---- SIGKILL in the middle of an all-reduce
 // ------------------------------------------------------
 
@@ -122,15 +137,8 @@ class ShmKillMid : public ::testing::TestWithParam<Family> {};
 TEST_P(ShmKillMid, SurvivorsFailFastNamingTheDeadRank)
 {
     const Family f = GetParam();
-    std::vector<int> pids;
-    loomtest::RunOptions opts;
-    opts.env = ShmEnv(f, 20000);
-    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
-    opts.pids_out = &pids;
-    XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks, [f](int rank, int, loomComm_t comm) { KillMidAllReduce(f, rank, comm); }, opts));
-    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
-    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+    RunVictimDies(ShmEnv(f, 20000),
+                  [f](int rank, int, loomComm_t comm) { KillMidAllReduce(f, rank, comm); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmKillMid,
@@ -184,34 +192,24 @@ TEST_P(ShmKillAbsent, SurvivorsFailFastNamingTheDeadRank)
 {
     const Family f = std::get<0>(GetParam());
     const Op op = std::get<1>(GetParam());
-    std::vector<int> pids;
-    loomtest::RunOptions opts;
-    opts.env = ShmEnv(f, 20000);
-    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
-    opts.pids_out = &pids;
-    XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks,
-        [f, op](int rank, int, loomComm_t comm) {
-            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
-            if (rank == kVictim) {
-                usleep(200 * 1000); // the others are blocked in the arena by now
-                raise(SIGKILL);
-            }
-            const double t0 = NowSec();
-            const loomResult_t r = CallOp(op, f, comm);
-            if ((f == Family::kTiny || f == Family::kFlat) && op == Op::Reduce && rank != 0 &&
-                r == loomSuccess) {
-                // A tiny or flat reduce's non-root returns once its data is in the arena, as
-                // an MPI eager send does: its call needs nobody. Its next call must fail.
-                const double t1 = NowSec();
-                CheckFailure(loomBarrier(comm, nullptr), NowSec() - t1, "barrier");
-                return;
-            }
-            CheckFailure(r, NowSec() - t0, OpName(op));
-        },
-        opts));
-    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
-    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+    RunVictimDies(ShmEnv(f, 20000), [f, op](int rank, int, loomComm_t comm) {
+        XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+        if (rank == kVictim) {
+            usleep(200 * 1000); // the others are blocked in the arena by now
+            raise(SIGKILL);
+        }
+        const double t0 = NowSec();
+        const loomResult_t r = CallOp(op, f, comm);
+        if ((f == Family::kTiny || f == Family::kFlat) && op == Op::Reduce && rank != 0 &&
+            r == loomSuccess) {
+            // A tiny or flat reduce's non-root returns once its data is in the arena, as
+            // an MPI eager send does: its call needs nobody. Its next call must fail.
+            const double t1 = NowSec();
+            CheckFailure(loomBarrier(comm, nullptr), NowSec() - t1, "barrier");
+            return;
+        }
+        CheckFailure(r, NowSec() - t0, OpName(op));
+    });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -223,6 +221,48 @@ INSTANTIATE_TEST_SUITE_P(
         return std::string(FamilyName(std::get<0>(info.param))) + "_" +
                OpName(std::get<1>(info.param));
     });
+
+// ---- SIGKILL in the middle of a single-copy pull ---------------------------------------------
+
+// Single copy (forced): the victim posts its buffers and dies in its own process_vm_readv of
+// a peer's block, at half of it (tripwire.h). Every survivor has the victim among the readers of
+// its buffer, so none can leave; those still reading the victim's blocks find it gone.
+void KillMidPull(Op op, int rank, loomComm_t comm)
+{
+    constexpr size_t kCount = 300000; // floats per block
+    constexpr size_t kBlock = kCount * 4;
+    XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+    std::vector<float> send(kCount * kRanks, static_cast<float>(rank));
+    TripBuffer recv(kBlock * kRanks);
+    if (rank == kVictim)
+        for (int j = 0; j < kRanks; j++)
+            if (j != rank)
+                recv.Arm(static_cast<size_t>(j) * kBlock + kBlock / 2, SIGKILL);
+    float *r = reinterpret_cast<float *>(recv.data());
+    const double t0 = NowSec();
+    const loomResult_t res = op == Op::AllGather
+                                 ? loomAllGather(r + static_cast<size_t>(rank) * kCount, r, kCount,
+                                                 loomFloat32, comm, nullptr)
+                                 : loomAllToAll(send.data(), r, kCount, loomFloat32, comm, nullptr);
+    if (rank == kVictim)
+        loomtest::Fail(__FILE__, __LINE__, "the victim's call returned instead of dying");
+    CheckFailure(res, NowSec() - t0, OpName(op));
+    XT_CHECK_LOOM_RES(loomBarrier(comm, nullptr), loomInvalidUsage);
+}
+
+class ShmKillMidPull : public ::testing::TestWithParam<Op> {};
+
+TEST_P(ShmKillMidPull, SurvivorsFailFastNamingTheDeadRank)
+{
+    const Op op = GetParam();
+    RunVictimDies(ShmEnv(Family::kCma, 20000),
+                  [op](int rank, int, loomComm_t comm) { KillMidPull(op, rank, comm); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmKillMidPull, ::testing::Values(Op::AllGather, Op::AllToAll),
+                         [](const ::testing::TestParamInfo<Op> &info) {
+                             return std::string(OpName(info.param));
+                         });
 
 // ---- a buffer that its peers cannot read (single copy) -------------------------------------
 

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // tripwire.cc - the armed pages of TripBuffer, the SIGSEGV handler that turns a read of one into
-// SIGKILL/SIGSTOP, and the sendmsg interposer that does the same for reads by the kernel. The
-// interposer is found before libc's by the dynamic linker because the test executable defines
-// it; it forwards to the next definition (libc, or a sanitizer's). Used by tests/fault.
+// SIGKILL/SIGSTOP, and the sendmsg and process_vm_readv interposers that do the same for the
+// kernel's accesses on the process's behalf (a message sent from an armed page, a single-copy
+// read into one). The interposers are found before libc's by the dynamic linker because the test
+// executable defines them; they forward to the next definition (libc, or a sanitizer's). Used by
+// tests/fault.
 
 #include "tripwire.h"
 
@@ -12,6 +14,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -129,6 +132,32 @@ void TripBuffer::Arm(size_t offset, int sig)
     abort();
 }
 
+// The part of iovecs [iov, iov + n) that a kernel access on this process's behalf may touch
+// before the first armed page: head (empty if nothing is armed there, then *armed = false).
+// With an armed page at the very start it raises the tripwire's signal (SIGSTOP: returns
+// after SIGCONT with *armed = true and head empty, and the caller fails with EFAULT).
+std::vector<iovec> HeadBeforeArmed(const iovec *iov, size_t n, bool *armed)
+{
+    *armed = false;
+    size_t before = 0; // bytes ahead of iovec i
+    for (size_t i = 0; iov != nullptr && i < n; i++) {
+        const size_t off = FirstArmed(reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len);
+        if (off == SIZE_MAX) {
+            before += iov[i].iov_len;
+            continue;
+        }
+        *armed = true;
+        if (before + off == 0) {
+            raise(g_signal.load());
+            return {};
+        }
+        std::vector<iovec> head(iov, iov + i + 1);
+        head[i].iov_len = off;
+        return head;
+    }
+    return {};
+}
+
 } // namespace loomtest
 
 // The process's sendmsg: a message stops short of an armed page, and one that would start on
@@ -139,25 +168,36 @@ extern "C" ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     static const SendmsgFn next = reinterpret_cast<SendmsgFn>(dlsym(RTLD_NEXT, "sendmsg"));
     if (msg == nullptr)
         return next(fd, msg, flags);
-    size_t before = 0; // bytes of the message ahead of iovec i
-    for (size_t i = 0; i < msg->msg_iovlen; i++) {
-        const iovec &v = msg->msg_iov[i];
-        const size_t off = loomtest::FirstArmed(reinterpret_cast<uintptr_t>(v.iov_base), v.iov_len);
-        if (off == SIZE_MAX) {
-            before += v.iov_len;
-            continue;
-        }
-        if (before + off == 0) {
-            raise(loomtest::g_signal.load());
-            errno = EFAULT;
-            return -1;
-        }
-        std::vector<iovec> head(msg->msg_iov, msg->msg_iov + i + 1);
-        head[i].iov_len = off;
-        msghdr m = *msg;
-        m.msg_iov = head.data();
-        m.msg_iovlen = head.size();
-        return next(fd, &m, flags);
+    bool armed;
+    std::vector<iovec> head = loomtest::HeadBeforeArmed(msg->msg_iov, msg->msg_iovlen, &armed);
+    if (!armed)
+        return next(fd, msg, flags);
+    if (head.empty()) {
+        errno = EFAULT;
+        return -1;
     }
-    return next(fd, msg, flags);
+    msghdr m = *msg;
+    m.msg_iov = head.data();
+    m.msg_iovlen = head.size();
+    return next(fd, &m, flags);
+}
+
+// The process's process_vm_readv: a read into this process stops short of an armed page, and
+// one that would start on it raises the tripwire's signal, as a copy into it in user space would.
+extern "C" ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long liovcnt,
+                                    const struct iovec *remote, unsigned long riovcnt,
+                                    unsigned long flags)
+{
+    using ReadvFn = ssize_t (*)(pid_t, const struct iovec *, unsigned long, const struct iovec *,
+                                unsigned long, unsigned long);
+    static const ReadvFn next = reinterpret_cast<ReadvFn>(dlsym(RTLD_NEXT, "process_vm_readv"));
+    bool armed;
+    const std::vector<iovec> head = loomtest::HeadBeforeArmed(local, liovcnt, &armed);
+    if (!armed)
+        return next(pid, local, liovcnt, remote, riovcnt, flags);
+    if (head.empty()) {
+        errno = EFAULT;
+        return -1;
+    }
+    return next(pid, head.data(), head.size(), remote, riovcnt, flags);
 }

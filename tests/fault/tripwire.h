@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// tripwire.h - makes a rank die (SIGKILL) or stop (SIGSTOP) at a chosen byte of a send buffer,
+// tripwire.h - makes a rank die (SIGKILL) or stop (SIGSTOP) at a chosen byte of a buffer,
 // so that a fault test kills a rank in the middle of a collective deterministically: the victim
 // has sent exactly the bytes before the tripwire, and its peers cannot finish without the rest.
-// The tripwire is a PROT_NONE page. Reads of it in user space (the shm rings' copies, the
-// reduction kernels) fault, and a SIGSEGV handler raises the signal. The kernel's reads (tcp's
-// sendmsg) do not fault, so this file also interposes sendmsg for the process: a message is
-// sent up to the first armed page, and a call that would start on one raises the signal.
-// It does not stop receives, and it arms nothing until Arm() is called. Used by tests/fault.
+// The tripwire is a PROT_NONE page. Accesses of it in user space (the shm rings' copies, the
+// reduction kernels) fault, and a SIGSEGV handler raises the signal. The kernel's accesses do
+// not fault, so this file also interposes sendmsg and process_vm_readv for the process: a
+// message is sent, or a single-copy read lands, up to the first armed page, and a call that
+// would start on one raises the signal. It does not stop socket receives, and it arms nothing
+// until Arm() is called. Used by tests/fault.
 #ifndef LOOM_TESTS_FAULT_TRIPWIRE_H
 #define LOOM_TESTS_FAULT_TRIPWIRE_H
 
@@ -31,7 +32,7 @@ class TripBuffer {
     {
         return bytes_;
     }
-    // Arms the page holding byte `offset`: from now on the first read of it raises sig
+    // Arms the page holding byte `offset`: from now on the first access to it raises sig
     // (SIGKILL or SIGSTOP) in this process. Call after the buffer's contents are final.
     void Arm(size_t offset, int sig);
 
