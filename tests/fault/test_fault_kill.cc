@@ -245,7 +245,8 @@ void RunKill(Op op, const std::string &net, const std::string &algo, bool may_fi
     opts.env.push_back({"LOOM_ALGO", algo});
     // The tripwires model the victim's own copies into the arena. With single copy its peers
     // read its buffer themselves and find the armed page unreadable, which blames the victim
-    // alive (ShmUnreadableBuffer in test_fault_shm.cc); a death mid single copy: ShmKillMid.
+    // alive (ShmUnreadableBuffer in test_fault_shm.cc); deaths mid single copy: ShmKillMid/cma
+    // and ShmKillMidPull.
     if (net == "shm")
         opts.env.push_back({"LOOM_SHM_COLL_CMA", "0"});
     opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
