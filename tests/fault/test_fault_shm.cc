@@ -42,6 +42,7 @@ constexpr int kRanks = 4;
 constexpr int kVictim = 3;
 constexpr double kDetectS = 2.0;
 constexpr int kTimeoutMs = 1500;
+constexpr size_t kBigCount = 300000; // floats per rank or block of the cico and cma calls
 
 enum class Family { kFlat, kCico, kCma, kTiny };
 
@@ -162,7 +163,7 @@ const char *OpName(Op op)
 loomResult_t CallOp(Op op, Family f, loomComm_t comm)
 {
     // per rank where it applies; tiny: 32 bytes at most per rank
-    const size_t count = f == Family::kTiny ? 2 : f == Family::kFlat ? 1024 : 300000;
+    const size_t count = f == Family::kTiny ? 2 : f == Family::kFlat ? 1024 : kBigCount;
     static std::vector<float> send, recv;
     send.assign(count * kRanks, 1.0f);
     recv.assign(count * kRanks, 0.0f);
@@ -229,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(
 // its buffer, so none can leave; those still reading the victim's blocks find it gone.
 void KillMidPull(Op op, int rank, loomComm_t comm)
 {
-    constexpr size_t kCount = 300000; // floats per block
+    constexpr size_t kCount = kBigCount; // floats per block
     constexpr size_t kBlock = kCount * 4;
     XT_CHECK_LOOM(loomBarrier(comm, nullptr));
     std::vector<float> send(kCount * kRanks, static_cast<float>(rank));
@@ -272,48 +273,34 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmKillMidPull, ::testing::Values(Op::AllGather, O
 // at fault, alive, and must hear so.
 loomResult_t CallWithUnreadablePage(Op op, int rank, loomComm_t comm)
 {
-    constexpr size_t kCount = 300000; // floats per rank
-    const bool victim = rank == kVictim;
+    constexpr size_t kCount = kBigCount; // floats per rank
     TripBuffer buf(kCount * kRanks * 4);
     std::vector<float> recv(kCount * kRanks);
-    size_t hole = 0; // the byte of buf whose page is unreadable on the victim
-    loomResult_t r = loomInternalError;
-    switch (op) {
-    case Op::AllReduce:     // rank 0 reduces floats [0, count / 4) and reads them from the victim
-    case Op::ReduceScatter: // rank 0's span is floats [0, count)
-    case Op::AllToAll:      // block 0 goes to rank 0
-        hole = 4 * 1000;
-        break;
-    case Op::AllGather: // in place: the victim's block of buf is what the others read
+    // The byte of buf whose page is unreadable on the victim. AllReduce: rank 0 reduces floats
+    // [0, kCount) and reads them from the victim; ReduceScatter: rank 0's span; AllToAll: block 0.
+    size_t hole = 4 * 1000;
+    if (op == Op::AllGather) // in place: the victim's block of buf is what the others read
         hole = (static_cast<size_t>(rank) * kCount + kCount / 2) * 4;
-        break;
-    default: // Broadcast from the victim, in place
+    else if (op == Op::Broadcast) // from the victim, in place
         hole = kCount * 2;
-        break;
-    }
-    if (victim && mprotect(buf.data() + hole / loomtest::PageBytes() * loomtest::PageBytes(),
-                           loomtest::PageBytes(), PROT_NONE) != 0)
+    if (rank == kVictim &&
+        mprotect(buf.data() + hole / loomtest::PageBytes() * loomtest::PageBytes(),
+                 loomtest::PageBytes(), PROT_NONE) != 0)
         loomtest::Fail(__FILE__, __LINE__, std::string("mprotect: ") + strerror(errno));
     float *f = reinterpret_cast<float *>(buf.data());
     switch (op) {
     case Op::AllReduce:
-        r = loomAllReduce(f, recv.data(), kCount * kRanks, loomFloat32, loomSum, comm, nullptr);
-        break;
+        return loomAllReduce(f, recv.data(), kCount * kRanks, loomFloat32, loomSum, comm, nullptr);
     case Op::ReduceScatter:
-        r = loomReduceScatter(f, recv.data(), kCount, loomFloat32, loomSum, comm, nullptr);
-        break;
+        return loomReduceScatter(f, recv.data(), kCount, loomFloat32, loomSum, comm, nullptr);
     case Op::AllToAll:
-        r = loomAllToAll(f, recv.data(), kCount, loomFloat32, comm, nullptr);
-        break;
+        return loomAllToAll(f, recv.data(), kCount, loomFloat32, comm, nullptr);
     case Op::AllGather:
-        r = loomAllGather(f + static_cast<size_t>(rank) * kCount, f, kCount, loomFloat32, comm,
-                          nullptr);
-        break;
+        return loomAllGather(f + static_cast<size_t>(rank) * kCount, f, kCount, loomFloat32, comm,
+                             nullptr);
     default:
-        r = loomBroadcast(f, f, kCount, loomFloat32, kVictim, comm, nullptr);
-        break;
+        return loomBroadcast(f, f, kCount, loomFloat32, kVictim, comm, nullptr);
     }
-    return r;
 }
 
 class ShmUnreadableBuffer : public ::testing::TestWithParam<Op> {};
