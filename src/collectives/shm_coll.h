@@ -64,7 +64,7 @@ loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
  * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
  * a cell, flat for small AllReduce and Reduce, else cma or cico (Barrier:
  * SHM_ALGO_BARRIER). cma_mode (loom_shm_cma_mode): 0 never cma; 1 cma where it measured faster
- * (AllGather, AllToAll, Broadcast and ReduceScatter in size windows that depend on crowded: more
+ * (AllGather, AllToAll, Broadcast and ReduceScatter in size windows, never when crowded: more
  * ranks than CPUs); 2 always. Pure, so that loom_info's decision table shows
  * what runs; equal on every rank of a call. */
 uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded);

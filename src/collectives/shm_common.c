@@ -40,30 +40,28 @@ const char *loom_shm_algo_name(uint32_t algo)
 
 /* Where single copy (process_vm_readv straight into recvbuff) measured faster
  * than copying through the arena, in loom_coll_bytes: [lo, hi] with a CPU per
- * rank, [crowd_lo, crowd_hi] with more ranks than CPUs, where each system call
- * waits for a core (0, 0: never). Measured side by side with bench/compare on
- * the development machine (docs/shm-collectives.md, "Single copy or the
- * arena"); above hi, pinning a large buffer's pages per call costs more than
- * the second copy. */
+ * rank. Measured side by side with bench/compare (docs/shm-collectives.md,
+ * "Single copy or the arena"); above hi, pinning a large buffer's pages per
+ * call costs more than the second copy. With more ranks than CPUs never: each
+ * system call waits for a core, and single copy measured at best even (Xeon)
+ * and 1.2-2x slower (EPYC) there. */
 static const struct {
     loom_coll_kind_t kind;
-    size_t lo, hi, crowd_lo, crowd_hi;
+    size_t lo, hi;
 } cma_windows[] = {
-    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 1u << 20, 16u << 20},
-    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 1u << 20, 32u << 20},
-    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 0, 0},
-    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0, 0},
+    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20},
+    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20},
+    {LOOM_COLL_BCAST, 64u << 10, 512u << 10},
+    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20},
 };
 
 static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded)
 {
-    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++) {
-        if (cma_windows[i].kind != kind)
-            continue;
-        const size_t lo = crowded ? cma_windows[i].crowd_lo : cma_windows[i].lo;
-        const size_t hi = crowded ? cma_windows[i].crowd_hi : cma_windows[i].hi;
-        return hi > 0 && bytes >= lo && bytes <= hi;
-    }
+    if (crowded)
+        return 0;
+    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++)
+        if (cma_windows[i].kind == kind)
+            return bytes >= cma_windows[i].lo && bytes <= cma_windows[i].hi;
     return 0;
 }
 

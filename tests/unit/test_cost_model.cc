@@ -454,7 +454,7 @@ TEST(CostModel, EnvironmentOverridesDefaults)
 }
 
 // The shm family's variant: single copy only inside the windows where it measured faster,
-// which depend on whether the ranks outnumber the CPUs; LOOM_SHM_COLL_CMA=0 and 2 override.
+// and never when the ranks outnumber the CPUs; LOOM_SHM_COLL_CMA=0 and 2 override.
 TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
 {
     const size_t K = 1024, M = K * K;
@@ -469,10 +469,11 @@ TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
         {LOOM_COLL_ALLGATHER, 32 * M, 0, SHM_ALGO_CMA},
         {LOOM_COLL_ALLGATHER, 64 * M, 0, SHM_ALGO_CICO},
         {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 16 * M, 1, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLGATHER, 32 * M, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 1 * M, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 16 * M, 1, SHM_ALGO_CICO},
         {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLTOALL, 32 * M, 1, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLTOALL, 1 * M, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 32 * M, 1, SHM_ALGO_CICO},
         {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CMA},
         {LOOM_COLL_BCAST, 1 * M, 0, SHM_ALGO_CICO},
         {LOOM_COLL_BCAST, 256 * K, 1, SHM_ALGO_CICO},
