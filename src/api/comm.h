@@ -57,14 +57,20 @@ struct loomComm {
 
 typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_kind_t;
 
+/* One recorded operation; only the member of its kind is set (a smaller op is
+ * cheaper to build on the 8-byte path). */
 typedef struct {
     loom_op_kind_t kind;
-    loom_coll_args_t coll; /* for LOOM_OP_COLL (alltoallv arrays are owned copies) */
-    loom_echo_args_t echo; /* for LOOM_OP_ECHO (holds a reference on its state) */
-    const void *sendbuff;  /* send */
-    void *recvbuff;        /* recv */
-    size_t nbytes;         /* send/recv */
-    int peer;
+    union {
+        loom_coll_args_t coll; /* LOOM_OP_COLL (alltoallv arrays are owned copies) */
+        loom_echo_args_t echo; /* LOOM_OP_ECHO (holds a reference on its state) */
+        struct {               /* LOOM_OP_SEND, LOOM_OP_RECV */
+            const void *sendbuff;
+            void *recvbuff;
+            size_t nbytes;
+            int peer;
+        };
+    };
 } loom_op_t;
 
 typedef struct loom_task {
@@ -93,7 +99,7 @@ loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn);
 /* Records an operation: into the thread's open group, or as a task of its own
  * that runs now (stream NULL) or is queued on the stream. Takes ownership of
  * op's owned arrays. */
-loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t stream);
+loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream);
 /* Executes a task on the calling thread in its turn; frees nothing. */
 loomResult_t loom_task_execute(loom_task_t *task);
 void loom_task_free(loom_task_t *task);

@@ -129,7 +129,7 @@ static loomResult_t task_run_ops(loom_task_t *t)
         LOOM_WARN("out of memory for %d send/receive requests", np2p);
         return loomSystemError;
     }
-    if (reqs == reqs_small)
+    if (reqs == reqs_small && np2p > 0) /* a collective alone needs none */
         memset(reqs_small, 0, sizeof(reqs_small));
     int nreq = 0;
     if (np2p > 0) /* collectives set their own context */
@@ -205,9 +205,23 @@ loomResult_t loom_task_execute(loom_task_t *t)
 
 // ---- entry from the API -------------------------------------------------------
 
-loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t stream)
+loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
 {
-    loom_op_t copy = *op;
+    if (group.depth == 0 && stream == NULL) {
+        /* Runs before returning, under the caller's reference: a task on the stack that
+         * runs the caller's op where it is (a copy of a just-written op costs stalled
+         * loads on the 8-byte path). */
+        loom_task_t t; /* `first` stays unset: ops points at the caller's op */
+        t.comm = comm;
+        t.ops = op;
+        t.nops = t.cap = 1;
+        t.stream = NULL;
+        t.next = NULL;
+        task_take_ticket(&t);
+        loomResult_t res = loom_task_execute(&t);
+        op_free(op);
+        return res;
+    }
     if (group.depth > 0) {
         loom_task_t *t = group.tasks;
         while (t && t->comm != comm)
@@ -220,24 +234,15 @@ loomResult_t loom_enqueue(loomComm_t comm, const loom_op_t *op, loomStream_t str
         }
         if (t->stream == NULL)
             t->stream = stream;
-        loomResult_t res = task_add(t, &copy);
+        loomResult_t res = task_add(t, op);
         if (res != loomSuccess)
-            op_free(&copy);
+            op_free(op);
         return res;
     }
-    if (stream == NULL) {
-        /* Runs before returning, under the caller's reference: a task on the stack. */
-        loom_task_t t = {.comm = comm, .nops = 1, .cap = 1, .first = copy};
-        t.ops = &t.first;
-        task_take_ticket(&t);
-        loomResult_t res = loom_task_execute(&t);
-        task_clear_ops(&t);
-        return res;
-    }
-    if (loom_stream_push_op(stream, comm, &copy) == loomSuccess)
+    if (loom_stream_push_op(stream, comm, op) == loomSuccess)
         return loomSuccess;
 err_nomem:
-    op_free(&copy);
+    op_free(op);
     LOOM_WARN("out of memory recording an operation");
     return loomSystemError;
 }

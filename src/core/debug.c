@@ -22,6 +22,7 @@
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static loom_log_level_t log_level = LOOM_LOG_WARN;
+int loom_log_gate = LOOM_LOG_TRACE;
 static uint32_t log_subsys = LOOM_LOG_INIT | LOOM_LOG_ENV;
 static FILE *log_file;
 static char log_host[64];
@@ -106,6 +107,7 @@ static void log_init(void)
         log_level = LOOM_LOG_TRACE;
     else
         log_level = LOOM_LOG_WARN;
+    __atomic_store_n(&loom_log_gate, (int)log_level, __ATOMIC_RELAXED);
     log_subsys = parse_subsys(loom_param_DEBUG_SUBSYS());
     const char *file = loom_param_DEBUG_FILE();
     if (file && *file)

@@ -52,11 +52,19 @@ void loom_clear_last_error(void);
 void loom_debug_abort(void) __attribute__((noreturn));
 
 /* WARN always records the message as the last error, even when not printed. */
-#define LOOM_WARN(...)          loom_log(LOOM_LOG_WARN, LOOM_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define LOOM_INFO(_subsys, ...) loom_log(LOOM_LOG_INFO, (_subsys), __FILE__, __LINE__, __VA_ARGS__)
+#define LOOM_WARN(...) loom_log(LOOM_LOG_WARN, LOOM_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
+/* INFO and TRACE lines reach loom_log only at or below this level: LOOM_LOG_TRACE
+ * until the settings are read, then LOOM_DEBUG's level. A disabled line on the
+ * per-call path costs one load instead of a call. */
+extern int loom_log_gate;
+#define LOOM_LOG_GATED(_level, _subsys, ...)                                                       \
+    do {                                                                                           \
+        if ((int)(_level) <= __atomic_load_n(&loom_log_gate, __ATOMIC_RELAXED))                    \
+            loom_log((_level), (_subsys), __FILE__, __LINE__, __VA_ARGS__);                        \
+    } while (0)
+#define LOOM_INFO(_subsys, ...) LOOM_LOG_GATED(LOOM_LOG_INFO, (_subsys), __VA_ARGS__)
 #ifdef LOOM_ENABLE_TRACE
-#define LOOM_TRACE(_subsys, ...)                                                                   \
-    loom_log(LOOM_LOG_TRACE, (_subsys), __FILE__, __LINE__, __VA_ARGS__)
+#define LOOM_TRACE(_subsys, ...) LOOM_LOG_GATED(LOOM_LOG_TRACE, (_subsys), __VA_ARGS__)
 #else
 #define LOOM_TRACE(_subsys, ...)                                                                   \
     do {                                                                                           \
