@@ -105,6 +105,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     /* Single copy also needs every rank's process_vm_readv to work: assumed here. */
     const int shm_cma_mode = (int)loom_param_SHM_COLL_CMA();
     const int shm_crowded = loom_shm_crowded(nranks);
+    const int shm_kernel_fast = shm_cma_mode == 1 && loom_shm_kernel_copy_fast();
     const double gib = 1024.0 * 1024.0 * 1024.0;
     loom_cost_call_t call = {.nranks = nranks,
                              .acc_ratio = 1.0,
@@ -125,7 +126,8 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
             if (a != NULL && strcmp(a->name, "shm") == 0) /* it picks by size itself */
                 snprintf(cell, sizeof(cell), "%s",
                          loom_shm_algo_name(loom_shm_variant(decision_kinds[k], (size_t)bytes,
-                                                             nranks, shm_cma_mode, shm_crowded)));
+                                                             nranks, shm_cma_mode, shm_crowded,
+                                                             shm_kernel_fast)));
             else
                 snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
             printf(" %-24s", cell);

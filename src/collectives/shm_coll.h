@@ -64,10 +64,11 @@ loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
  * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
  * a cell, flat for small AllReduce and Reduce, else cma or cico (Barrier:
  * SHM_ALGO_BARRIER). cma_mode (loom_shm_cma_mode): 0 never cma; 1 cma where it measured faster
- * (AllGather, AllToAll, Broadcast and ReduceScatter in size windows, never when crowded: more
- * ranks than CPUs); 2 always. Pure, so that loom_info's decision table shows
- * what runs; equal on every rank of a call. */
-uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded);
+ * (AllGather, AllToAll, Broadcast and ReduceScatter in size windows, narrow ones unless
+ * kernel_fast (loom_arena_copy_fast), never when crowded: more ranks than CPUs); 2 always.
+ * Pure, so that loom_info's decision table shows what runs; equal on every rank of a call. */
+uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded,
+                          int kernel_fast);
 /* 1 if n ranks on this machine are more than its online CPUs. */
 int loom_shm_crowded(int n);
 /* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
@@ -165,7 +166,9 @@ static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
     c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
 }
 /* memcpy, with non-temporal stores if stream (x86-64; fenced before it
- * returns, so a flag posted next orders after the data). */
+ * returns, so a flag posted next orders after the data). Every copy into or
+ * out of the arena goes through it: where the destination lies just past the
+ * source modulo 4 KiB it copies backwards itself (see shm_common.c). */
 void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream);
 
 /* Elements per reduction block: 128 KiB of data or accumulators, so that a

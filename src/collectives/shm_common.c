@@ -40,32 +40,35 @@ const char *loom_shm_algo_name(uint32_t algo)
 
 /* Where single copy (process_vm_readv straight into recvbuff) measured faster
  * than copying through the arena, in loom_coll_bytes: [lo, hi] with a CPU per
- * rank. Measured side by side with bench/compare (docs/shm-collectives.md,
- * "Single copy or the arena"); above hi, pinning a large buffer's pages per
- * call costs more than the second copy. With more ranks than CPUs never: each
- * system call waits for a core, and single copy measured at best even (Xeon)
- * and 1.2-2x slower (EPYC) there. */
+ * rank where the kernel copies fast (loom_shm_kernel_copy_fast), [lo, slow_hi]
+ * where it does not (0: never). Measured side by side with bench/compare
+ * (docs/shm-collectives.md, "Single copy or the arena"); above hi, pinning a
+ * large buffer's pages per call costs more than the second copy. With more
+ * ranks than CPUs never: each system call waits for a core, and single copy
+ * measured at best even (Xeon) and 1.2-2.4x slower (EPYC) there. */
 static const struct {
     loom_coll_kind_t kind;
-    size_t lo, hi;
+    size_t lo, hi, slow_hi;
 } cma_windows[] = {
-    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20},
-    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20},
-    {LOOM_COLL_BCAST, 64u << 10, 512u << 10},
-    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20},
+    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 256u << 10},
+    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 0},
+    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 0},
+    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0},
 };
 
-static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded)
+static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded, int kernel_fast)
 {
     if (crowded)
         return 0;
     for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++)
         if (cma_windows[i].kind == kind)
-            return bytes >= cma_windows[i].lo && bytes <= cma_windows[i].hi;
+            return bytes >= cma_windows[i].lo &&
+                   bytes <= (kernel_fast ? cma_windows[i].hi : cma_windows[i].slow_hi);
     return 0;
 }
 
-uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded)
+uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded,
+                          int kernel_fast)
 {
     if (kind == LOOM_COLL_BARRIER)
         return SHM_ALGO_BARRIER;
@@ -75,7 +78,7 @@ uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mo
         return SHM_ALGO_TINY;
     if ((kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE) && bytes <= SHM_FLAT_MAX_BYTES)
         return SHM_ALGO_FLAT;
-    if (cma_mode >= 2 || (cma_mode == 1 && cma_measured_faster(kind, bytes, crowded)))
+    if (cma_mode >= 2 || (cma_mode == 1 && cma_measured_faster(kind, bytes, crowded, kernel_fast)))
         return SHM_ALGO_CMA;
     return SHM_ALGO_CICO;
 }
@@ -96,8 +99,10 @@ int loom_shm_crowded(int n)
 
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
     return loom_shm_variant(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks,
-                            loom_shm_cma_mode(ctx), loom_shm_crowded(ctx->nranks));
+                            loom_shm_cma_mode(ctx), loom_shm_crowded(ctx->nranks),
+                            ar != NULL && loom_arena_copy_fast(ar));
 }
 
 loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
@@ -246,30 +251,56 @@ loomResult_t loom_shm_finish_single_copy(shm_call_t *c)
 
 // ---- copies -------------------------------------------------------------------------
 
+#if defined(__x86_64__)
+/* 64 bytes from s to d: streaming stores (d 16-byte aligned) or plain ones. */
+static inline void move64(uint8_t *d, const uint8_t *s, int stream)
+{
+    const __m128i x0 = _mm_loadu_si128((const __m128i *)s);
+    const __m128i x1 = _mm_loadu_si128((const __m128i *)(s + 16));
+    const __m128i x2 = _mm_loadu_si128((const __m128i *)(s + 32));
+    const __m128i x3 = _mm_loadu_si128((const __m128i *)(s + 48));
+    if (stream) {
+        _mm_stream_si128((__m128i *)d, x0);
+        _mm_stream_si128((__m128i *)(d + 16), x1);
+        _mm_stream_si128((__m128i *)(d + 32), x2);
+        _mm_stream_si128((__m128i *)(d + 48), x3);
+    } else {
+        _mm_storeu_si128((__m128i *)d, x0);
+        _mm_storeu_si128((__m128i *)(d + 16), x1);
+        _mm_storeu_si128((__m128i *)(d + 32), x2);
+        _mm_storeu_si128((__m128i *)(d + 48), x3);
+    }
+}
+#endif
+
 void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
 {
 #if defined(__x86_64__)
+    uint8_t *d = dst;
+    const uint8_t *s = src;
     if (stream && bytes >= 256) {
-        uint8_t *d = dst;
-        const uint8_t *s = src;
         const size_t head = (size_t)(-(uintptr_t)d & 15u); /* streaming stores are aligned */
         memcpy(d, s, head);
         d += head;
         s += head;
         bytes -= head;
         const size_t body = bytes & ~(size_t)63u;
-        for (size_t i = 0; i < body; i += 64) {
-            const __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i));
-            const __m128i x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
-            const __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32));
-            const __m128i x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
-            _mm_stream_si128((__m128i *)(d + i), x0);
-            _mm_stream_si128((__m128i *)(d + i + 16), x1);
-            _mm_stream_si128((__m128i *)(d + i + 32), x2);
-            _mm_stream_si128((__m128i *)(d + i + 48), x3);
-        }
+        for (size_t i = 0; i < body; i += 64)
+            move64(d + i, s + i, 1);
         memcpy(d + body, s + body, bytes - body);
         _mm_sfence(); /* streaming stores are weakly ordered */
+        return;
+    }
+    /* A destination up to 1 KiB past the source modulo 4 KiB (an arena half is page
+     * aligned, a malloc'd buffer often 16 bytes into its page): forward copies load
+     * addresses whose low 12 bits match stores still in flight, and glibc's rep movsb
+     * ran 2-7x slower on a Zen 4 in whole runs of a benchmark (2 ranks, 1 MiB AllToAll:
+     * 300-350 us against 45). Backwards, a load never aliases a recent store. */
+    if (bytes >= 4096 && (((uintptr_t)d - (uintptr_t)s) & 4095u) < 1024u) {
+        const size_t body = bytes & ~(size_t)63u;
+        memcpy(d + body, s + body, bytes - body);
+        for (size_t i = body; i > 0; i -= 64)
+            move64(d + i - 64, s + i - 64, 0);
         return;
     }
 #else

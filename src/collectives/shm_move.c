@@ -52,10 +52,10 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
         LOOM_CHECK(loom_arena_half_acquire(c->ar, h));
         uint8_t *mine = loom_arena_half(c->ar, c->me, h);
         if (!per_peer)
-            memcpy(mine, send + lo, len);
+            loom_shm_copy(mine, send + lo, len, 0);
         for (int j = 0; per_peer && j < c->n; j++)
             if (j != c->me)
-                memcpy(mine + (size_t)j * part, send + (size_t)j * bytes + lo, len);
+                loom_shm_copy(mine + (size_t)j * part, send + (size_t)j * bytes + lo, len, 0);
         loom_arena_post(c->ar, shm_flag(c, k + 1));
         LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, k + 1)));
         if (k == 0)
@@ -165,7 +165,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
             LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
             for (size_t j = 0; j < pieces; j++) {
                 const size_t off = j * piece, n = min_sz(piece, len - off);
-                memcpy(half + off, send + lo + off, n);
+                loom_shm_copy(half + off, send + lo + off, n, 0);
                 loom_arena_post(c.ar, shm_flag(&c, step0 + j));
             }
             /* Out of place, the own copy comes from the slot (in cache) while the others

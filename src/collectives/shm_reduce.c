@@ -141,7 +141,7 @@ static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
     const unsigned h = loom_arena_next_half(ar);
     LOOM_CHECK(loom_arena_half_acquire(ar, h));
-    memcpy(loom_arena_half(ar, c.me, h), a->sendbuff, bytes);
+    loom_shm_copy(loom_arena_half(ar, c.me, h), a->sendbuff, bytes, 0);
     loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
     /* Readers are done once they post anything of a later call. */
     loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
@@ -203,7 +203,8 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
     for (int o = 0; o < c->n; o++) { /* the own part is reduced straight from sendbuff */
         size_t len = part_len(&p->spans[o], lo, e);
         if (len > 0 && o != c->me)
-            memcpy(mine + (size_t)o * stride, send + (p->spans[o].off + lo) * es, len * es);
+            loom_shm_copy(mine + (size_t)o * stride, send + (p->spans[o].off + lo) * es, len * es,
+                          0);
     }
     loom_arena_post(ar, shm_flag(c, 2 * k + 1));
     LOOM_CHECK(loom_arena_wait(ar, -1, shm_flag(c, 2 * k + 1)));

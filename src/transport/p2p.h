@@ -167,6 +167,12 @@ loom_arena_t *loom_p2p_arena(loom_p2p_t *p2p);
 /* 0 unless every rank can read every other's memory (process_vm_readv); then
  * the smallest LOOM_SHM_COLL_CMA among the ranks (1 or 2), agreed at creation. */
 int loom_arena_single_copy(const loom_arena_t *a);
+/* 1 if every rank found its kernel's copies fast (loom_shm_kernel_copy_fast),
+ * agreed at creation; only asked where single copy is LOOM_SHM_COLL_CMA=1. */
+int loom_arena_copy_fast(const loom_arena_t *a);
+/* 1 if this machine's process_vm_readv copies at least a third as fast as
+ * memcpy (shm_copy_probe.c); measured once per process, about 0.2 ms. */
+int loom_shm_kernel_copy_fast(void);
 /* Bytes of one slot half. */
 size_t loom_arena_half_bytes(const loom_arena_t *a);
 /* Starts call seq: waits until every peer is past the call that last used

@@ -453,8 +453,9 @@ TEST(CostModel, EnvironmentOverridesDefaults)
     loom_param_reset_cache();
 }
 
-// The shm family's variant: single copy only inside the windows where it measured faster,
-// and never when the ranks outnumber the CPUs; LOOM_SHM_COLL_CMA=0 and 2 override.
+// The shm family's variant: single copy only inside the windows where it measured faster
+// (narrower where the kernel copies slowly), and never when the ranks outnumber the CPUs;
+// LOOM_SHM_COLL_CMA=0 and 2 override.
 TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
 {
     const size_t K = 1024, M = K * K;
@@ -483,14 +484,30 @@ TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
         {LOOM_COLL_REDUCE, 1 * M, 0, SHM_ALGO_CICO},
     };
     for (const Case &c : cases) {
-        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded), c.want)
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded, 1), c.want)
             << loom_coll_name(c.kind) << " " << c.bytes << " crowded " << c.crowded;
-        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 0, c.crowded), SHM_ALGO_CICO);
-        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded), SHM_ALGO_CMA);
+        for (int fast = 0; fast <= 1; fast++) {
+            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 0, c.crowded, fast), SHM_ALGO_CICO);
+            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded, fast), SHM_ALGO_CMA);
+        }
     }
+    // Where the kernel copies slowly only the narrow windows stay: AllGather to 256 KiB.
+    const Case slow[] = {
+        {LOOM_COLL_ALLGATHER, 64 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLGATHER, 256 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLGATHER, 1 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 64 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 256 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_REDUCE_SCATTER, 1 * M, 0, SHM_ALGO_CICO},
+    };
+    for (const Case &c : slow)
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded, 0), c.want)
+            << loom_coll_name(c.kind) << " " << c.bytes << " crowded " << c.crowded << " slow";
     // What the arena does best stays: tiny inputs, flat small reductions.
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLGATHER, 64, 2, 2, 0), SHM_ALGO_TINY);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 4 * K, 2, 2, 0), SHM_ALGO_FLAT);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLGATHER, 64, 2, 2, 0, 1), SHM_ALGO_TINY);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 4 * K, 2, 2, 0, 1), SHM_ALGO_FLAT);
 }
 
 } // namespace

@@ -4,7 +4,9 @@
  * out of the shm arena that large calls write with non-temporal stores: for
  * every alignment of source and destination and sizes around the 16-byte
  * head and 64-byte body of the streaming loop, both modes copy exactly the
- * bytes asked for and touch nothing around them. Single process; meson's
+ * bytes asked for and touch nothing around them, in either direction of the
+ * plain copy (backwards where the destination trails the source closely
+ * modulo a page). Single process; meson's
  * 'unit' suite.
  */
 #include <gtest/gtest.h>
@@ -44,6 +46,35 @@ TEST(ShmCopy, EveryAlignmentAndTail)
             for (size_t dst_off = 0; dst_off < 17; dst_off++)
                 for (size_t bytes : sizes)
                     CheckCopy(stream, src_off, dst_off, bytes);
+}
+
+// Destinations 0-1023 bytes past the source modulo 4 KiB are copied backwards by
+// loom_shm_copy itself (the forward copy's loads alias its recent stores there); both
+// directions, around the 64-byte body and the 4 KiB threshold, copy exactly the bytes.
+TEST(ShmCopy, EveryDistanceModuloAPage)
+{
+    const size_t sizes[] = {4095, 4096, 4097, 4160, 8191, 65536 + 37};
+    const size_t deltas[] = {0, 1, 16, 63, 64, 1000, 1023, 1024, 2048, 4032, 4095};
+    for (size_t bytes : sizes)
+        for (size_t delta : deltas) {
+            const size_t gap = ((bytes + 4095) / 4096 + 1) * 4096 + delta; // no overlap
+            std::vector<uint8_t> buf(gap + bytes + 2 * kGuard + 4096);
+            const uintptr_t base = reinterpret_cast<uintptr_t>(buf.data());
+            const size_t start = (4096 - base % 4096) % 4096; // src page aligned
+            uint8_t *src = buf.data() + start;
+            uint8_t *dst = src + gap;
+            for (size_t i = 0; i < bytes; i++)
+                src[i] = static_cast<uint8_t>(i * 29u + delta);
+            for (size_t i = 0; i < bytes + kGuard && gap + i < buf.size() - start; i++)
+                dst[i] = 0xA5;
+            dst[-1] = 0x5A;
+            loom_shm_copy(dst, src, bytes, 0);
+            ASSERT_EQ(dst[-1], 0x5A) << bytes << " bytes, distance " << delta;
+            for (size_t i = 0; i < bytes; i++)
+                ASSERT_EQ(dst[i], static_cast<uint8_t>(i * 29u + delta))
+                    << bytes << " bytes, distance " << delta << ": byte " << i;
+            ASSERT_EQ(dst[bytes], 0xA5) << bytes << " bytes, distance " << delta;
+        }
 }
 
 } // namespace

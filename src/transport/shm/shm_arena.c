@@ -330,11 +330,16 @@ static loomResult_t agree_single_copy(loom_arena_t *a)
             vote = 0;
     atomic_store_explicit(&me->cma_ok, (uint32_t)vote, memory_order_relaxed);
     atomic_store_explicit(&me->light_ok, (uint32_t)light_posts_possible(a), memory_order_relaxed);
+    atomic_store_explicit(&me->copy_fast, (uint32_t)(vote == 1 && loom_shm_kernel_copy_fast()),
+                          memory_order_relaxed);
     loom_arena_post(a, loom_arena_mkflag(0, 2));
     LOOM_CHECK(loom_arena_wait(a, -1, loom_arena_mkflag(0, 2)));
     a->cma = vote;
+    a->copy_fast = 1;
     int light = 1;
     for (int r = 0; r < a->nranks; r++) {
+        if (!atomic_load_explicit(&a->ctl[r].copy_fast, memory_order_relaxed))
+            a->copy_fast = 0;
         a->pids[r] = (int)a->ctl[r].pid;
         const int v = (int)atomic_load_explicit(&a->ctl[r].cma_ok, memory_order_relaxed);
         if (v < a->cma)
@@ -452,7 +457,11 @@ loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *a
     LOOM_CHECK_GOTO(agree_single_copy(a), res, err);
     LOOM_INFO(LOOM_LOG_SHM, "shm arena: rank %d mapped %s: %zu bytes, %zu-byte slots, %s", a->rank,
               a->name, a->bytes, a->slot_bytes,
-              a->cma ? "single copy (process_vm_readv)" : "copies through the arena");
+              a->cma == 0   ? "copies through the arena"
+              : a->cma == 2 ? "single copy (process_vm_readv) always"
+              : a->copy_fast
+                  ? "single copy (process_vm_readv) in its windows"
+                  : "single copy (process_vm_readv) in its narrow windows (slow kernel copies)");
     *arena_p = a;
     return loomSuccess;
 err:

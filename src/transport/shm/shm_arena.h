@@ -41,11 +41,11 @@ typedef struct {
     _Atomic uint32_t state; /* LOOM_ARENA_* */
     _Atomic uint32_t
         cma_ok; /* creation vote: its LOOM_SHM_COLL_CMA, 0 if it could not read a peer */
-    _Atomic uint32_t light_ok; /* creation vote: its posts may skip the fence (membarrier) */
-    uint8_t pad1[4];
-    uint64_t pid;         /* getpid() of the rank, for single-copy reads */
-    uint64_t probe_addr;  /* address of a word in its memory, for the probe */
-    uint64_t probe_value; /* what that word holds */
+    _Atomic uint32_t light_ok;  /* creation vote: its posts may skip the fence (membarrier) */
+    _Atomic uint32_t copy_fast; /* creation vote: loom_shm_kernel_copy_fast() */
+    uint64_t pid;               /* getpid() of the rank, for single-copy reads */
+    uint64_t probe_addr;        /* address of a word in its memory, for the probe */
+    uint64_t probe_value;       /* what that word holds */
     /* While the rank sleeps: the rank it waits for (-1: any) and the flag it
      * needs from it, so that posts that cannot satisfy it do not wake it. */
     _Atomic uint64_t wait_flag;
@@ -96,6 +96,7 @@ struct loom_arena {
     uint8_t *slots;           /* [nranks] x slot_bytes, page aligned */
     size_t slot_bytes;
     int cma;        /* the smallest vote: 0 no single copy, else the agreed LOOM_SHM_COLL_CMA */
+    int copy_fast;  /* every rank's kernel copies fast enough for the wide windows */
     int *pids;      /* [nranks] pids for process_vm_readv */
     uint64_t probe; /* the word peers read in the probe */
     /* Collectives' bookkeeping (identical on every rank while calls match). */

@@ -72,6 +72,11 @@ int loom_arena_single_copy(const loom_arena_t *a)
     return a->cma;
 }
 
+int loom_arena_copy_fast(const loom_arena_t *a)
+{
+    return a->copy_fast;
+}
+
 size_t loom_arena_half_bytes(const loom_arena_t *a)
 {
     return a->slot_bytes / 2;
