@@ -15,7 +15,7 @@
  *     into its recvbuff while the others copy it out); the others wait for
  *     the root's k+1, copy out and post k+1 (the root's next use of that half
  *     waits for them). The root leaves as soon as its data is in the slot.
- *   AllToAll: the half holds one sub-block per destination (H / n bytes each);
+ *   AllToAll: the half holds one sub-block per other rank (H / (n-1) bytes each);
  *     round k copies part k of every outgoing block in, and after every
  *     peer's k+1 each rank copies its sub-block out of every peer's half.
  * cma: every rank posts ARRIVE with its buffers' addresses; a reader then
@@ -37,15 +37,23 @@ static size_t min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* Where a writer's half holds the sub-block for destination j in AllToAll:
+ * one per other rank, none for itself (with 2 ranks the whole half is the
+ * peer's, which halves the rounds against a sub-block per rank). */
+static size_t sub_index(int j, int writer)
+{
+    return (size_t)(j < writer ? j : j - 1);
+}
+
 /* The cico rounds of AllGather and AllToAll: round k moves bytes [k part,
  * (k+1) part) of every block. AllGather copies its own block in once, and
  * every peer reads it from the start of the half; AllToAll copies one
- * sub-block per destination j to j part, and each peer reads its own. */
+ * sub-block per destination j to sub_index(j) part, and each peer reads its
+ * own. */
 static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t *recv, size_t bytes,
                                     size_t part, int per_peer)
 {
     const size_t rounds = (bytes + part - 1) / part;
-    const size_t at = per_peer ? (size_t)c->me * part : 0;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * part, len = min_sz(part, bytes - lo);
         const unsigned h = loom_arena_next_half(c->ar);
@@ -55,13 +63,15 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
             loom_shm_copy(mine, send + lo, len, 0);
         for (int j = 0; per_peer && j < c->n; j++)
             if (j != c->me)
-                loom_shm_copy(mine + (size_t)j * part, send + (size_t)j * bytes + lo, len, 0);
+                loom_shm_copy(mine + sub_index(j, c->me) * part, send + (size_t)j * bytes + lo, len,
+                              0);
         loom_arena_post(c->ar, shm_flag(c, k + 1));
         LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, k + 1)));
         if (k == 0)
             LOOM_CHECK(loom_shm_check(c, -1));
         for (int i = 1; i < c->n; i++) {
             int r = (c->me + i) % c->n;
+            const size_t at = per_peer ? sub_index(c->me, r) * part : 0;
             loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c->ar, r, h) + at, len,
                           c->stream);
         }
@@ -229,7 +239,8 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    const size_t sub = ar ? loom_arena_half_bytes(ar) / (size_t)ctx->nranks / 64 * 64 : 0;
+    const size_t others = ctx->nranks > 1 ? (size_t)ctx->nranks - 1 : 1;
+    const size_t sub = ar ? loom_arena_half_bytes(ar) / others / 64 * 64 : 0;
     if (bytes == 0)
         return loomSuccess;
     if (sub == 0 || !shm_rounds_fit((bytes + sub - 1) / sub, 1))
