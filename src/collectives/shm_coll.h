@@ -63,10 +63,11 @@ loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 /* The variant (SHM_ALGO_*) the "shm" entry of collective kind runs for a call
  * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
  * a cell, flat for small AllReduce and Reduce, else cma or cico (Barrier:
- * SHM_ALGO_BARRIER). cma_mode (loom_shm_cma_mode): 0 never cma; 1 cma where it measured faster
- * (AllGather, AllToAll, Broadcast and ReduceScatter in size windows, narrow ones unless
- * kernel_fast (loom_arena_copy_fast), never when crowded: more ranks than CPUs); 2 always.
- * Pure, so that loom_info's decision table shows what runs; equal on every rank of a call. */
+ * SHM_ALGO_BARRIER). cma_mode (the agreed LOOM_SHM_COLL_CMA, loom_shm_pick): 0 never cma; 1 cma
+ * where it measured faster (AllGather, AllToAll, Broadcast and ReduceScatter in size windows,
+ * narrow ones unless kernel_fast (loom_arena_copy_fast), never when crowded: more ranks than CPUs);
+ * 2 always. Pure, so that loom_info's decision table shows what runs; equal on every rank of a
+ * call. */
 uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded,
                           int kernel_fast);
 /* 1 if n ranks on this machine are more than its online CPUs. */
@@ -95,10 +96,6 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name);
 
 /* 1 if every rank agreed at creation that process_vm_readv works. */
 int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx);
-/* The cma_mode of loom_shm_variant on ctx's communicator: the smallest
- * LOOM_SHM_COLL_CMA among its ranks where every rank agreed at creation that
- * single copy works, else 0 — the same on every rank. */
-int loom_shm_cma_mode(loom_coll_ctx_t *ctx);
 
 /* One call on the arena. */
 typedef struct {

@@ -99,10 +99,12 @@ int loom_shm_crowded(int n)
 
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
+    /* The cma mode: the smallest LOOM_SHM_COLL_CMA among the ranks where every rank
+     * agreed at creation that single copy works, else 0; the same on every rank. */
     const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
     return loom_shm_variant(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks,
-                            loom_shm_cma_mode(ctx), loom_shm_crowded(ctx->nranks),
-                            ar != NULL && loom_arena_copy_fast(ar));
+                            ar != NULL ? loom_arena_single_copy(ar) : 0,
+                            loom_shm_crowded(ctx->nranks), ar != NULL && loom_arena_copy_fast(ar));
 }
 
 loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
@@ -135,12 +137,6 @@ int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
 {
     const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
     return ar != NULL && loom_arena_single_copy(ar);
-}
-
-int loom_shm_cma_mode(loom_coll_ctx_t *ctx)
-{
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    return ar != NULL ? loom_arena_single_copy(ar) : 0;
 }
 
 loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
