@@ -5,6 +5,7 @@
  */
 #include "algo_util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -75,6 +76,57 @@ loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q)
     int n = q->n;
     q->n = 0;
     return n ? loom_p2p_wait_all(ctx->p2p, q->r, n) : loomSuccess;
+}
+
+static loomResult_t post_piece(loom_coll_ctx_t *ctx, const loom_xfer_t *x, size_t k, uint32_t tag,
+                               loom_p2p_req_t *req)
+{
+    size_t off = k * ctx->chunk_bytes;
+    size_t len = x->nbytes - off < ctx->chunk_bytes ? x->nbytes - off : ctx->chunk_bytes;
+    if (x->send)
+        return loom_coll_isend(ctx, x->peer, x->buf + off, len, tag, req);
+    return loom_coll_irecv(ctx, x->peer, x->buf + off, len, tag, req);
+}
+
+loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx, uint32_t tag)
+{
+    const size_t depth = ctx->ring_depth < 1 ? 1 : (size_t)ctx->ring_depth;
+    const size_t chunk = ctx->chunk_bytes ? ctx->chunk_bytes : 1;
+    size_t rounds = 0;
+    for (int i = 0; i < nx; i++) {
+        size_t p = (x[i].nbytes + chunk - 1) / chunk;
+        rounds = p > rounds ? p : rounds;
+    }
+    if (rounds == 0)
+        return loomSuccess;
+    /* req[s * nx + i]: transfer i's piece in slot s; a slot's pieces are waited together,
+     * since a wait progresses only the requests it is given (each end must keep the sends
+     * of the piece its peer waits for moving). Unposted entries stay done. */
+    loom_p2p_req_t *req = calloc(depth * (size_t)nx, sizeof(*req));
+    if (req == NULL) {
+        LOOM_WARN("rank %d: out of memory for %zu x %d requests", ctx->rank, depth, nx);
+        return loomSystemError;
+    }
+    for (size_t e = 0; e < depth * (size_t)nx; e++)
+        req[e].done = 1;
+    loom_coll_ctx_t c = *ctx;
+    c.chunk_bytes = chunk;
+    loomResult_t res = loomSuccess;
+    for (size_t k = 0; k < rounds; k++) {
+        loom_p2p_req_t *slot = &req[(k % depth) * (size_t)nx];
+        if (k >= depth)
+            LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, slot, nx), res, out);
+        for (int i = 0; i < nx; i++) {
+            slot[i].done = 1;
+            if (k * chunk < x[i].nbytes)
+                LOOM_CHECK_GOTO(post_piece(&c, &x[i], k, tag, &slot[i]), res, out);
+        }
+    }
+    for (size_t k = rounds > depth ? rounds - depth : 0; k < rounds; k++)
+        LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, &req[(k % depth) * (size_t)nx], nx), res, out);
+out:
+    free(req);
+    return res;
 }
 
 void loom_coll_part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group,

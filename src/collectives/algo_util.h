@@ -101,6 +101,24 @@ loomResult_t loom_reqs_recv(loom_coll_ctx_t *ctx, loom_reqs_t *q, int peer, void
 /* Waits for every request in q, then empties it. */
 loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q);
 
+/* One transfer of a paced exchange: nbytes to (send) or from peer. */
+typedef struct {
+    int peer;
+    int send;
+    uint8_t *buf;
+    size_t nbytes;
+} loom_xfer_t;
+
+/* Runs the transfers together, each cut into pieces of LOOM_CHUNK_BYTES with
+ * at most ctx->ring_depth pieces of each in flight: piece k+depth of a
+ * transfer is posted once its piece k has completed. A large message posted
+ * whole fills the sockets with megabytes that the receiver copies out long
+ * after they left the cache; paced, it moves like the ring's segments (2.3x
+ * faster for one 8 MiB message each way over loopback TCP, measured in
+ * docs/PERFORMANCE.md). Both ends of a transfer must pass the same nbytes;
+ * transfers of 0 bytes are skipped. */
+loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx, uint32_t tag);
+
 /* A context for part of ctx's communicator: n ranks, group[i] the
  * communicator rank of part rank i, this rank being `rank`; link: the
  * constants between them. It has no hosts of its own (no hierarchy inside a

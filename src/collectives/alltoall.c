@@ -3,8 +3,10 @@
  * alltoall.c - AllToAll and AllToAllv.
  *
  * pairwise: in step d = 1..n-1 a rank sends to rank+d and receives from
- * rank-d; all steps are posted at once so the transports overlap them, and
- * the step order spreads the load so no rank is everyone's first target.
+ * rank-d; all steps run at once so the transports overlap them, and the
+ * step order spreads the load so no rank is everyone's first target.
+ * AllToAll paces its blocks in pieces (loom_coll_paced); AllToAllv posts each
+ * message whole, since a receive must see the size its peer sent.
  * Blocks go straight from sendbuff to the peer's recvbuff (no staging).
  * Bytes on the wire per rank: the (n-1) blocks it sends and receives. The
  * rank's own block is copied locally.
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo_util.h"
 #include "check.h"
 #include "coll.h"
 #include "dtype.h"
@@ -69,19 +72,33 @@ out:
 
 loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const int n = ctx->nranks;
-    size_t *v = malloc(sizeof(size_t) * 2 * (size_t)n);
-    if (v == NULL) {
-        LOOM_WARN("out of memory for %d ranks", n);
+    const int n = ctx->nranks, me = ctx->rank;
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    if (bytes == 0)
+        return loomSuccess;
+    memmove(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes);
+    if (n == 1)
+        return loomSuccess;
+    loom_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)n);
+    if (x == NULL) {
+        LOOM_WARN("out of memory for %d transfers", 2 * n);
         return loomSystemError;
     }
-    size_t *counts = v, *displs = v + n;
-    for (int r = 0; r < n; r++) {
-        counts[r] = a->count;
-        displs[r] = (size_t)r * a->count;
+    int nx = 0;
+    for (int d = 1; d < n; d++) {
+        int p = (me - d + n) % n;
+        x[nx++] =
+            (loom_xfer_t){.peer = p, .send = 0, .buf = recv + (size_t)p * bytes, .nbytes = bytes};
     }
-    loomResult_t res = alltoall_run(ctx, a, counts, displs, counts, displs);
-    free(v);
+    for (int d = 1; d < n; d++) {
+        int p = (me + d) % n;
+        x[nx++] = (loom_xfer_t){
+            .peer = p, .send = 1, .buf = (uint8_t *)send + (size_t)p * bytes, .nbytes = bytes};
+    }
+    loomResult_t res = loom_coll_paced(ctx, x, nx, loom_tag_coll(ctx->seq, 1));
+    free(x);
     return res;
 }
 

@@ -3,13 +3,15 @@
  * bcast.c - Broadcast algorithms.
  *
  * direct: the root sends the whole buffer to each of the n-1 other ranks
- * (all sends posted at once), which receive it straight into recvbuff.
+ * (all sends at once, paced in pieces by loom_coll_paced), which receive it
+ * straight into recvbuff.
  * Bytes on the wire: (n-1) S out of the root, S into every other rank.
  * Out of place, the root also copies sendbuff to its own recvbuff.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo_util.h"
 #include "check.h"
 #include "coll.h"
 #include "dtype.h"
@@ -22,26 +24,22 @@ loomResult_t loom_bcast_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     if (bytes == 0)
         return loomSuccess;
     if (me != a->root) {
-        loom_p2p_req_t req;
-        LOOM_CHECK(loom_coll_irecv(ctx, a->root, a->recvbuff, bytes, tag, &req));
-        return loom_p2p_wait_all(ctx->p2p, &req, 1);
+        loom_xfer_t x = {.peer = a->root, .send = 0, .buf = a->recvbuff, .nbytes = bytes};
+        return loom_coll_paced(ctx, &x, 1, tag);
     }
     if (a->sendbuff != a->recvbuff)
         memcpy(a->recvbuff, a->sendbuff, bytes);
     if (n == 1)
         return loomSuccess;
-    loom_p2p_req_t *reqs = malloc(sizeof(*reqs) * (size_t)n);
-    if (reqs == NULL) {
-        LOOM_WARN("out of memory for %d requests", n);
+    loom_xfer_t *x = malloc(sizeof(*x) * (size_t)n);
+    if (x == NULL) {
+        LOOM_WARN("out of memory for %d transfers", n);
         return loomSystemError;
     }
-    loomResult_t res = loomSuccess;
-    int nreq = 0;
     for (int d = 1; d < n; d++)
-        LOOM_CHECK_GOTO(loom_coll_isend(ctx, (me + d) % n, a->recvbuff, bytes, tag, &reqs[nreq++]),
-                        res, out);
-    res = loom_p2p_wait_all(ctx->p2p, reqs, nreq);
-out:
-    free(reqs);
+        x[d - 1] =
+            (loom_xfer_t){.peer = (me + d) % n, .send = 1, .buf = a->recvbuff, .nbytes = bytes};
+    loomResult_t res = loom_coll_paced(ctx, x, n - 1, tag);
+    free(x);
     return res;
 }
