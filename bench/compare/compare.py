@@ -329,6 +329,7 @@ def finish(a, cfg, doc, active, t_start):
     lines += report.table(rows, keys, labels)
     lines.append("")
     lines += report.geomean_lines(rows)
+    lines += report.limit_lines(rows, doc["limits"], a.net)
     for u in doc["unsupported"]:
         lines.append(f"# {labels.get(u['impl'], u['impl'])} {report.NAMES[u['coll']]} "
                      f"({u['nranks']} ranks): unsupported: {u['why']}")

@@ -103,6 +103,47 @@ def geomean_lines(rows):
     return lines
 
 
+def limit_lines(rows, limits, net):
+    """2-rank AllReduce from 16 MiB against the machine's limits of the same
+    run. Shared memory: busbw against the memory bound, half the 2-thread
+    memcpy rate (each rank reads and writes every byte once). TCP: each rank
+    sends and receives S bytes, so the bytes crossing the loopback per second,
+    both directions together, are 2 x busbw, set against one socket pair's
+    throughput with traffic both ways at once (the sum of the directions)."""
+    lines = []
+    for r in rows:
+        if r["coll"] != "all_reduce" or r["nranks"] != 2 or r["size"] < (16 << 20):
+            continue
+        loom = r["impls"].get("loom")
+        if not loom:
+            continue
+        parts = []
+        for when in ("start", "end"):
+            lim = limits.get(when, {})
+            try:
+                if net == "tcp":
+                    bound = lim["tcp"]["both_ways"]["median_gbps"]
+                    rate = 2 * loom["busbw"]
+                else:
+                    two = [x for x in lim["memcpy"]["results"] if x["threads"] == 2][0]
+                    bound = two["median_gbps"] / 2
+                    rate = loom["busbw"]
+            except (KeyError, IndexError, TypeError):
+                continue
+            if bound > 0:
+                parts.append(f"{100 * rate / bound:.0f} % of {bound:.2f} GB/s at {when}")
+        if not parts:
+            continue
+        if net == "tcp":
+            what = (f"{2 * loom['busbw']:.2f} GB/s over the loopback both ways (2 x busbw) = "
+                    + ", ".join(parts) + " (tcp both ways, in sum)")
+        else:
+            what = (f"busbw {loom['busbw']:.2f} GB/s = " + ", ".join(parts)
+                    + " (memory bound: 2-thread memcpy / 2)")
+        lines.append(f"AllReduce 2 ranks {fmt_size(r['size'])} against the limit: {what}")
+    return lines
+
+
 def overall_geomean(rows):
     vals = [r["ratio"] for r in rows if r["ratio"]]
     if not vals:
