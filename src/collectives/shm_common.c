@@ -40,30 +40,37 @@ const char *loom_shm_algo_name(uint32_t algo)
 
 /* Where single copy (process_vm_readv straight into recvbuff) measured faster
  * than copying through the arena, in loom_coll_bytes: [lo, hi] with a CPU per
- * rank where the kernel copies fast (loom_shm_kernel_copy_fast), [lo, slow_hi]
- * where it does not (0: never). Measured side by side with bench/compare
- * (docs/shm-collectives.md, "Single copy or the arena"); above hi, pinning a
- * large buffer's pages per call costs more than the second copy. With more
- * ranks than CPUs never: each system call waits for a core, and single copy
- * measured at best even (Xeon) and 1.2-2.4x slower (EPYC) there. */
+ * rank where the kernel copies fast (loom_shm_kernel_copy_fast), [slow_lo,
+ * slow_hi] where it does not (slow_hi 0: never). Measured side by side with
+ * bench/compare and interleaved A/B runs (docs/shm-collectives.md, "Single
+ * copy or the arena"); above hi, pinning a large buffer's pages per call costs
+ * more than the second copy. Where the kernel copies slowly, single copy still
+ * wins up to a few hundred KiB for Broadcast and AllToAll: the arena's copy out
+ * reads lines that another core has just written, which ran at 8 GB/s there.
+ * With more ranks than CPUs never: each system call waits for a core, and
+ * single copy measured at best even (Xeon) and 1.2-2.4x slower (EPYC) there. */
 static const struct {
     loom_coll_kind_t kind;
-    size_t lo, hi, slow_hi;
+    size_t lo, hi, slow_lo, slow_hi;
 } cma_windows[] = {
-    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 256u << 10},
-    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 0},
-    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 0},
-    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0},
+    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 64u << 10, 256u << 10},
+    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 64u << 10, 256u << 10},
+    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 32u << 10, 256u << 10},
+    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0, 0},
 };
 
 static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded, int kernel_fast)
 {
     if (crowded)
         return 0;
-    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++)
-        if (cma_windows[i].kind == kind)
-            return bytes >= cma_windows[i].lo &&
-                   bytes <= (kernel_fast ? cma_windows[i].hi : cma_windows[i].slow_hi);
+    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++) {
+        if (cma_windows[i].kind != kind)
+            continue;
+        if (kernel_fast)
+            return bytes >= cma_windows[i].lo && bytes <= cma_windows[i].hi;
+        return cma_windows[i].slow_hi > 0 && bytes >= cma_windows[i].slow_lo &&
+               bytes <= cma_windows[i].slow_hi;
+    }
     return 0;
 }
 

@@ -475,6 +475,7 @@ TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
         {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CMA},
         {LOOM_COLL_ALLTOALL, 1 * M, 1, SHM_ALGO_CICO},
         {LOOM_COLL_ALLTOALL, 32 * M, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 32 * K, 0, SHM_ALGO_CICO},
         {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CMA},
         {LOOM_COLL_BCAST, 1 * M, 0, SHM_ALGO_CICO},
         {LOOM_COLL_BCAST, 256 * K, 1, SHM_ALGO_CICO},
@@ -491,15 +492,24 @@ TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
             EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded, fast), SHM_ALGO_CMA);
         }
     }
-    // Where the kernel copies slowly only the narrow windows stay: AllGather to 256 KiB.
+    // Where the kernel copies slowly only the narrow windows stay: AllGather and AllToAll
+    // 64-256 KiB, Broadcast 32-256 KiB, ReduceScatter never.
     const Case slow[] = {
+        {LOOM_COLL_ALLGATHER, 32 * K, 0, SHM_ALGO_CICO},
         {LOOM_COLL_ALLGATHER, 64 * K, 0, SHM_ALGO_CMA},
         {LOOM_COLL_ALLGATHER, 256 * K, 0, SHM_ALGO_CMA},
         {LOOM_COLL_ALLGATHER, 1 * M, 0, SHM_ALGO_CICO},
         {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLTOALL, 64 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 32 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_ALLTOALL, 64 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_ALLTOALL, 256 * K, 0, SHM_ALGO_CMA},
         {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 256 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 16 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 32 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_BCAST, 256 * K, 0, SHM_ALGO_CMA},
+        {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CICO},
+        {LOOM_COLL_BCAST, 64 * K, 1, SHM_ALGO_CICO},
+        {LOOM_COLL_REDUCE_SCATTER, 64 * K, 0, SHM_ALGO_CICO},
         {LOOM_COLL_REDUCE_SCATTER, 1 * M, 0, SHM_ALGO_CICO},
     };
     for (const Case &c : slow)
