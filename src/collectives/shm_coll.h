@@ -60,9 +60,15 @@ loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 /* Largest AllReduce and Reduce for flat: one flag and n S of reduction beat
  * cico's two flags per round below it. */
 #define SHM_FLAT_MAX_BYTES 16384u
+/* Reduce stays flat while the root's n S of reduction is at most this: its
+ * non-roots copy in and leave, where cico makes every rank wait for every
+ * round (2 ranks, interleaved: 64 KiB 12.1 -> 9.8 us, 256 KiB 27 -> 16 us;
+ * 8 ranks on 2 CPUs 256 KiB 59 -> 75 us, past the limit). */
+#define SHM_REDUCE_FLAT_MAX_WORK (1u << 20)
 /* The variant (SHM_ALGO_*) the "shm" entry of collective kind runs for a call
  * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
- * a cell, flat for small AllReduce and Reduce, else cma or cico (Barrier:
+ * a cell, flat for small AllReduce and Reduce (SHM_FLAT_MAX_BYTES;
+ * Reduce while n S <= SHM_REDUCE_FLAT_MAX_WORK), else cma or cico (Barrier:
  * SHM_ALGO_BARRIER). cma_mode (the agreed LOOM_SHM_COLL_CMA, loom_shm_pick): 0 never cma; 1 cma
  * where it measured faster (AllGather, AllToAll, Broadcast and ReduceScatter in size windows,
  * narrow ones unless kernel_fast (loom_arena_copy_fast), never when crowded: more ranks than CPUs);

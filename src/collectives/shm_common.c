@@ -85,6 +85,8 @@ uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mo
         return SHM_ALGO_TINY;
     if ((kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE) && bytes <= SHM_FLAT_MAX_BYTES)
         return SHM_ALGO_FLAT;
+    if (kind == LOOM_COLL_REDUCE && n > 0 && bytes <= SHM_REDUCE_FLAT_MAX_WORK / (size_t)n)
+        return SHM_ALGO_FLAT;
     if (cma_mode >= 2 || (cma_mode == 1 && cma_measured_faster(kind, bytes, crowded, kernel_fast)))
         return SHM_ALGO_CMA;
     return SHM_ALGO_CICO;

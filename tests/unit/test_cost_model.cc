@@ -518,6 +518,12 @@ TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
     // What the arena does best stays: tiny inputs, flat small reductions.
     EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLGATHER, 64, 2, 2, 0, 1), SHM_ALGO_TINY);
     EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 4 * K, 2, 2, 0, 1), SHM_ALGO_FLAT);
+    // Reduce stays flat while the root's reduction (n S) is at most 1 MiB.
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 256 * K, 2, 1, 0, 1), SHM_ALGO_FLAT);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 512 * K, 2, 1, 0, 0), SHM_ALGO_FLAT);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 64 * K, 8, 1, 1, 0), SHM_ALGO_FLAT);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 256 * K, 8, 1, 1, 0), SHM_ALGO_CICO);
+    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 64 * K, 2, 1, 0, 0), SHM_ALGO_CICO);
 }
 
 } // namespace
