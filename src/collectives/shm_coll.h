@@ -112,6 +112,7 @@ typedef struct {
     uint64_t seq;
     size_t es;              /* element bytes */
     int stream;             /* copies into recvbuff bypass the cache (loom_shm_copy) */
+    int stream_in;          /* copies into the arena bypass the cache (shm_stream_in_if) */
     loom_arena_desc_t desc; /* this rank's, as published */
 } shm_call_t;
 
@@ -168,6 +169,31 @@ static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
 {
     c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
 }
+/* Sets c->stream_in for a call that copies in_bytes into the arena: while a
+ * rank finds its copies to or from the halves slow (loom_arena_copies_slow),
+ * from LOOM_ARENA_SLOW_COPY_MIN on, and for a Broadcast (large: 1) from
+ * SHM_STREAM_MIN_BYTES on, copies in use non-temporal stores: the lines go to
+ * memory instead of staying in the writer's cache, where the readers' cores
+ * must fetch them and the writer must win them back. Moving lines between
+ * cores is where this machine's virtual CPUs are slowest and least steady: in
+ * the phases where it crawls, 2-rank Broadcast 1 MiB 380-457 -> 59-94 us and
+ * 16 MiB 7.2-8.0 -> 0.85-0.9 ms. LOOM_SHM_STREAM_IN=1 or -1 overrides.
+ * Otherwise only a large Broadcast gains
+ * (4 MiB 366-410 -> 247-260 us, 16 MiB 1.55-1.66 -> 1.0 ms); AllToAll and
+ * AllReduce at 16 MiB lost 15-20 %, and 1 MiB Broadcast 60-72 -> 77-104 us. */
+static inline void shm_stream_in_if(shm_call_t *c, size_t in_bytes, int large)
+{
+    const int mode = loom_arena_stream_in_mode(c->ar); /* LOOM_SHM_STREAM_IN */
+    c->stream_in =
+        mode > 0 ||
+        (mode == 0 && ((large && in_bytes >= SHM_STREAM_MIN_BYTES) ||
+                       (in_bytes >= LOOM_ARENA_SLOW_COPY_MIN && loom_arena_copies_slow(c->ar))));
+}
+/* Copies of bytes into this rank's half (c->stream_in applies) and out of a
+ * peer's half into recvbuff (c->stream applies); long ones are timed for
+ * loom_arena_note_copy. */
+void loom_shm_copy_in(shm_call_t *c, void *dst, const void *src, size_t bytes);
+void loom_shm_copy_out(shm_call_t *c, void *dst, const void *src, size_t bytes);
 /* memcpy, with non-temporal stores if stream (x86-64; fenced before it
  * returns, so a flag posted next orders after the data). Every copy into or
  * out of the arena goes through it: where the destination lies just past the

@@ -27,6 +27,7 @@
 #include "kernels.h"
 #include "param.h"
 #include "shm_coll.h"
+#include "timer.h"
 
 #define BLOCK_BYTES (128u * 1024u)
 
@@ -158,6 +159,7 @@ loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_
     c->seq = ctx->seq;
     c->es = loom_dtype_size(a->dt);
     c->stream = 0;
+    c->stream_in = 0;
     if (c->ar == NULL) {
         LOOM_WARN("rank %d: %s seq %llu: shm algorithm without a shared arena", c->me,
                   loom_coll_name(a->kind), (unsigned long long)c->seq);
@@ -312,6 +314,29 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
     (void)stream;
 #endif
     memcpy(dst, src, bytes);
+}
+
+/* Copies between the arena and the caller's buffers, long ones timed for
+ * loom_arena_note_copy. */
+static void copy_timed(shm_call_t *c, void *dst, const void *src, size_t bytes, int stream)
+{
+    if (bytes < LOOM_ARENA_SLOW_COPY_MIN) {
+        loom_shm_copy(dst, src, bytes, stream);
+        return;
+    }
+    const uint64_t t0 = loom_now_ns();
+    loom_shm_copy(dst, src, bytes, stream);
+    loom_arena_note_copy(c->ar, bytes, loom_now_ns() - t0);
+}
+
+void loom_shm_copy_in(shm_call_t *c, void *dst, const void *src, size_t bytes)
+{
+    copy_timed(c, dst, src, bytes, c->stream_in);
+}
+
+void loom_shm_copy_out(shm_call_t *c, void *dst, const void *src, size_t bytes)
+{
+    copy_timed(c, dst, src, bytes, c->stream);
 }
 
 // ---- reduction -----------------------------------------------------------------------

@@ -60,11 +60,11 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
         LOOM_CHECK(loom_arena_half_acquire(c->ar, h));
         uint8_t *mine = loom_arena_half(c->ar, c->me, h);
         if (!per_peer)
-            loom_shm_copy(mine, send + lo, len, 0);
+            loom_shm_copy_in(c, mine, send + lo, len);
         for (int j = 0; per_peer && j < c->n; j++)
             if (j != c->me)
-                loom_shm_copy(mine + sub_index(j, c->me) * part, send + (size_t)j * bytes + lo, len,
-                              0);
+                loom_shm_copy_in(c, mine + sub_index(j, c->me) * part,
+                                 send + (size_t)j * bytes + lo, len);
         loom_arena_post(c->ar, shm_flag(c, k + 1));
         LOOM_CHECK(loom_arena_wait(c->ar, -1, shm_flag(c, k + 1)));
         if (k == 0)
@@ -72,8 +72,8 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
         for (int i = 1; i < c->n; i++) {
             int r = (c->me + i) % c->n;
             const size_t at = per_peer ? sub_index(c->me, r) * part : 0;
-            loom_shm_copy(recv + (size_t)r * bytes + lo, loom_arena_half(c->ar, r, h) + at, len,
-                          c->stream);
+            loom_shm_copy_out(c, recv + (size_t)r * bytes + lo, loom_arena_half(c->ar, r, h) + at,
+                              len);
         }
         loom_arena_half_release(c->ar, h, shm_flag(c, k + 2));
     }
@@ -98,6 +98,7 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     const uint8_t *send = a->sendbuff;
     /* The other blocks of recvbuff are only written: streamed when large. */
     shm_stream_if(&c, (size_t)(c.n - 1) * bytes, 0);
+    shm_stream_in_if(&c, bytes, 0);
     if (send != recv + (size_t)c.me * bytes)
         loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.stream);
     return exchange_rounds(&c, send, recv, bytes, hb, 0);
@@ -162,6 +163,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
     shm_stream_if(&c, bytes, 0);
+    shm_stream_in_if(&c, bytes, 1);
     const uint8_t *send = a->sendbuff;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo), piece = bcast_piece(len);
@@ -175,13 +177,14 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
             LOOM_CHECK(loom_arena_half_acquire(c.ar, h));
             for (size_t j = 0; j < pieces; j++) {
                 const size_t off = j * piece, n = min_sz(piece, len - off);
-                loom_shm_copy(half + off, send + lo + off, n, 0);
+                loom_shm_copy_in(&c, half + off, send + lo + off, n);
                 loom_arena_post(c.ar, shm_flag(&c, step0 + j));
             }
             /* Out of place, the own copy comes from the slot (in cache) while the others
-             * copy the same part out. */
+             * copy the same part out; from sendbuff where the slot was written past the
+             * cache. */
             if (send != recv)
-                loom_shm_copy(recv + lo, half, len, c.stream);
+                loom_shm_copy(recv + lo, c.stream_in ? send + lo : half, len, c.stream);
             loom_arena_half_release(c.ar, h, shm_flag(&c, last));
             continue;
         }
@@ -190,7 +193,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
             LOOM_CHECK(loom_arena_wait(c.ar, root, shm_flag(&c, step0 + j)));
             if (k == 0 && j == 0)
                 LOOM_CHECK(loom_shm_check(&c, root));
-            loom_shm_copy(recv + lo + off, half + off, n, c.stream);
+            loom_shm_copy_out(&c, recv + lo + off, half + off, n);
         }
         loom_arena_post(c.ar, shm_flag(&c, last));
     }
@@ -251,6 +254,7 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
     const uint8_t *send = a->sendbuff;
     /* In place, this round's copy in read the destinations just before. */
     shm_stream_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
+    shm_stream_in_if(&c, (size_t)(c.n - 1) * bytes, 0);
     loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.stream);
     return exchange_rounds(&c, send, recv, bytes, sub, 1);
 }

@@ -117,9 +117,8 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
         int r = (c->me + i) % c->n;
         size_t len = part_len(&p->spans[r], lo, e);
         if (len > 0)
-            loom_shm_copy(recv + dst_index(p, r, lo) * c->es,
-                          loom_arena_half(c->ar, r, h) + (size_t)r * sub_stride, len * c->es,
-                          c->stream);
+            loom_shm_copy_out(c, recv + dst_index(p, r, lo) * c->es,
+                              loom_arena_half(c->ar, r, h) + (size_t)r * sub_stride, len * c->es);
     }
     return loomSuccess;
 }
@@ -203,8 +202,8 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
     for (int o = 0; o < c->n; o++) { /* the own part is reduced straight from sendbuff */
         size_t len = part_len(&p->spans[o], lo, e);
         if (len > 0 && o != c->me)
-            loom_shm_copy(mine + (size_t)o * stride, send + (p->spans[o].off + lo) * es, len * es,
-                          0);
+            loom_shm_copy_in(c, mine + (size_t)o * stride, send + (p->spans[o].off + lo) * es,
+                             len * es);
     }
     loom_arena_post(ar, shm_flag(c, 2 * k + 1));
     LOOM_CHECK(loom_arena_wait(ar, -1, shm_flag(c, 2 * k + 1)));
@@ -278,6 +277,9 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     LOOM_CHECK_GOTO(loom_shm_scratch(&p.c, &acc, &tmp), res, out);
     /* In place the destination of a copy out was read by this round's copy in. */
     shm_stream_if(&p.c, a->count * p.c.es, in_place(&p.c, mode));
+    /* Every rank copies (n-1)/n of its input in (ReduceScatter: of n blocks). */
+    const size_t in_bytes = a->count * p.c.es * (mode == OUT_OWNER ? (size_t)ctx->nranks : 1);
+    shm_stream_in_if(&p.c, in_bytes - in_bytes / (size_t)ctx->nranks, 0);
     const size_t rounds = (p.maxlen + e - 1) / e;
     for (size_t k = 0; k < rounds; k++)
         LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc), res, out);

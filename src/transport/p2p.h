@@ -173,6 +173,26 @@ int loom_arena_copy_fast(const loom_arena_t *a);
 /* 1 if this machine's process_vm_readv copies at least a third as fast as
  * memcpy (shm_copy_probe.c); measured once per process, about 0.2 ms. */
 int loom_shm_kernel_copy_fast(void);
+/* Moving lines between cores (a copy out of a half another core has just
+ * written, or into a half whose lines other cores have read) can crawl on a
+ * virtual machine whose CPUs the host places far apart (10x, for seconds at a
+ * time), while copies to and from memory keep their speed. A rank that
+ * copied `bytes` to or from a half in `ns` notes it here:
+ * LOOM_ARENA_SLOW_COPY_RUN such copies in a row slower than
+ * LOOM_ARENA_SLOW_COPY_GBPS (one alone may have been preempted) mark the
+ * arena slow for LOOM_ARENA_SLOW_COPY_HOLD_NS, and loom_arena_copies_slow
+ * then tells every writer to copy in past the cache. */
+#define LOOM_ARENA_SLOW_COPY_GBPS    4u
+#define LOOM_ARENA_SLOW_COPY_RUN     16
+#define LOOM_ARENA_SLOW_COPY_HOLD_NS 50000000ull
+#define LOOM_ARENA_SLOW_COPY_MIN     (64u << 10) /* shorter copies are not timed */
+void loom_arena_note_copy(loom_arena_t *a, size_t bytes, uint64_t ns);
+/* 1 if a rank (this one too) marked the arena's copies slow and the mark has
+ * not expired. */
+int loom_arena_copies_slow(const loom_arena_t *a);
+/* LOOM_SHM_STREAM_IN: 0 copies in past the cache where that measured faster,
+ * 1 always, -1 never. */
+int loom_arena_stream_in_mode(const loom_arena_t *a);
 /* Bytes of one slot half. */
 size_t loom_arena_half_bytes(const loom_arena_t *a);
 /* Starts call seq: waits until every peer is past the call that last used

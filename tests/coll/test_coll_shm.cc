@@ -30,7 +30,7 @@ using Bytes = std::vector<unsigned char>;
 
 constexpr size_t kHalf = 8192; // LOOM_SHM_COLL_BYTES=16384 below
 
-enum class Family { kDefault, kFlat, kCico, kCma, kNoCma };
+enum class Family { kDefault, kFlat, kCico, kCma, kNoCma, kStreamIn };
 
 const char *FamilyName(Family f)
 {
@@ -45,6 +45,8 @@ const char *FamilyName(Family f)
         return "cma";
     case Family::kNoCma:
         return "nocma";
+    case Family::kStreamIn:
+        return "streamin";
     }
     return "?";
 }
@@ -66,6 +68,10 @@ loomtest::EnvList FamilyEnv(Family f)
     case Family::kNoCma:
         env.push_back({"LOOM_ALGO", "shm_cma"});
         env.push_back({"LOOM_SHM_COLL_CMA", "0"});
+        break;
+    case Family::kStreamIn: // every copy into the arena past the cache
+        env.push_back({"LOOM_ALGO", "shm_cico"});
+        env.push_back({"LOOM_SHM_STREAM_IN", "1"});
         break;
     case Family::kDefault:
         break;
@@ -292,6 +298,8 @@ std::vector<Param> FamilyParams()
     for (Family f : {Family::kDefault, Family::kFlat, Family::kCico, Family::kCma, Family::kNoCma})
         for (int n : {1, 2, 3, 4, 5, 8})
             v.push_back({f, n});
+    for (int n : {2, 3})
+        v.push_back({Family::kStreamIn, n});
     return v;
 }
 

@@ -468,6 +468,7 @@ loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *a
     if (a->oversubscribed && a->spin_ns > OVERSUB_SPIN_NS)
         a->spin_ns = OVERSUB_SPIN_NS; /* the rank waited on needs this CPU */
     a->yields = YIELDS;
+    a->stream_in = loom_param_SHM_STREAM_IN();
     snprintf(a->dir, sizeof(a->dir), "%s", loom_param_SHM_DIR());
     LOOM_CHECK_GOTO(derive_name(a, args), res, err);
     if (a->rank == 0)

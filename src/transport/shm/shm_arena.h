@@ -37,7 +37,11 @@ typedef union {
 
 typedef struct {
     _Atomic uint64_t flag; /* monotonic progress counter, (seq << 24) | step */
-    uint8_t pad0[56];
+    /* Until this CLOCK_MONOTONIC time its copies to and from the halves ran
+     * slow (loom_arena_note_copy): writers copy in with non-temporal stores. On
+     * the flag's line, which every waiter reads anyway, and written rarely. */
+    _Atomic uint64_t slow_copies_until;
+    uint8_t pad0[48];
     _Atomic uint32_t state; /* LOOM_ARENA_* */
     _Atomic uint32_t
         cma_ok; /* creation vote: its LOOM_SHM_COLL_CMA, 0 if it could not read a peer */
@@ -81,6 +85,8 @@ struct loom_arena {
     int64_t timeout_ms;
     int64_t spin_ns; /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
     int yields;      /* then sched_yield this often before sleeping on the futex */
+    int slow_copies; /* timed copies to or from the halves in a row that ran slow */
+    int stream_in;   /* LOOM_SHM_STREAM_IN */
     /* Every rank registered for membarrier(GLOBAL_EXPEDITED): posts store
      * their flag without a fence, and a rank about to sleep issues the
      * barrier on every CPU instead (shm_arena_sync.c). */
