@@ -88,6 +88,22 @@ static loomResult_t post_piece(loom_coll_ctx_t *ctx, const loom_xfer_t *x, size_
     return loom_coll_irecv(ctx, x->peer, x->buf + off, len, tag, req);
 }
 
+/* Waits for one slot's pieces; a piece shorter than asked for means the ends
+ * disagree on a transfer's size (ranks that passed different counts). */
+static loomResult_t wait_slot(loom_coll_ctx_t *ctx, loom_p2p_req_t *slot, int nx)
+{
+    LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, slot, nx));
+    for (int i = 0; i < nx; i++) {
+        if (!slot[i].is_send && slot[i].done_bytes != slot[i].nbytes) {
+            LOOM_WARN("rank %d: rank %d sent %zu bytes where %zu were expected: the ranks passed "
+                      "different counts",
+                      ctx->rank, slot[i].peer, slot[i].done_bytes, slot[i].nbytes);
+            return loomInvalidUsage;
+        }
+    }
+    return loomSuccess;
+}
+
 loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx, uint32_t tag)
 {
     const size_t depth = ctx->ring_depth < 1 ? 1 : (size_t)ctx->ring_depth;
@@ -115,7 +131,7 @@ loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx,
     for (size_t k = 0; k < rounds; k++) {
         loom_p2p_req_t *slot = &req[(k % depth) * (size_t)nx];
         if (k >= depth)
-            LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, slot, nx), res, out);
+            LOOM_CHECK_GOTO(wait_slot(ctx, slot, nx), res, out);
         for (int i = 0; i < nx; i++) {
             slot[i].done = 1;
             if (k * chunk < x[i].nbytes)
@@ -123,7 +139,7 @@ loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx,
         }
     }
     for (size_t k = rounds > depth ? rounds - depth : 0; k < rounds; k++)
-        LOOM_CHECK_GOTO(loom_p2p_wait_all(ctx->p2p, &req[(k % depth) * (size_t)nx], nx), res, out);
+        LOOM_CHECK_GOTO(wait_slot(ctx, &req[(k % depth) * (size_t)nx], nx), res, out);
 out:
     free(req);
     return res;

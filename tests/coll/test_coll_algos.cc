@@ -622,6 +622,44 @@ TEST_P(Algos, ForcedAlgorithm)
         opts));
 }
 
+// The paced exchanges (AllGather and AllToAll direct, Broadcast direct) cut each transfer into
+// pieces that both ends must agree on: when rank 0 passes a smaller count than the others, the
+// ranks that receive its short block fail with InvalidUsage naming the sizes, and rank 0, which
+// receives blocks longer than it asked for, fails too; nothing hangs.
+TEST(Paced, DifferentCountsAreAnError)
+{
+    for (const char *algo : {"allgather:direct", "alltoall:pairwise"}) {
+        loomtest::RunOptions opts;
+        opts.env = {{"LOOM_NET", "shm"},
+                    {"LOOM_SHM_COLL", "0"},
+                    {"LOOM_ALGO", algo},
+                    {"LOOM_CHUNK_BYTES", "4096"},
+                    {"LOOM_TIMEOUT_MS", "20000"}};
+        opts.create_comm = false;
+        opts.deadline_s = 60;
+        const std::string name = algo;
+        XT_ASSERT_RUN(loomtest::RunRanks(
+            3,
+            [&](int rank, int n, loomComm_t) {
+                loomComm_t comm = loomtest::CreateComm();
+                const size_t count = rank == 0 ? 3000 : 3001; // one piece short on the last
+                std::vector<float> send(count * static_cast<size_t>(n), 1.0f),
+                    recv(count * static_cast<size_t>(n) + 64);
+                const loomResult_t res =
+                    name == "allgather:direct"
+                        ? loomAllGather(send.data(), recv.data(), count, loomFloat32, comm, nullptr)
+                        : loomAllToAll(send.data(), recv.data(), count, loomFloat32, comm, nullptr);
+                XT_CHECK_MSG(res != loomSuccess, name + ": different counts were accepted");
+                if (rank != 0 && res == loomInvalidUsage) {
+                    const std::string msg = loomGetLastError(comm);
+                    XT_CHECK_MSG(msg.find("passed different counts") != std::string::npos, msg);
+                }
+                loomCommDestroy(comm); // may report the broken connections
+            },
+            opts));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Coll, Algos, ::testing::ValuesIn(AllParams()),
                          [](const ::testing::TestParamInfo<AlgoParam> &info) {
                              return ParamName(info.param);
