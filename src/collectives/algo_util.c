@@ -78,11 +78,11 @@ loomResult_t loom_reqs_wait(loom_coll_ctx_t *ctx, loom_reqs_t *q)
     return n ? loom_p2p_wait_all(ctx->p2p, q->r, n) : loomSuccess;
 }
 
-static loomResult_t post_piece(loom_coll_ctx_t *ctx, const loom_xfer_t *x, size_t k, uint32_t tag,
-                               loom_p2p_req_t *req)
+static loomResult_t post_piece(loom_coll_ctx_t *ctx, const loom_xfer_t *x, size_t k, size_t chunk,
+                               uint32_t tag, loom_p2p_req_t *req)
 {
-    size_t off = k * ctx->chunk_bytes;
-    size_t len = x->nbytes - off < ctx->chunk_bytes ? x->nbytes - off : ctx->chunk_bytes;
+    size_t off = k * chunk;
+    size_t len = x->nbytes - off < chunk ? x->nbytes - off : chunk;
     if (x->send)
         return loom_coll_isend(ctx, x->peer, x->buf + off, len, tag, req);
     return loom_coll_irecv(ctx, x->peer, x->buf + off, len, tag, req);
@@ -125,8 +125,6 @@ loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx,
     }
     for (size_t e = 0; e < depth * (size_t)nx; e++)
         req[e].done = 1;
-    loom_coll_ctx_t c = *ctx;
-    c.chunk_bytes = chunk;
     loomResult_t res = loomSuccess;
     for (size_t k = 0; k < rounds; k++) {
         loom_p2p_req_t *slot = &req[(k % depth) * (size_t)nx];
@@ -135,13 +133,40 @@ loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx,
         for (int i = 0; i < nx; i++) {
             slot[i].done = 1;
             if (k * chunk < x[i].nbytes)
-                LOOM_CHECK_GOTO(post_piece(&c, &x[i], k, tag, &slot[i]), res, out);
+                LOOM_CHECK_GOTO(post_piece(ctx, &x[i], k, chunk, tag, &slot[i]), res, out);
         }
     }
     for (size_t k = rounds > depth ? rounds - depth : 0; k < rounds; k++)
         LOOM_CHECK_GOTO(wait_slot(ctx, &req[(k % depth) * (size_t)nx], nx), res, out);
 out:
     free(req);
+    return res;
+}
+
+loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const uint8_t *send,
+                                    size_t send_stride, size_t bytes)
+{
+    const int n = ctx->nranks, me = ctx->rank;
+    loom_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)n);
+    if (x == NULL) {
+        LOOM_WARN("rank %d: out of memory for %d transfers", me, 2 * n);
+        return loomSystemError;
+    }
+    int nx = 0;
+    for (int d = 1; d < n; d++) {
+        int p = (me - d + n) % n;
+        x[nx++] =
+            (loom_xfer_t){.peer = p, .send = 0, .buf = recv + (size_t)p * bytes, .nbytes = bytes};
+    }
+    for (int d = 1; d < n; d++) {
+        int p = (me + d) % n;
+        x[nx++] = (loom_xfer_t){.peer = p,
+                                .send = 1,
+                                .buf = (uint8_t *)send + (size_t)p * send_stride,
+                                .nbytes = bytes};
+    }
+    loomResult_t res = loom_coll_paced(ctx, x, nx, loom_tag_coll(ctx->seq, 1));
+    free(x);
     return res;
 }
 

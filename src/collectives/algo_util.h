@@ -118,6 +118,12 @@ typedef struct {
  * 1.25x). Both ends of a transfer must pass the same nbytes; transfers of 0
  * bytes are skipped. */
 loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx, uint32_t tag);
+/* The paced exchange of AllGather and AllToAll direct: block p of recv (bytes
+ * each) from every other rank p, and to every other rank p the block at
+ * send + p * send_stride (AllGather: stride 0, the same block to everyone),
+ * receiving from rank-d and sending to rank+d for d = 1..n-1. */
+loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const uint8_t *send,
+                                    size_t send_stride, size_t bytes);
 
 /* A context for part of ctx's communicator: n ranks, group[i] the
  * communicator rank of part rank i, this rank being `rank`; link: the

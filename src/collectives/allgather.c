@@ -29,21 +29,5 @@ loomResult_t loom_allgather_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t 
         memcpy(recv + (size_t)me * bytes, a->sendbuff, bytes);
     if (n == 1)
         return loomSuccess;
-    loom_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)n);
-    if (x == NULL) {
-        LOOM_WARN("out of memory for %d transfers", 2 * n);
-        return loomSystemError;
-    }
-    int nx = 0;
-    for (int d = 1; d < n; d++) {
-        int p = (me - d + n) % n;
-        x[nx++] =
-            (loom_xfer_t){.peer = p, .send = 0, .buf = recv + (size_t)p * bytes, .nbytes = bytes};
-    }
-    for (int d = 1; d < n; d++)
-        x[nx++] = (loom_xfer_t){
-            .peer = (me + d) % n, .send = 1, .buf = (uint8_t *)a->sendbuff, .nbytes = bytes};
-    loomResult_t res = loom_coll_paced(ctx, x, nx, loom_tag_coll(ctx->seq, 1));
-    free(x);
-    return res;
+    return loom_coll_paced_blocks(ctx, recv, a->sendbuff, 0, bytes);
 }

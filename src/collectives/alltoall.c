@@ -20,7 +20,7 @@
 #include "coll.h"
 #include "dtype.h"
 
-/* Shared body: counts/displacements in elements, per peer. */
+/* AllToAllv: counts/displacements in elements, per peer. */
 static loomResult_t alltoall_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                                  const size_t *scount, const size_t *sdispl, const size_t *rcount,
                                  const size_t *rdispl)
@@ -81,25 +81,7 @@ loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t
     memmove(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes);
     if (n == 1)
         return loomSuccess;
-    loom_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)n);
-    if (x == NULL) {
-        LOOM_WARN("out of memory for %d transfers", 2 * n);
-        return loomSystemError;
-    }
-    int nx = 0;
-    for (int d = 1; d < n; d++) {
-        int p = (me - d + n) % n;
-        x[nx++] =
-            (loom_xfer_t){.peer = p, .send = 0, .buf = recv + (size_t)p * bytes, .nbytes = bytes};
-    }
-    for (int d = 1; d < n; d++) {
-        int p = (me + d) % n;
-        x[nx++] = (loom_xfer_t){
-            .peer = p, .send = 1, .buf = (uint8_t *)send + (size_t)p * bytes, .nbytes = bytes};
-    }
-    loomResult_t res = loom_coll_paced(ctx, x, nx, loom_tag_coll(ctx->seq, 1));
-    free(x);
-    return res;
+    return loom_coll_paced_blocks(ctx, recv, send, bytes, bytes);
 }
 
 loomResult_t loom_alltoallv_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
