@@ -169,24 +169,32 @@ static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
 {
     c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
 }
+/* Smallest Broadcast that copies into the arena past the cache (below),
+ * with a CPU per rank and with more ranks than CPUs. */
+#define SHM_STREAM_IN_BCAST_MIN         SHM_STREAM_MIN_BYTES
+#define SHM_STREAM_IN_BCAST_CROWDED_MIN (256u << 10)
 /* Sets c->stream_in for a call that copies in_bytes into the arena: while a
  * rank finds its copies to or from the halves slow (loom_arena_copies_slow),
- * from LOOM_ARENA_SLOW_COPY_MIN on, and for a Broadcast (large: 1) from
- * SHM_STREAM_MIN_BYTES on, copies in use non-temporal stores: the lines go to
- * memory instead of staying in the writer's cache, where the readers' cores
- * must fetch them and the writer must win them back. Moving lines between
- * cores is where this machine's virtual CPUs are slowest and least steady: in
- * the phases where it crawls, 2-rank Broadcast 1 MiB 380-457 -> 59-94 us and
- * 16 MiB 7.2-8.0 -> 0.85-0.9 ms. LOOM_SHM_STREAM_IN=1 or -1 overrides.
- * Otherwise only a large Broadcast gains
- * (4 MiB 366-410 -> 247-260 us, 16 MiB 1.55-1.66 -> 1.0 ms); AllToAll and
- * AllReduce at 16 MiB lost 15-20 %, and 1 MiB Broadcast 60-72 -> 77-104 us. */
-static inline void shm_stream_in_if(shm_call_t *c, size_t in_bytes, int large)
+ * from LOOM_ARENA_SLOW_COPY_MIN on, and from `from` bytes on (0: never; a
+ * Broadcast passes SHM_STREAM_IN_BCAST_MIN or _CROWDED_MIN), copies in use
+ * non-temporal stores: the lines go to memory instead of staying in the
+ * writer's cache, where the readers' cores must fetch them and the writer
+ * must win them back. Moving lines between cores is where this machine's
+ * virtual CPUs are slowest and least steady: in the phases where it crawls,
+ * 2-rank Broadcast 1 MiB 380-457 -> 59-94 us and 16 MiB 7.2-8.0 -> 0.85-0.9 ms;
+ * 4-rank AllGather 1 MiB 327-357 -> 111-163 us. LOOM_SHM_STREAM_IN=1 or -1
+ * overrides. Otherwise only Broadcast gains: with a CPU per rank from 4 MiB
+ * (366-410 -> 247-260 us, 16 MiB 1.55-1.66 -> 1.0 ms; 1 MiB lost, 60-72 ->
+ * 77-104 us), with 4 ranks on 2 CPUs from 256 KiB (55-57 -> 40-46 us, 1 MiB
+ * 150 -> 100-105, 16 MiB 2.8-3.1 -> 1.8-2.2 ms; 8 ranks 1 MiB 240-287 ->
+ * 171-175 us). AllToAll, ReduceScatter and AllReduce lost 15-50 % at 1 and
+ * 16 MiB, with 2 ranks and with 4; AllGather went either way. */
+static inline void shm_stream_in_if(shm_call_t *c, size_t in_bytes, size_t from)
 {
     const int mode = loom_arena_stream_in_mode(c->ar); /* LOOM_SHM_STREAM_IN */
     c->stream_in =
         mode > 0 ||
-        (mode == 0 && ((large && in_bytes >= SHM_STREAM_MIN_BYTES) ||
+        (mode == 0 && ((from > 0 && in_bytes >= from) ||
                        (in_bytes >= LOOM_ARENA_SLOW_COPY_MIN && loom_arena_copies_slow(c->ar))));
 }
 /* Copies of bytes into this rank's half (c->stream_in applies) and out of a

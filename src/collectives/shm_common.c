@@ -318,7 +318,7 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
 
 /* Copies between the arena and the caller's buffers, long ones timed for
  * loom_arena_note_copy. */
-static void copy_timed(shm_call_t *c, void *dst, const void *src, size_t bytes, int stream)
+static void copy_timed(shm_call_t *c, void *dst, const void *src, size_t bytes, int stream, int out)
 {
     if (bytes < LOOM_ARENA_SLOW_COPY_MIN) {
         loom_shm_copy(dst, src, bytes, stream);
@@ -326,17 +326,17 @@ static void copy_timed(shm_call_t *c, void *dst, const void *src, size_t bytes, 
     }
     const uint64_t t0 = loom_now_ns();
     loom_shm_copy(dst, src, bytes, stream);
-    loom_arena_note_copy(c->ar, bytes, loom_now_ns() - t0);
+    loom_arena_note_copy(c->ar, out, bytes, loom_now_ns() - t0);
 }
 
 void loom_shm_copy_in(shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
-    copy_timed(c, dst, src, bytes, c->stream_in);
+    copy_timed(c, dst, src, bytes, c->stream_in, 0);
 }
 
 void loom_shm_copy_out(shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
-    copy_timed(c, dst, src, bytes, c->stream);
+    copy_timed(c, dst, src, bytes, c->stream, 1);
 }
 
 // ---- reduction -----------------------------------------------------------------------

@@ -163,7 +163,9 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
     shm_stream_if(&c, bytes, 0);
-    shm_stream_in_if(&c, bytes, 1);
+    shm_stream_in_if(&c, bytes,
+                     loom_shm_crowded(c.n) ? SHM_STREAM_IN_BCAST_CROWDED_MIN
+                                           : SHM_STREAM_IN_BCAST_MIN);
     const uint8_t *send = a->sendbuff;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo), piece = bcast_piece(len);

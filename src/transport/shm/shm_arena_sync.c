@@ -77,17 +77,18 @@ int loom_arena_copy_fast(const loom_arena_t *a)
     return a->copy_fast;
 }
 
-void loom_arena_note_copy(loom_arena_t *a, size_t bytes, uint64_t ns)
+void loom_arena_note_copy(loom_arena_t *a, int out, size_t bytes, uint64_t ns)
 {
+    int *run = &a->slow_copies[out != 0];
     if (bytes < LOOM_ARENA_SLOW_COPY_MIN)
         return;
     if (ns * LOOM_ARENA_SLOW_COPY_GBPS <= bytes) {
-        a->slow_copies = 0;
+        *run = 0;
         return;
     }
-    if (++a->slow_copies < LOOM_ARENA_SLOW_COPY_RUN)
+    if (++*run < LOOM_ARENA_SLOW_COPY_RUN)
         return;
-    a->slow_copies = 0;
+    *run = 0;
     atomic_store_explicit(&a->ctl[a->rank].slow_copies_until,
                           loom_now_ns() + LOOM_ARENA_SLOW_COPY_HOLD_NS, memory_order_relaxed);
 }
