@@ -318,7 +318,8 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
 
 /* Copies between the arena and the caller's buffers, long ones timed for
  * loom_arena_note_copy. */
-static void copy_timed(shm_call_t *c, void *dst, const void *src, size_t bytes, int stream, int out)
+static void copy_timed(const shm_call_t *c, void *dst, const void *src, size_t bytes, int stream,
+                       int out)
 {
     if (bytes < LOOM_ARENA_SLOW_COPY_MIN) {
         loom_shm_copy(dst, src, bytes, stream);
@@ -409,6 +410,6 @@ void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, v
             loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
         loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
     }
-    if (dst2 != NULL)
-        memcpy(dst2, dst, len * c->es);
+    if (dst2 != NULL) /* the arena's copy, which peers read: a copy in */
+        copy_timed(c, dst2, dst, len * c->es, c->stream_in, 0);
 }

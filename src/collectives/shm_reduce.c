@@ -24,7 +24,8 @@
  *        and (AllReduce; Reduce off the root) into its own sub-block of the
  *        half, which only it writes and only the others read; post RED(k) =
  *        2k+2. A large out-of-place AllReduce reduces into the half and
- *        streams that to recvbuff (c->stream, loom_shm_copy);
+ *        streams that to recvbuff (c->stream, loom_shm_copy); while copies in
+ *        go past the cache (c->stream_in) the half's copy is the one streamed;
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
  *   A peer's IN(k+1) proves it is done with this rank's half of round k.
@@ -221,7 +222,9 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
         srcs[c->me] = send + (p->spans[c->me].off + lo + i) * es;
         uint8_t *own = mine + (size_t)c->me * stride + i * es;
         uint8_t *dst = to_recv ? recv + dst_index(p, c->me, lo + i) * es : own;
-        if (to_recv && to_half && c->stream) { /* into the slot, then streamed out */
+        /* Into the slot, then streamed out; but when the slot's copy must go past
+         * the cache (c->stream_in), into recvbuff and then streamed to the slot. */
+        if (to_recv && to_half && c->stream && !c->stream_in) {
             loom_shm_reduce(c, srcs, n, acc, own, NULL);
             loom_shm_copy(dst, own, n * es, 1);
         } else {

@@ -177,17 +177,24 @@ int loom_shm_kernel_copy_fast(void);
  * written, or into a half whose lines other cores have read) can crawl on a
  * virtual machine whose CPUs the host places far apart (10x, for seconds at a
  * time), while copies to and from memory keep their speed. A rank that
- * copied `bytes` into (out 0) or out of (out 1) a half in `ns` notes it here:
- * LOOM_ARENA_SLOW_COPY_RUN copies in a row in one direction slower than
- * LOOM_ARENA_SLOW_COPY_GBPS (one alone may have been preempted) mark the
- * arena slow for LOOM_ARENA_SLOW_COPY_HOLD_NS, and loom_arena_copies_slow
- * then tells every writer to copy in past the cache. The directions count
- * apart because they crawl apart: with 4 ranks on 2 CPUs an AllGather's one
- * copy in per round ran at 2.4 GB/s while its three copies out kept 25. */
-#define LOOM_ARENA_SLOW_COPY_GBPS    4u
-#define LOOM_ARENA_SLOW_COPY_RUN     16
-#define LOOM_ARENA_SLOW_COPY_HOLD_NS 50000000ull
-#define LOOM_ARENA_SLOW_COPY_MIN     (64u << 10) /* shorter copies are not timed */
+ * copied `bytes` into (out 0) or out of (out 1) a half in `ns` notes it here.
+ * Each direction keeps a score, up for a copy slower than
+ * LOOM_ARENA_SLOW_COPY_GBPS and down (not below 0) for a faster one, by one
+ * per LOOM_ARENA_SLOW_COPY_MIN bytes and at most
+ * LOOM_ARENA_SLOW_COPY_MAX_WEIGHT: reaching LOOM_ARENA_SLOW_COPY_SCORE (at
+ * least 4 copies: one slow copy alone may have been preempted) marks the
+ * arena slow for LOOM_ARENA_SLOW_COPY_HOLD_NS, and
+ * loom_arena_copies_slow then tells every writer to copy in past the cache.
+ * Not a run of slow copies in a row: with 4 ranks on 2 CPUs, a copy into a
+ * sub-block that a rank on the same CPU reads stays fast while the others
+ * crawl (ReduceScatter 16 MiB: two in three copies in at 2-4 GB/s, the third
+ * at 16-32), and the directions count apart for the same reason (an
+ * AllGather's copies in crawled while its copies out kept 25 GB/s). */
+#define LOOM_ARENA_SLOW_COPY_GBPS       4u
+#define LOOM_ARENA_SLOW_COPY_SCORE      32
+#define LOOM_ARENA_SLOW_COPY_MAX_WEIGHT 4
+#define LOOM_ARENA_SLOW_COPY_HOLD_NS    50000000ull
+#define LOOM_ARENA_SLOW_COPY_MIN        (64u << 10) /* shorter copies are not timed */
 void loom_arena_note_copy(loom_arena_t *a, int out, size_t bytes, uint64_t ns);
 /* 1 if a rank (this one too) marked the arena's copies slow and the mark has
  * not expired. */

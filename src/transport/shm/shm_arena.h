@@ -85,7 +85,7 @@ struct loom_arena {
     int64_t timeout_ms;
     int64_t spin_ns;    /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
     int yields;         /* then sched_yield this often before sleeping on the futex */
-    int slow_copies[2]; /* timed copies into [0] or out of [1] the halves in a row that ran slow */
+    int slow_copies[2]; /* slow minus fast timed copies into [0] or out of [1] the halves, >= 0 */
     int stream_in;      /* LOOM_SHM_STREAM_IN */
     /* Every rank registered for membarrier(GLOBAL_EXPEDITED): posts store
      * their flag without a fence, and a rank about to sleep issues the

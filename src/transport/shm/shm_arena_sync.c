@@ -79,16 +79,20 @@ int loom_arena_copy_fast(const loom_arena_t *a)
 
 void loom_arena_note_copy(loom_arena_t *a, int out, size_t bytes, uint64_t ns)
 {
-    int *run = &a->slow_copies[out != 0];
+    int *score = &a->slow_copies[out != 0];
     if (bytes < LOOM_ARENA_SLOW_COPY_MIN)
         return;
+    const size_t units = bytes / LOOM_ARENA_SLOW_COPY_MIN;
+    const int weight =
+        units < LOOM_ARENA_SLOW_COPY_MAX_WEIGHT ? (int)units : LOOM_ARENA_SLOW_COPY_MAX_WEIGHT;
     if (ns * LOOM_ARENA_SLOW_COPY_GBPS <= bytes) {
-        *run = 0;
+        *score = *score > weight ? *score - weight : 0;
         return;
     }
-    if (++*run < LOOM_ARENA_SLOW_COPY_RUN)
+    *score += weight;
+    if (*score < LOOM_ARENA_SLOW_COPY_SCORE)
         return;
-    *run = 0;
+    *score = 0;
     atomic_store_explicit(&a->ctl[a->rank].slow_copies_until,
                           loom_now_ns() + LOOM_ARENA_SLOW_COPY_HOLD_NS, memory_order_relaxed);
 }
