@@ -196,6 +196,10 @@ int loom_shm_kernel_copy_fast(void);
 #define LOOM_ARENA_SLOW_COPY_HOLD_NS    50000000ull
 #define LOOM_ARENA_SLOW_COPY_MIN        (64u << 10) /* shorter copies are not timed */
 void loom_arena_note_copy(loom_arena_t *a, int out, size_t bytes, uint64_t ns);
+/* The score of loom_arena_note_copy for one direction: adds a copy of bytes
+ * in ns to *score and returns 1 (and starts over at 0) when it reaches
+ * LOOM_ARENA_SLOW_COPY_SCORE. */
+int loom_arena_slow_score(int *score, size_t bytes, uint64_t ns);
 /* 1 if a rank (this one too) marked the arena's copies slow and the mark has
  * not expired. */
 int loom_arena_copies_slow(const loom_arena_t *a);
