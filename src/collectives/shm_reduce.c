@@ -25,7 +25,8 @@
  *        half, which only it writes and only the others read; post RED(k) =
  *        2k+2. A large out-of-place AllReduce reduces into the half and
  *        streams that to recvbuff (c->stream, loom_shm_copy); while copies in
- *        go past the cache (c->stream_in) the half's copy is the one streamed;
+ *        go past the cache (c->stream_in) the half's copy is the one streamed,
+ *        and a Reduce off the root reduces into scratch and streams that;
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
  *   A peer's IN(k+1) proves it is done with this rank's half of round k.
@@ -191,7 +192,8 @@ static size_t cico_elems(const loom_arena_t *ar, int n, size_t es)
     return e > line ? e / line * line : e;
 }
 
-static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs, uint8_t *acc)
+static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs, uint8_t *acc,
+                               uint8_t *tmp)
 {
     shm_call_t *c = &p->c;
     loom_arena_t *ar = c->ar;
@@ -227,6 +229,8 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
         if (to_recv && to_half && c->stream && !c->stream_in) {
             loom_shm_reduce(c, srcs, n, acc, own, NULL);
             loom_shm_copy(dst, own, n * es, 1);
+        } else if (!to_recv && c->stream_in) { /* through tmp, then past the cache */
+            loom_shm_reduce(c, srcs, n, acc, tmp, own);
         } else {
             loom_shm_reduce(c, srcs, n, acc, dst, to_recv && to_half ? own : NULL);
         }
@@ -285,7 +289,7 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     shm_stream_in_if(&p.c, in_bytes - in_bytes / (size_t)ctx->nranks, 0);
     const size_t rounds = (p.maxlen + e - 1) / e;
     for (size_t k = 0; k < rounds; k++)
-        LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc), res, out);
+        LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc, tmp), res, out);
     res = loom_shm_end(&p.c);
 out:
     if (srcs != srcs_small)
