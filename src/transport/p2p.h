@@ -182,7 +182,8 @@ int loom_shm_kernel_copy_fast(void);
  * LOOM_ARENA_SLOW_COPY_GBPS and down (not below 0) for a faster one, by one
  * per LOOM_ARENA_SLOW_COPY_MIN bytes and at most
  * LOOM_ARENA_SLOW_COPY_MAX_WEIGHT: reaching LOOM_ARENA_SLOW_COPY_SCORE (at
- * least 4 copies: one slow copy alone may have been preempted) marks the
+ * least 8 copies: one slow copy alone may have been preempted, and the first
+ * few of every process run slow in steady phases too) marks the
  * arena slow for LOOM_ARENA_SLOW_COPY_HOLD_NS, and
  * loom_arena_copies_slow then tells every writer to copy in past the cache.
  * Not a run of slow copies in a row: with 4 ranks on 2 CPUs, a copy into a
