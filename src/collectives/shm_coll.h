@@ -200,8 +200,8 @@ static inline void shm_stream_in_if(shm_call_t *c, size_t in_bytes, size_t from)
 /* Copies of bytes into this rank's half (c->stream_in applies) and out of a
  * peer's half into recvbuff (c->stream applies); long ones are timed for
  * loom_arena_note_copy. */
-void loom_shm_copy_in(shm_call_t *c, void *dst, const void *src, size_t bytes);
-void loom_shm_copy_out(shm_call_t *c, void *dst, const void *src, size_t bytes);
+void loom_shm_copy_in(const shm_call_t *c, void *dst, const void *src, size_t bytes);
+void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t bytes);
 /* memcpy, with non-temporal stores if stream (x86-64; fenced before it
  * returns, so a flag posted next orders after the data). Every copy into or
  * out of the arena goes through it: where the destination lies just past the

@@ -330,12 +330,12 @@ static void copy_timed(const shm_call_t *c, void *dst, const void *src, size_t b
     loom_arena_note_copy(c->ar, out, bytes, loom_now_ns() - t0);
 }
 
-void loom_shm_copy_in(shm_call_t *c, void *dst, const void *src, size_t bytes)
+void loom_shm_copy_in(const shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
     copy_timed(c, dst, src, bytes, c->stream_in, 0);
 }
 
-void loom_shm_copy_out(shm_call_t *c, void *dst, const void *src, size_t bytes)
+void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
     copy_timed(c, dst, src, bytes, c->stream, 1);
 }
@@ -410,6 +410,6 @@ void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, v
             loom_reduce_acc(dt, c->a->op, target, srcs[r], len);
         loom_reduce_finish(dt, c->a->op, dst, target, len, c->n);
     }
-    if (dst2 != NULL) /* the arena's copy, which peers read: a copy in */
-        copy_timed(c, dst2, dst, len * c->es, c->stream_in, 0);
+    if (dst2 != NULL) /* the arena's copy, which peers read */
+        loom_shm_copy_in(c, dst2, dst, len * c->es);
 }
