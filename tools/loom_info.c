@@ -92,10 +92,12 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     if (chunk < 4096)
         chunk = 4096;
     printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
-           "ranks on %d host(s); chunk %zu bytes; cells: algorithm and predicted time (shm: the "
-           "variant, not modelled)\n",
+           "ranks on %d host(s) (ranks consecutive on each); chunk %zu bytes; %s; cells: "
+           "algorithm and predicted time (shm: the variant, not modelled)\n",
            loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
-           link.gamma_ns, nranks, nhosts, chunk);
+           link.gamma_ns, nranks, nhosts, chunk,
+           loom_param_DETERMINISTIC() ? "reductions in rank order (LOOM_DETERMINISTIC=1)"
+                                      : "every reduction order (LOOM_DETERMINISTIC=0)");
     printf("# %10s", "bytes");
     for (size_t k = 0; k < NKINDS; k++)
         printf(" %-24s", loom_coll_name(decision_kinds[k]));
@@ -113,6 +115,8 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
                              .ring_depth = loom_ring_depth(cls, nranks),
                              .nhosts = nhosts,
                              .ppn = ppn,
+                             .contiguous = 1,
+                             .rank_order = loom_param_DETERMINISTIC() != 0,
                              .intra = loom_link_cost_default(LOOM_LINK_SHM)};
     for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
         char sz[32];
@@ -143,6 +147,8 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
            loom_coll_name(LOOM_COLL_ALLTOALLV), a ? a->name : "-");
 }
 
+/* Each name, marked where the algorithm adds in an order of its own: "*" from
+ * 3 ranks, "**" from 2 (docs/ALGORITHMS.md, Determinism). */
 static void print_algos(void)
 {
     for (int k = 0; k < LOOM_COLL_NUM; k++) {
@@ -151,9 +157,14 @@ static void print_algos(void)
         const loom_algo_t *a = loom_algo_table(&n);
         for (int i = 0; i < n; i++)
             if (a[i].kind == (loom_coll_kind_t)k)
-                printf(" %s", a[i].name);
+                printf(" %s%s", a[i].name,
+                       a[i].order == LOOM_ORDER_PAIR  ? "*"
+                       : a[i].order == LOOM_ORDER_OWN ? "**"
+                                                      : "");
         printf("\n");
     }
+    printf("# *: adds in an order of its own from 3 ranks, **: from 2; LOOM_DETERMINISTIC=1 (the "
+           "default) runs neither there\n");
 }
 
 /* LOOM_TOPO_FILE's description, or this host and this process as detected. */

@@ -140,10 +140,8 @@ loomResult_t loom_hier_calloc(size_t n, size_t size, void *p_out)
     return loomSuccess;
 }
 
-/* Inside a host: every rank sends its span of buf to each other rank and
- * receives theirs in place. */
-static loomResult_t local_allgather_spans(loom_hier_t *h, uint8_t *buf, const loom_span_t *spans,
-                                          size_t es, unsigned step)
+loomResult_t loom_hier_local_allgather(loom_hier_t *h, uint8_t *buf, const loom_span_t *spans,
+                                       size_t es, unsigned step)
 {
     loom_coll_ctx_t *p = &h->local;
     const int L = h->L, me = h->l;
@@ -200,8 +198,9 @@ loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
         loom_reduce_finish(a->dt, a->op, recv + (base + spans[h.l].off) * es, acc, mine,
                            ctx->nranks);
-        LOOM_CHECK_GOTO(local_allgather_spans(&h, recv + base * es, spans, es, STEP_LOCAL_GATHER),
-                        res, out);
+        LOOM_CHECK_GOTO(
+            loom_hier_local_allgather(&h, recv + base * es, spans, es, STEP_LOCAL_GATHER), res,
+            out);
     }
 out:
     free(spans);
@@ -370,7 +369,7 @@ loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
                                    .dt = a->dt,
                                    .root = root_host};
         LOOM_CHECK_GOTO(run_flat(&h, &h.rail, &across), res, out);
-        LOOM_CHECK_GOTO(local_allgather_spans(&h, vec, spans, es, STEP_LOCAL_GATHER), res, out);
+        LOOM_CHECK_GOTO(loom_hier_local_allgather(&h, vec, spans, es, STEP_LOCAL_GATHER), res, out);
     }
 out:
     free(spans);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * algo_rhd.c - butterfly algorithms over a power of two of virtual ranks:
- * recursive doubling AllReduce (small vectors), Rabenseifner's recursive
- * halving + doubling AllReduce, recursive halving ReduceScatter and recursive
- * doubling AllGather (Thakur, Rabenseifner and Gropp, IJHPCA 2005).
+ * recursive doubling AllReduce (small vectors, in rank order), Rabenseifner's
+ * recursive halving + doubling AllReduce, recursive halving ReduceScatter and
+ * recursive doubling AllGather (Thakur, Rabenseifner and Gropp, IJHPCA 2005).
  *
  * Any rank count: n is folded onto p = 2^floor(log2 n) virtual ranks
  * (loom_fold, algo_util.h). In the fold-in step each even rank r < 2(n-p)
@@ -11,26 +11,29 @@
  * result. Cost of the fold: 2 extra steps and the whole vector twice on the
  * wire for those pairs.
  *
- * Butterfly (all three reductions): for d = p/2, p/4, ..., 1 virtual rank v
- * exchanges with v^d. Recursive halving sends the half of its current range
- * that the partner keeps and keeps the other half, so after lg p steps v holds
- * segment v; recursive doubling sends everything every step.
- * Reduction order (determinism): one tree for every element. Leaves are the
- * virtual ranks' data (x[2v] op x[2v+1] for a folded pair, even rank first);
- * pairs at distance p/2 combine first, then p/4, ..., and every combine puts
- * the lower virtual rank's partial first:
- *   p = 4: ((y0 op y2) op (y1 op y3)).
- * Both butterflies build this same tree, so recursive doubling gives every
- * rank the same bits (each rank evaluates the identical expression) and
- * Rabenseifner's owner of a segment computes it once and sends it. Partials
- * travel in the accumulator type (float32 for the 16/8-bit floats, so the
- * wire carries 2-4x the datatype's bytes in the reduction phase) and are
- * rounded once by loom_reduce_finish.
+ * Recursive halving (Rabenseifner, ReduceScatter): for d = p/2, p/4, ..., 1
+ * virtual rank v exchanges with v^d, sends the half of its current range that
+ * the partner keeps and keeps the other half, so after lg p steps v holds
+ * segment v. Reduction order (determinism): one tree for every element.
+ * Leaves are the virtual ranks' data (x[2v] op x[2v+1] for a folded pair, even
+ * rank first); pairs at distance p/2 combine first, then p/4, ..., and every
+ * combine puts the lower virtual rank's partial first:
+ *   p = 4: ((y0 op y2) op (y1 op y3)),
+ * rank order for 2 ranks only. The owner of a segment computes it once and
+ * sends it. Partials travel in the accumulator type (float32 for the 16/8-bit
+ * floats, so the wire carries 2-4x the datatype's bytes in the reduction
+ * phase) and are rounded once by loom_reduce_finish.
  *
- * Rounds bound the scratch: Rabenseifner and recursive doubling work on at
- * most p (resp. RD_ROUND_SEGS) chunks of the vector at a time, recursive
- * halving on one chunk of every block. Scratch: two working vectors of a
- * round in the accumulator type.
+ * Recursive doubling AllReduce keeps rank order instead: the ranks all-gather
+ * their raw contributions by recursive doubling (the AllGather below), and
+ * each rank reduces the n of them in rank order itself, the same expression
+ * on every rank. The wire carries (p-1)/p n S instead of lg p S, which costs
+ * little where this algorithm runs: small vectors, where the steps dominate.
+ *
+ * Rounds bound the scratch: Rabenseifner works on at most p chunks of the
+ * vector at a time, recursive halving on one chunk of every block, recursive
+ * doubling on one chunk per rank. Scratch: two working vectors of a round in
+ * the accumulator type (the butterflies), n chunks (recursive doubling).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +41,6 @@
 #include "algo_util.h"
 #include "check.h"
 #include "dtype.h"
-
-#define RD_ROUND_SEGS 4 /* recursive doubling rounds: this many chunks */
 
 enum { STEP_FOLD_IN = 1, STEP_BUTTERFLY = 2, STEP_GATHER = 3, STEP_FOLD_OUT = 4 };
 
@@ -118,9 +119,8 @@ static void seg_range(const bfly_t *g, int lo, int hi, size_t *first_p, size_t *
     *n_p = g->seg_off[hi - 1] + g->seg_len[hi - 1] - g->seg_off[lo];
 }
 
-/* The butterfly. halve: recursive halving (A ends with segment v's partial);
- * else recursive doubling (A ends with the whole reduction). */
-static loomResult_t butterfly(bfly_t *g, int halve)
+/* Recursive halving: A ends with segment v's partial. */
+static loomResult_t butterfly(bfly_t *g)
 {
     loom_coll_ctx_t *ctx = g->ctx;
     const int v = g->f.vrank;
@@ -128,16 +128,14 @@ static loomResult_t butterfly(bfly_t *g, int halve)
     int lo = 0, hi = g->f.p;
     for (int d = g->f.p / 2; d >= 1; d /= 2) {
         const int partner = v ^ d, peer = loom_fold_real(&g->f, partner);
-        size_t keep_off = 0, keep_n = g->len, send_off = 0, send_n = g->len;
-        if (halve) {
-            int mid = lo + (hi - lo) / 2;
-            int klo = (v & d) ? mid : lo, khi = (v & d) ? hi : mid;
-            int slo = (v & d) ? lo : mid, shi = (v & d) ? mid : hi;
-            seg_range(g, klo, khi, &keep_off, &keep_n);
-            seg_range(g, slo, shi, &send_off, &send_n);
-            lo = klo;
-            hi = khi;
-        }
+        size_t keep_off, keep_n, send_off, send_n;
+        int mid = lo + (hi - lo) / 2;
+        int klo = (v & d) ? mid : lo, khi = (v & d) ? hi : mid;
+        int slo = (v & d) ? lo : mid, shi = (v & d) ? mid : hi;
+        seg_range(g, klo, khi, &keep_off, &keep_n);
+        seg_range(g, slo, shi, &send_off, &send_n);
+        lo = klo;
+        hi = khi;
         loom_reqs_t q = {.n = 0};
         LOOM_CHECK(
             loom_reqs_recv(ctx, &q, peer, g->B + keep_off * g->accsz, keep_n * g->accsz, tag));
@@ -225,9 +223,8 @@ static loomResult_t bfly_setup(bfly_t *g, loom_coll_ctx_t *ctx, const loom_coll_
 
 // ---- AllReduce ------------------------------------------------------------------
 
-/* One round of AllReduce over elements [base, base + len): Rabenseifner when
- * halve, recursive doubling otherwise. */
-static loomResult_t allreduce_round(bfly_t *g, size_t base, size_t len, int halve)
+/* One round of Rabenseifner's AllReduce over elements [base, base + len). */
+static loomResult_t allreduce_round(bfly_t *g, size_t base, size_t len)
 {
     const loom_coll_args_t *a = g->a;
     size_t *off = (size_t *)g->seg_off, *lens = (size_t *)g->seg_len;
@@ -241,47 +238,71 @@ static loomResult_t allreduce_round(bfly_t *g, size_t base, size_t len, int halv
     uint8_t *out = (uint8_t *)a->recvbuff + base * g->es;
     LOOM_CHECK(fold_in(g, &own));
     if (g->f.vrank >= 0) {
-        LOOM_CHECK(butterfly(g, halve));
-        if (halve) {
-            int v = g->f.vrank;
-            loom_reduce_finish(a->dt, a->op, out + off[v] * g->es, g->A + off[v] * g->accsz,
-                               lens[v], g->ctx->nranks);
-            LOOM_CHECK(gather_segments(g, out));
-        } else {
-            loom_reduce_finish(a->dt, a->op, out, g->A, len, g->ctx->nranks);
-        }
+        LOOM_CHECK(butterfly(g));
+        int v = g->f.vrank;
+        loom_reduce_finish(a->dt, a->op, out + off[v] * g->es, g->A + off[v] * g->accsz, lens[v],
+                           g->ctx->nranks);
+        LOOM_CHECK(gather_segments(g, out));
     }
     return fold_out(g, out, len * g->es);
 }
 
-static loomResult_t allreduce_bfly(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int halve)
+loomResult_t loom_allreduce_rhd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     if (ctx->nranks == 1)
         return loom_allreduce_direct(ctx, a);
     if (a->count == 0)
         return loomSuccess;
     loom_fold_t f = loom_fold(ctx->nranks, ctx->rank);
-    size_t ce = loom_chunk_elems(ctx, loom_dtype_size(a->dt));
-    size_t round = (halve ? (size_t)f.p : RD_ROUND_SEGS) * ce;
+    size_t round = (size_t)f.p * loom_chunk_elems(ctx, loom_dtype_size(a->dt));
     if (round > a->count)
         round = a->count;
     bfly_t g;
     size_t *segs = NULL;
     loomResult_t res = bfly_setup(&g, ctx, a, round, 0, NULL, &segs);
     for (size_t base = 0; res == loomSuccess && base < a->count; base += round)
-        res = allreduce_round(&g, base, a->count - base < round ? a->count - base : round, halve);
+        res = allreduce_round(&g, base, a->count - base < round ? a->count - base : round);
     free(segs);
     return res;
 }
 
-loomResult_t loom_allreduce_rhd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
-{
-    return allreduce_bfly(ctx, a, 1);
-}
-
 loomResult_t loom_allreduce_rd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    return allreduce_bfly(ctx, a, 0);
+    const int n = ctx->nranks;
+    if (n == 1)
+        return loom_allreduce_direct(ctx, a);
+    if (a->count == 0)
+        return loomSuccess;
+    const size_t es = loom_dtype_size(a->dt);
+    size_t round = loom_chunk_elems(ctx, es);
+    if (round > a->count)
+        round = a->count;
+    const void *srcs_small[16];
+    const void **srcs = n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)n);
+    if (srcs == NULL) {
+        LOOM_WARN("out of memory for %d ranks", n);
+        return loomSystemError;
+    }
+    uint8_t *all = NULL;
+    loomResult_t res = loom_coll_scratch(ctx, (size_t)n * round * es, &all);
+    const uint8_t *send = a->sendbuff;
+    uint8_t *recv = a->recvbuff;
+    for (size_t base = 0; res == loomSuccess && base < a->count; base += round) {
+        const size_t len = a->count - base < round ? a->count - base : round;
+        const loom_coll_args_t gather = {.kind = LOOM_COLL_ALLGATHER,
+                                         .sendbuff = send + base * es,
+                                         .recvbuff = all,
+                                         .count = len,
+                                         .dt = a->dt};
+        res = loom_allgather_rd(ctx, &gather);
+        for (int r = 0; r < n; r++)
+            srcs[r] = all + (size_t)r * len * es;
+        if (res == loomSuccess) /* the send slice is in `all` now: in place is safe */
+            loom_reduce_multi(a->dt, a->op, recv + base * es, srcs, n, len, n);
+    }
+    if (srcs != srcs_small)
+        free(srcs);
+    return res;
 }
 
 // ---- ReduceScatter --------------------------------------------------------------
@@ -309,7 +330,7 @@ static loomResult_t reduce_scatter_round(bfly_t *g, size_t k0, size_t len, uint8
         LOOM_CHECK(loom_reqs_recv(g->ctx, &q, me + 1, out, len * g->es, tag));
         return loom_reqs_wait(g->ctx, &q);
     }
-    LOOM_CHECK(butterfly(g, 1));
+    LOOM_CHECK(butterfly(g));
     const uint8_t *mine = g->A + off[g->f.vrank] * g->accsz;
     if (loom_fold_width(&g->f, g->f.vrank) == 2) {
         /* The pair's segment: the even rank's block first, then this rank's. */

@@ -14,7 +14,10 @@
  * (r-u), receive block (r-u-1) straight into the output.
  *
  * Reduction order (determinism): block b is reduced along the ring starting
- * at rank b+1: ((x[b+1] op x[b+2]) op ...) op x[b], with indices mod n. The
+ * at rank b+1: ((x[b+1] op x[b+2]) op ...) op x[b], with indices mod n; with
+ * two ranks rank 0 puts its own data first, so both blocks are x0 op x1, rank
+ * order (the other rank counts, where a ring's order cannot be rank order,
+ * are not chosen with LOOM_DETERMINISTIC=1). The
  * first hop carries rank b+1's raw data in the datatype; later hops carry the
  * partial in the accumulator type (float32 for the 16/8-bit floats), so a
  * value is rounded to its datatype once, by the block's owner, which then
@@ -168,10 +171,21 @@ static void reduce_arrived(ring_t *g, size_t k, int t, int j)
         return;
     const ring_plan_t *p = g->plan;
     const loom_coll_args_t *a = g->a;
+    const uint8_t *own = p->send + (p->in_off[rb] + start) * g->es;
     void *part = g->buf[t % 2][j];
-    if (t == 0 && !loom_acc_is_native(a->dt))
-        loom_reduce_init(a->dt, part, g->buf[1][j], len);
-    loom_reduce_acc(a->dt, a->op, part, p->send + (p->in_off[rb] + start) * g->es, len);
+    if (g->ctx->nranks == 2 && g->ctx->rank == 0) {
+        /* Two ranks: rank 0 puts its own data first, so that both blocks are x0 op x1 (rank
+         * order; a max of +0 and -0 keeps the second operand). The raw data arrived in the
+         * other buffer, or in part when the accumulator is the datatype. */
+        void *in = loom_acc_is_native(a->dt) ? part : g->buf[1][j];
+        part = loom_acc_is_native(a->dt) ? g->buf[1][j] : part;
+        loom_reduce_init(a->dt, part, own, len);
+        loom_reduce_acc(a->dt, a->op, part, in, len);
+    } else {
+        if (t == 0 && !loom_acc_is_native(a->dt))
+            loom_reduce_init(a->dt, part, g->buf[1][j], len);
+        loom_reduce_acc(a->dt, a->op, part, own, len);
+    }
     if (t == p->rs_steps - 1)
         loom_reduce_finish(a->dt, a->op, p->out + (p->out_off[rb] + start) * g->es, part, len,
                            g->ctx->nranks);

@@ -5,6 +5,9 @@
  * forces an algorithm; otherwise every entry of the collective predicts the
  * call's time with its cost function under the communicator's link constants
  * (cost_model.h) and the cheapest wins, ties going to the earlier row.
+ * LOOM_DETERMINISTIC=1 (the default) lets only the entries that add in rank
+ * order compete, and overrules a LOOM_ALGO that names another, so that a
+ * reduction's bits depend on the inputs alone (docs/ALGORITHMS.md).
  * LOOM_COLL_TRACE=1 logs one INFO line per call.
  */
 #include <stdio.h>
@@ -39,59 +42,76 @@ static const loom_algo_t algos[] = {
      * on this host over shm); it picks tiny / flat / cico / cma by size itself. The other
      * shm rows only run when LOOM_ALGO forces them. Without an arena the network rows
      * compete alone (loom_shm_algo_usable). */
-    {LOOM_COLL_ALLREDUCE, "shm", loom_allreduce_shm, loom_cost_shm_family},
-    {LOOM_COLL_ALLREDUCE, "shm_flat", loom_allreduce_shm_flat, loom_cost_shm_forced},
-    {LOOM_COLL_ALLREDUCE, "shm_cico", loom_allreduce_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_ALLREDUCE, "shm_cma", loom_allreduce_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_REDUCE_SCATTER, "shm", loom_reduce_scatter_shm, loom_cost_shm_family},
-    {LOOM_COLL_REDUCE_SCATTER, "shm_cico", loom_reduce_scatter_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_REDUCE_SCATTER, "shm_cma", loom_reduce_scatter_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_REDUCE, "shm", loom_reduce_shm, loom_cost_shm_family},
-    {LOOM_COLL_REDUCE, "shm_flat", loom_reduce_shm_flat, loom_cost_shm_forced},
-    {LOOM_COLL_REDUCE, "shm_cico", loom_reduce_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_REDUCE, "shm_cma", loom_reduce_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_ALLGATHER, "shm", loom_allgather_shm, loom_cost_shm_family},
-    {LOOM_COLL_ALLGATHER, "shm_cico", loom_allgather_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_ALLGATHER, "shm_cma", loom_allgather_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_BCAST, "shm", loom_bcast_shm, loom_cost_shm_family},
-    {LOOM_COLL_BCAST, "shm_cico", loom_bcast_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_BCAST, "shm_cma", loom_bcast_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_ALLTOALL, "shm", loom_alltoall_shm, loom_cost_shm_family},
-    {LOOM_COLL_ALLTOALL, "shm_cico", loom_alltoall_shm_cico, loom_cost_shm_forced},
-    {LOOM_COLL_ALLTOALL, "shm_cma", loom_alltoall_shm_cma, loom_cost_shm_forced},
-    {LOOM_COLL_BARRIER, "shm", loom_barrier_shm, loom_cost_shm_family},
-    {LOOM_COLL_ALLREDUCE, "rd", loom_allreduce_rd, loom_cost_allreduce_rd},
-    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, loom_cost_allreduce_direct},
-    {LOOM_COLL_ALLREDUCE, "rhd", loom_allreduce_rhd, loom_cost_allreduce_rhd},
-    {LOOM_COLL_ALLREDUCE, "ring", loom_allreduce_ring, loom_cost_allreduce_ring},
+    {LOOM_COLL_ALLREDUCE, "shm", loom_allreduce_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "shm_flat", loom_allreduce_shm_flat, loom_cost_shm_forced,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "shm_cico", loom_allreduce_shm_cico, loom_cost_shm_forced,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "shm_cma", loom_allreduce_shm_cma, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTER, "shm", loom_reduce_scatter_shm, loom_cost_shm_family,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cico", loom_reduce_scatter_shm_cico, loom_cost_shm_forced,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTER, "shm_cma", loom_reduce_scatter_shm_cma, loom_cost_shm_forced,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "shm", loom_reduce_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "shm_flat", loom_reduce_shm_flat, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "shm_cico", loom_reduce_shm_cico, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "shm_cma", loom_reduce_shm_cma, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "shm", loom_allgather_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "shm_cico", loom_allgather_shm_cico, loom_cost_shm_forced,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "shm_cma", loom_allgather_shm_cma, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_BCAST, "shm", loom_bcast_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_BCAST, "shm_cico", loom_bcast_shm_cico, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_BCAST, "shm_cma", loom_bcast_shm_cma, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "shm", loom_alltoall_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "shm_cico", loom_alltoall_shm_cico, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "shm_cma", loom_alltoall_shm_cma, loom_cost_shm_forced, LOOM_ORDER_RANK},
+    {LOOM_COLL_BARRIER, "shm", loom_barrier_shm, loom_cost_shm_family, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "rd", loom_allreduce_rd, loom_cost_allreduce_rd, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "direct", loom_allreduce_direct, loom_cost_allreduce_direct,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLREDUCE, "rhd", loom_allreduce_rhd, loom_cost_allreduce_rhd, LOOM_ORDER_PAIR},
+    {LOOM_COLL_ALLREDUCE, "ring", loom_allreduce_ring, loom_cost_allreduce_ring, LOOM_ORDER_PAIR},
     {LOOM_COLL_ALLREDUCE, "reduce_bcast", loom_allreduce_reduce_bcast,
-     loom_cost_allreduce_reduce_bcast},
-    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, loom_cost_allgather_direct},
-    {LOOM_COLL_ALLGATHER, "rd", loom_allgather_rd, loom_cost_allgather_rd},
-    {LOOM_COLL_ALLGATHER, "ring", loom_allgather_ring, loom_cost_allgather_ring},
+     loom_cost_allreduce_reduce_bcast, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "direct", loom_allgather_direct, loom_cost_allgather_direct,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "rd", loom_allgather_rd, loom_cost_allgather_rd, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHER, "ring", loom_allgather_ring, loom_cost_allgather_ring, LOOM_ORDER_RANK},
     {LOOM_COLL_REDUCE_SCATTER, "direct", loom_reduce_scatter_direct,
-     loom_cost_reduce_scatter_direct},
-    {LOOM_COLL_REDUCE_SCATTER, "rhd", loom_reduce_scatter_rhd, loom_cost_reduce_scatter_rhd},
-    {LOOM_COLL_REDUCE_SCATTER, "ring", loom_reduce_scatter_ring, loom_cost_reduce_scatter_ring},
-    {LOOM_COLL_BCAST, "direct", loom_bcast_direct, loom_cost_bcast_direct},
-    {LOOM_COLL_BCAST, "binomial", loom_bcast_binomial, loom_cost_bcast_binomial},
+     loom_cost_reduce_scatter_direct, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTER, "rhd", loom_reduce_scatter_rhd, loom_cost_reduce_scatter_rhd,
+     LOOM_ORDER_PAIR},
+    {LOOM_COLL_REDUCE_SCATTER, "ring", loom_reduce_scatter_ring, loom_cost_reduce_scatter_ring,
+     LOOM_ORDER_PAIR},
+    {LOOM_COLL_BCAST, "direct", loom_bcast_direct, loom_cost_bcast_direct, LOOM_ORDER_RANK},
+    {LOOM_COLL_BCAST, "binomial", loom_bcast_binomial, loom_cost_bcast_binomial, LOOM_ORDER_RANK},
     {LOOM_COLL_BCAST, "scatter_allgather", loom_bcast_scatter_allgather,
-     loom_cost_bcast_scatter_allgather},
-    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, loom_cost_reduce_direct},
-    {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial},
-    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, loom_cost_alltoall_pairwise},
-    {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck},
+     loom_cost_bcast_scatter_allgather, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "direct", loom_reduce_direct, loom_cost_reduce_direct, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE, "binomial", loom_reduce_binomial, loom_cost_reduce_binomial, LOOM_ORDER_OWN},
+    {LOOM_COLL_REDUCE, "chain", loom_reduce_chain, loom_cost_reduce_chain, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "pairwise", loom_alltoall_pairwise, loom_cost_alltoall_pairwise,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "bruck", loom_alltoall_bruck, loom_cost_alltoall_bruck, LOOM_ORDER_RANK},
     /* AllToAllv: no cost can see the counts (they differ per rank), so both rows
      * price the layout's messages and steps only (cost_model.h). */
-    {LOOM_COLL_ALLTOALLV, "hier", loom_alltoallv_hier, loom_cost_alltoallv_hier},
-    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_alltoallv_pairwise},
-    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only},
+    {LOOM_COLL_ALLTOALLV, "hier", loom_alltoallv_hier, loom_cost_alltoallv_hier, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALLV, "pairwise", loom_alltoallv_pairwise, loom_cost_alltoallv_pairwise,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only,
+     LOOM_ORDER_RANK},
     /* Hierarchical (algo_hier.c): only across hosts with equal ranks per host. */
-    {LOOM_COLL_ALLREDUCE, "hier", loom_allreduce_hier, loom_cost_allreduce_hier},
-    {LOOM_COLL_REDUCE_SCATTER, "hier", loom_reduce_scatter_hier, loom_cost_reduce_scatter_hier},
-    {LOOM_COLL_ALLGATHER, "hier", loom_allgather_hier, loom_cost_allgather_hier},
-    {LOOM_COLL_BCAST, "hier", loom_bcast_hier, loom_cost_bcast_hier},
-    {LOOM_COLL_ALLTOALL, "hier", loom_alltoall_hier, loom_cost_alltoall_hier},
+    {LOOM_COLL_ALLREDUCE, "hier", loom_allreduce_hier, loom_cost_allreduce_hier, LOOM_ORDER_OWN},
+    {LOOM_COLL_ALLREDUCE, "hier_chain", loom_allreduce_hier_chain, loom_cost_allreduce_hier_chain,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTER, "hier", loom_reduce_scatter_hier, loom_cost_reduce_scatter_hier,
+     LOOM_ORDER_OWN},
+    {LOOM_COLL_ALLGATHER, "hier", loom_allgather_hier, loom_cost_allgather_hier, LOOM_ORDER_RANK},
+    {LOOM_COLL_BCAST, "hier", loom_bcast_hier, loom_cost_bcast_hier, LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLTOALL, "hier", loom_alltoall_hier, loom_cost_alltoall_hier, LOOM_ORDER_RANK},
 };
 
 #define NALGOS ((int)(sizeof(algos) / sizeof(algos[0])))
@@ -150,6 +170,8 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
         .ring_depth = ctx->ring_depth,
         .nhosts = ctx->group ? 1 : ctx->hosts.nhosts,
         .ppn = ctx->group ? 0 : ctx->hosts.ppn,
+        .contiguous = ctx->group ? 1 : ctx->hosts.contiguous,
+        .rank_order = loom_param_DETERMINISTIC() != 0,
         .intra = ctx->intra};
     return c;
 }
@@ -170,7 +192,7 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
     const loom_algo_t *best = NULL;
     double best_cost = LOOM_COST_NA;
     for (int i = 0; i < n; i++) {
-        if (table[i].kind != kind)
+        if (table[i].kind != kind || (call->rank_order && !loom_algo_rank_order(&table[i], call)))
             continue;
         double c = table[i].cost(call, link);
         if (!(c < best_cost))
@@ -237,6 +259,15 @@ static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const loom_algo_t *algo = forced_algo(a->kind);
     if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name))
         algo = NULL; /* a forced shm algorithm without an arena: the model's choice instead */
+    if (algo != NULL && call->rank_order && !loom_algo_rank_order(algo, call)) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            LOOM_WARN("LOOM_ALGO: %s %s adds in an order of its own on %d ranks, which "
+                      "LOOM_DETERMINISTIC=1 does not allow; the cost model's choice runs instead "
+                      "(LOOM_DETERMINISTIC=0 lets it run)",
+                      coll_names[a->kind], algo->name, call->nranks);
+        algo = NULL;
+    }
     if (algo != NULL) {
         *predicted_p = algo->cost(call, &ctx->link);
         return algo;
@@ -288,6 +319,14 @@ static const loom_algo_t *choose_memo(loom_coll_ctx_t *ctx, const loom_coll_args
     return algo;
 }
 
+/* "rank" where the call adds in rank order, "own" where the algorithm's own
+ * order decides the bits (trace lines). */
+static const char *order_name(const loom_algo_t *algo, int nranks)
+{
+    loom_cost_call_t c = {.nranks = nranks};
+    return loom_algo_rank_order(algo, &c) ? "rank" : "own";
+}
+
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
@@ -305,11 +344,11 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     uint64_t t0 = loom_now_ns();
     loomResult_t res = algo->fn(ctx, a);
     LOOM_INFO(LOOM_LOG_COLL,
-              "%s seq %llu: %zu bytes %s %s algo %s transport %s "
+              "%s seq %llu: %zu bytes %s %s algo %s order %s transport %s "
               "%.1f us (model %.1f us) -> %s",
               coll_names[a->kind], (unsigned long long)ctx->seq, loom_coll_bytes(a, ctx->nranks),
               loom_dtype_name(a->dt), loom_redop_name(a->op), algo->name,
-              loom_link_class_name(ctx->link.cls), (double)(loom_now_ns() - t0) / 1e3,
-              predicted / 1e3, loomGetErrorString(res));
+              order_name(algo, ctx->nranks), loom_link_class_name(ctx->link.cls),
+              (double)(loom_now_ns() - t0) / 1e3, predicted / 1e3, loomGetErrorString(res));
     return res;
 }

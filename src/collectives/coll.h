@@ -14,7 +14,9 @@
  * cannot run (e.g. `link->cls != LOOM_LINK_SHM` for a shared-arena algorithm), so
  * the model never picks it there. Ties go to the earlier row. Rules every entry
  * keeps: the same bits on every rank and run to run (docs/ALGORITHMS.md), any
- * rank count, count 0, in place, every datatype and op.
+ * rank count, count 0, in place, every datatype and op. A reducing entry
+ * states its order (loom_order_t): with LOOM_DETERMINISTIC=1 only entries that
+ * add in rank order compete.
  */
 #ifndef LOOM_COLL_H
 #define LOOM_COLL_H
@@ -55,6 +57,14 @@ typedef struct {
 } loom_coll_args_t;
 
 struct loom_algo;
+
+/* The order in which an algorithm combines the ranks' contributions to an
+ * element (docs/ALGORITHMS.md, Determinism). */
+typedef enum {
+    LOOM_ORDER_RANK, /* rank order 0, 1, ..., n-1 (include/loom.h), or no reduction */
+    LOOM_ORDER_PAIR, /* an order of its own from 3 ranks; rank order for 1 or 2 */
+    LOOM_ORDER_OWN   /* an order of its own: the same bits on every rank and run to run */
+} loom_order_t;
 
 /* The last algorithm chosen for one collective (algo_select.c), reused while
  * the inputs of the choice are unchanged: the datatype, the bytes of the call,
@@ -134,13 +144,21 @@ typedef loomResult_t (*loom_algo_fn_t)(loom_coll_ctx_t *ctx, const loom_coll_arg
  *  name: its LOOM_ALGO spelling, unique within the collective;
  *  fn:   runs one call on every rank (all ranks run the same entry);
  *  cost: predicted time of a call on a link class, pure, LOOM_COST_NA where fn
- *        cannot run; the cheapest entry wins and ties go to the earlier row. */
+ *        cannot run; the cheapest entry wins and ties go to the earlier row;
+ *  order: how fn orders a reduction (LOOM_ORDER_RANK where it reduces nothing). */
 typedef struct loom_algo {
     loom_coll_kind_t kind;
     const char *name;
     loom_algo_fn_t fn;
     loom_algo_cost_fn_t cost;
+    loom_order_t order;
 } loom_algo_t;
+
+/* 1 when algo adds in rank order on a call of c->nranks ranks. */
+static inline int loom_algo_rank_order(const loom_algo_t *algo, const loom_cost_call_t *c)
+{
+    return algo->order == LOOM_ORDER_RANK || (algo->order == LOOM_ORDER_PAIR && c->nranks <= 2);
+}
 
 /* Algorithms. The direct ones live in <collective>.c, the others in algo_*.c. */
 loomResult_t loom_allreduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
@@ -159,11 +177,13 @@ loomResult_t loom_bcast_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
 loomResult_t loom_bcast_scatter_allgather(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_binomial(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_chain(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_bruck(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoallv_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allreduce_hier_chain(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_reduce_scatter_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allgather_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_bcast_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
@@ -184,7 +204,9 @@ const loom_algo_t *loom_algo_table(int *n_p);
 /* Bytes one rank sends or receives at most (for traces and benchmarks). */
 size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks);
 /* The cheapest entry of table[n] for kind (ties: the earlier entry), or NULL if
- * none can run; *cost_p (may be NULL) gets its predicted time in ns. Pure. */
+ * none can run; with call->rank_order, only entries that add in rank order
+ * (loom_algo_rank_order) compete. *cost_p (may be NULL) gets its predicted
+ * time in ns. Pure. */
 const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,
                                   const loom_cost_call_t *call, const loom_link_cost_t *link,
                                   double *cost_p);

@@ -185,8 +185,6 @@ static bfly_shape_t shape(int n)
     return s;
 }
 
-#define RD_ROUND_SEGS 4 /* chunks per recursive-doubling round (algo_rhd.c) */
-
 static double ring_depth(const loom_cost_call_t *c)
 {
     return c->ring_depth > 0 ? (double)c->ring_depth : 1.0;
@@ -194,18 +192,18 @@ static double ring_depth(const loom_cost_call_t *c)
 
 // ---- AllReduce ------------------------------------------------------------------
 
-/* lg p exchanges of the whole vector as a partial (+ the fold: the pair's
- * partial in, the result out). */
+/* Per round of one chunk per rank: the recursive doubling AllGather of the n
+ * raw contributions (lg p exchanges of doubling size; the fold: a chunk in,
+ * all n out), then every rank reduces the n of them. */
 double loom_cost_allreduce_rd(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
     if (c->nranks <= 1)
         return 0.0;
     bfly_shape_t s = shape(c->nranks);
-    double S = c->nbytes, ar = c->acc_ratio;
-    double r = rounds(S, RD_ROUND_SEGS * (double)c->chunk_bytes);
-    double steps = (s.lgp + 2 * s.fold) * r;
-    return loom_cost_eval(l, steps, (2 * s.lgp + 2 * s.fold) * r,
-                          s.lgp * S * ar + s.fold * (S * ar + S), (s.lgp + s.fold + 1) * S * ar);
+    double n = c->nranks, S = c->nbytes;
+    double r = rounds(S, (double)c->chunk_bytes);
+    return loom_cost_eval(l, (s.lgp + 2 * s.fold) * r, (2 * s.lgp + 2 * s.fold) * r,
+                          (s.p - 1) / s.p * n * S + s.fold * (S + n * S), n * S * c->acc_ratio);
 }
 
 /* Rabenseifner: recursive halving (partials) + recursive doubling (results). */
@@ -368,6 +366,19 @@ double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t
     double n = c->nranks, S = c->nbytes;
     double m = rounds(S, (double)c->chunk_bytes);
     return loom_cost_eval(l, m, (n - 1) * m, (n - 1) * S, n * S * c->acc_ratio);
+}
+
+/* Pipelined along ranks 0..n-1 in segments of a chunk of partials, and on to
+ * the root: n - 1 steps to fill the chain, one more per further segment and
+ * one for the last hop; the root receives the partials of its predecessor and
+ * the results, and sends its own partials. */
+double loom_cost_reduce_chain(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, ar = c->acc_ratio;
+    double m = rounds(S * ar, (double)c->chunk_bytes);
+    return loom_cost_eval(l, n - 1 + m, 3 * m, S * ar + S, S * ar);
 }
 
 // ---- AllToAll -------------------------------------------------------------------

@@ -42,14 +42,16 @@ typedef struct {
  * the communicator, so every rank picks the same algorithm. */
 typedef struct {
     int nranks;
-    double nbytes;          /* loom_coll_bytes: the vector (AllReduce, Bcast, Reduce) or the
-                               whole gathered/scattered vector (AllGather, ReduceScatter, AllToAll) */
-    double acc_ratio;       /* accumulator bytes per datatype byte: 1, or 2/4 for 16/8-bit floats,
-                               whose partial sums travel as float32 */
-    size_t chunk_bytes;     /* LOOM_CHUNK_BYTES: pipeline segment per peer and step */
-    int ring_depth;         /* segments the ring keeps in flight per step (loom_ring_depth) */
-    int nhosts;             /* hosts the ranks span (0 or 1: one) */
-    int ppn;                /* ranks per host when every host has the same number, else 0 */
+    double nbytes;      /* loom_coll_bytes: the vector (AllReduce, Bcast, Reduce) or the
+                           whole gathered/scattered vector (AllGather, ReduceScatter, AllToAll) */
+    double acc_ratio;   /* accumulator bytes per datatype byte: 1, or 2/4 for 16/8-bit floats,
+                           whose partial sums travel as float32 */
+    size_t chunk_bytes; /* LOOM_CHUNK_BYTES: pipeline segment per peer and step */
+    int ring_depth;     /* segments the ring keeps in flight per step (loom_ring_depth) */
+    int nhosts;         /* hosts the ranks span (0 or 1: one) */
+    int ppn;            /* ranks per host when every host has the same number, else 0 */
+    int contiguous;     /* every host's ranks are consecutive (or one host) */
+    int rank_order;     /* only algorithms that add in rank order may run (LOOM_DETERMINISTIC) */
     loom_link_cost_t intra; /* the links inside a host (the hierarchical algorithms' costs) */
 } loom_cost_call_t;
 
@@ -121,12 +123,15 @@ double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_l
 double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_chain(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_bruck(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l);
 /* Hierarchical algorithms (cost_hier.c): inside each host, between hosts by
  * one rank per host and local index (every local rank's path at once), inside
  * each host again; LOOM_COST_NA unless nhosts > 1 and ppn > 1. */
 double loom_cost_allreduce_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* LOOM_COST_NA also where a host's ranks are not consecutive. */
+double loom_cost_allreduce_hier_chain(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_scatter_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_allgather_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_hier(const loom_cost_call_t *c, const loom_link_cost_t *l);

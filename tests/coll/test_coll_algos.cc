@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// test_coll_algos.cc - every collective algorithm, forced with LOOM_ALGO, at 1, 2, 3, 4, 5 and 8
-// ranks over shared memory, for counts 0, 1, nranks-1, small odd primes and a few MiB, with
+// test_coll_algos.cc - every collective algorithm, forced with LOOM_ALGO (and LOOM_DETERMINISTIC=0,
+// so that those with an order of their own run too), at 1, 2, 3, 4, 5 and 8 ranks over shared
+// memory and at 3 and 5 over tcp, for counts 0, 1, nranks-1, small odd primes and a few MiB, with
 // fp32 sum, int32 max, bf16 sum, fp64 avg and fp32 max over signed zeros, in place and out of
 // place. Reductions use inputs whose sums depend on the grouping of the additions (random
 // mantissas and exponents) and, for max, on the order of the operands of each combine (+0 and
@@ -71,9 +72,12 @@ Program Linear(int n)
     return p;
 }
 
-// Ring: block b starts at rank b+1 and travels the ring: ((x[b+1] op x[b+2]) op ...) op x[b].
+// Ring: block b starts at rank b+1 and travels the ring: ((x[b+1] op x[b+2]) op ...) op x[b];
+// with two ranks, x0 op x1 for both blocks (rank order).
 Program RingChain(int n, int b)
 {
+    if (n == 2)
+        return Linear(n);
     Program p{(b + 1) % n};
     for (int k = 2; k <= n; k++) {
         p.push_back((b + k) % n);
@@ -377,9 +381,9 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
     const bool checks = coll != Coll::kReduce || rank == c.root;
     if (checks) {
         Program fixed;
-        if (algo == "direct" || algo == "reduce_bcast")
+        if (algo == "direct" || algo == "reduce_bcast" || algo == "rd" || algo == "chain")
             fixed = Linear(n);
-        else if (algo == "rd" || algo == "rhd")
+        else if (algo == "rhd")
             fixed = Butterfly(n);
         else if (algo == "binomial")
             fixed = Binomial(n, c.root);
@@ -561,11 +565,13 @@ struct AlgoParam {
     Coll coll;
     const char *algo;
     int nranks;
+    const char *net; // LOOM_NET: the point-to-point transport under the algorithm
 };
 
 std::string ParamName(const AlgoParam &p)
 {
-    return std::string(CollName(p.coll)) + "_" + p.algo + "_" + std::to_string(p.nranks) + "ranks";
+    return std::string(CollName(p.coll)) + "_" + p.algo + "_" + std::to_string(p.nranks) + "ranks" +
+           (std::string(p.net) == "shm" ? "" : std::string("_") + p.net);
 }
 
 void PrintTo(const AlgoParam &p, std::ostream *os)
@@ -590,13 +596,18 @@ std::vector<AlgoParam> AllParams()
                                                    {Coll::kBroadcast, "scatter_allgather"},
                                                    {Coll::kBroadcast, "direct"},
                                                    {Coll::kReduce, "binomial"},
+                                                   {Coll::kReduce, "chain"},
                                                    {Coll::kReduce, "direct"},
                                                    {Coll::kAllToAll, "bruck"},
                                                    {Coll::kAllToAll, "pairwise"}};
     std::vector<AlgoParam> params;
     for (const auto &a : algos)
         for (int n : {1, 2, 3, 4, 5, 8})
-            params.push_back({a.first, a.second, n});
+            params.push_back({a.first, a.second, n, "shm"});
+    // The order is the algorithm's, whatever carries its messages.
+    for (const auto &a : algos)
+        for (int n : {3, 5})
+            params.push_back({a.first, a.second, n, "tcp"});
     return params;
 }
 
@@ -606,11 +617,13 @@ TEST_P(Algos, ForcedAlgorithm)
 {
     const AlgoParam p = GetParam();
     loomtest::RunOptions opts;
-    // A small chunk makes the larger cases use several pipeline segments and rounds.
+    // A small chunk makes the larger cases use several pipeline segments and rounds. Every
+    // algorithm runs, also those with an order of their own (LOOM_DETERMINISTIC=0).
     opts.env = {
-        {"LOOM_NET", "shm"},           {"LOOM_ALGO", std::string(CollName(p.coll)) + ":" + p.algo},
-        {"LOOM_CHUNK_BYTES", "65536"}, {"LOOM_COLL_TRACE", "1"},
-        {"LOOM_DEBUG", "INFO"},        {"LOOM_DEBUG_SUBSYS", "COLL"}};
+        {"LOOM_NET", "shm"},          {"LOOM_ALGO", std::string(CollName(p.coll)) + ":" + p.algo},
+        {"LOOM_DETERMINISTIC", "0"},  {"LOOM_CHUNK_BYTES", "65536"},
+        {"LOOM_COLL_TRACE", "1"},     {"LOOM_DEBUG", "INFO"},
+        {"LOOM_DEBUG_SUBSYS", "COLL"}};
     opts.rank_env = [](int rank) {
         return loomtest::EnvList{
             {"LOOM_DEBUG_FILE", loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log"}};
