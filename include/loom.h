@@ -191,7 +191,12 @@ LOOM_API loomResult_t loomStreamQuery(loomStream_t stream);
  * bitwise identical on every rank and from run to run; reductions combine the
  * ranks' contributions in rank order 0, 1, ..., n-1 in the accumulator type
  * (float32 for float16/bfloat16/fp8, the datatype itself otherwise) and round
- * once per output element. Errors: InvalidArgument (NULL buffer with count > 0,
+ * once per output element, so their bits depend on the inputs, datatype, op
+ * and rank count alone, not on the transport, the hosts, the size or the
+ * algorithm. LOOM_DETERMINISTIC=0 lets algorithms with an order of their own
+ * run where faster (docs/ALGORITHMS.md, Determinism): results then stay
+ * identical on every rank and run to run, but may change with the algorithm
+ * chosen. Errors: InvalidArgument (NULL buffer with count > 0,
  * bad datatype/op/root, overflowing sizes, partially overlapping buffers),
  * InvalidUsage, RemoteError, Timeout, SystemError. */
 
