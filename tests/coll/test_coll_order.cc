@@ -33,6 +33,7 @@ constexpr loomDataType_t kTypes[] = {loomFloat32, loomFloat16, loomBfloat16};
 constexpr loomRedOp_t kOps[] = {loomSum, loomProd, loomAvg};
 // Counts: one element, fewer than the ranks, and several pipeline segments of 4 KiB.
 constexpr size_t kCounts[] = {1, 3, 3001};
+constexpr size_t kLongCount = 70001;
 
 const char *Spelling(loomCollective_t c)
 {
@@ -142,18 +143,23 @@ void RunCases(int rank, int n, loomComm_t comm)
 {
     int calls = 0, failures = 0;
     uint64_t seed = 0x0dde4;
-    for (loomCollective_t coll : kReducing)
+    auto run = [&](loomCollective_t coll, loomDataType_t dt, loomRedOp_t op, size_t count) {
+        seed = loomtest::Mix64(seed);
+        const std::string what = RunOne(coll, dt, op, count, seed, rank, n, comm);
+        calls++;
+        if (!what.empty() && failures++ < 12)
+            fprintf(stderr, "rank %d: FAIL %s %s %s count %zu: %s\n", rank, Spelling(coll),
+                    loomtest::TypeName(dt), loomtest::OpName(op), count, what.c_str());
+    };
+    for (loomCollective_t coll : kReducing) {
         for (loomDataType_t dt : kTypes)
             for (loomRedOp_t op : kOps)
-                for (size_t count : kCounts) {
-                    seed = loomtest::Mix64(seed);
-                    const std::string what = RunOne(coll, dt, op, count, seed, rank, n, comm);
-                    calls++;
-                    if (!what.empty() && failures++ < 12)
-                        fprintf(stderr, "rank %d: FAIL %s %s %s count %zu: %s\n", rank,
-                                Spelling(coll), loomtest::TypeName(dt), loomtest::OpName(op), count,
-                                what.c_str());
-                }
+                for (size_t count : kCounts)
+                    run(coll, dt, op, count);
+        // Dozens of pipeline segments per rank, so that the pipelines reuse their slots.
+        run(coll, loomFloat32, loomSum, kLongCount);
+        run(coll, loomBfloat16, loomAvg, kLongCount);
+    }
     std::string bad;
     const int traced =
         CountRankOrder(loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log", &bad);
