@@ -7,18 +7,17 @@
  * states, wherever the root is; the binomial tree (algo_tree.c) adds subtrees
  * first and cannot.
  *
- * Pipelined in segments of a chunk of partials (LOOM_CHUNK_BYTES in the
- * accumulator type), with CHAIN_DEPTH segments in flight per rank: a rank
- * adds segment j while segments j+1.. arrive. Every rank receives and sends
- * S (in the accumulator type) and the root receives the result once more,
- * where the binomial tree's root receives ceil(log2 n) S; the price is n - 1
- * hops to fill the chain, which the cost model weighs (direct wins small
- * vectors). Waits: a segment's receive depends only on lower ranks, a send on
- * the next rank's receive of an earlier segment, the root's results on segments
- * it has already passed on, so there is no cycle; every wait also drives the
- * rank's other pending requests, since a send moves only when tested.
- * Scratch: CHAIN_DEPTH segments of partials (rank 1 also keeps rank 0's raw
- * segments when the accumulator is wider; rank n-1 the results it sends).
+ * Pipelined in segments of at most a chunk of partials (LOOM_CHUNK_BYTES in
+ * the accumulator type; fewer and longer where the cost model finds the
+ * steps dearer than the fill, loom_chain_segments), with CHAIN_DEPTH segments
+ * in flight per rank: a rank adds segment j while segments j+1.. arrive. Every rank receives and
+ * sends S (in the accumulator type) and the root receives the result once more, where the binomial
+ * tree's root receives ceil(log2 n) S; the price is n - 1 hops to fill the chain, which the cost
+ * model weighs (direct wins small vectors). Waits: a segment's receive depends only on lower ranks,
+ * a send on the next rank's receive of an earlier segment, the root's results on segments it has
+ * already passed on, so there is no cycle; every wait also drives the rank's other pending
+ * requests, since a send moves only when tested. Scratch: CHAIN_DEPTH segments of partials (rank 1
+ * also keeps rank 0's raw segments when the accumulator is wider; rank n-1 the results it sends).
  */
 #include <string.h>
 
@@ -125,9 +124,11 @@ loomResult_t loom_reduce_chain(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     c.a = a;
     c.es = loom_dtype_size(a->dt);
     c.accsz = loom_acc_size(a->dt);
-    c.ce = loom_chunk_elems(ctx, c.accsz);
-    if (c.ce > a->count)
-        c.ce = a->count;
+    /* As many segments as the model finds fastest: long ones fill the chain slowly, short
+     * ones pay a step each (loom_chain_segments). */
+    const size_t m =
+        loom_chain_segments(&ctx->link, (double)(a->count * c.accsz), n, ctx->chunk_bytes);
+    c.ce = (a->count + m - 1) / m;
     c.nseg = (a->count + c.ce - 1) / c.ce;
     c.prev = me > 0 ? me - 1 : -1;
     c.next = me < n - 1 ? me + 1 : -1;

@@ -368,17 +368,28 @@ double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t
     return loom_cost_eval(l, m, (n - 1) * m, (n - 1) * S, n * S * c->acc_ratio);
 }
 
-/* Pipelined along ranks 0..n-1 in segments of a chunk of partials, and on to
- * the root: n - 1 steps to fill the chain, one more per further segment and
- * one for the last hop; the root receives the partials of its predecessor and
- * the results, and sends its own partials. */
+size_t loom_chain_segments(const loom_link_cost_t *l, double acc_bytes, int nranks, size_t chunk)
+{
+    if (acc_bytes <= 0 || nranks < 2)
+        return 1;
+    double least = ceil(acc_bytes / (double)(chunk ? chunk : 1));
+    double per_step = l->alpha_ns + 3 * l->o_ns;
+    double best = per_step > 0 ? sqrt(acc_bytes * (nranks - 1) * l->beta_ns / per_step) : least;
+    double m = fmax(least, round(best));
+    return m < 1 ? 1 : (size_t)m;
+}
+
+/* Pipelined along ranks 0..n-1 in m segments of partials (loom_chain_segments),
+ * and on to the root: every segment takes n hops, one after another, so the
+ * call is m + n - 1 steps that each move one segment, with a send and a
+ * receive on the path in each (the root also receives the m results). */
 double loom_cost_reduce_chain(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes, ar = c->acc_ratio;
-    double m = rounds(S * ar, (double)c->chunk_bytes);
-    return loom_cost_eval(l, n - 1 + m, 3 * m, S * ar + S, S * ar);
+    double m = (double)loom_chain_segments(l, S * ar, c->nranks, c->chunk_bytes);
+    return loom_cost_eval(l, m + n - 1, 2 * (m + n - 1) + m, S * ar * (m + n - 1) / m, S * ar);
 }
 
 // ---- AllToAll -------------------------------------------------------------------

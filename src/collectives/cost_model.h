@@ -124,6 +124,12 @@ double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t 
 double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_chain(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* Segments of a chain of nranks that moves acc_bytes (Reduce chain): at least
+ * acc_bytes / chunk, and otherwise the number that minimises the pipeline's
+ * time (m + n - 1)(alpha + 2 o) + m o + (1 + (n - 1) / m) acc_bytes beta,
+ * about sqrt(acc_bytes (n - 1) beta / (alpha + 3 o)): a function of agreed
+ * constants, so equal on every rank. */
+size_t loom_chain_segments(const loom_link_cost_t *l, double acc_bytes, int nranks, size_t chunk);
 double loom_cost_alltoall_bruck(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l);
 /* Hierarchical algorithms (cost_hier.c): inside each host, between hosts by
