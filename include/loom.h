@@ -34,7 +34,12 @@ extern "C" {
 #define LOOM_API
 #endif
 
-/* Result codes: NCCL's values and order, plus loomTimeout. */
+/* Result codes: NCCL's values and order, plus loomTimeout.
+ * loomTimeout's value, 8, is ncclNumResults in NCCL's enum (NCCL has no
+ * timeout code), so a layer that turns loom results into NCCL's must map it
+ * deliberately rather than cast it: loom recommends ncclRemoteError, since a
+ * wait times out when a peer stops making progress, the case NCCL reports as
+ * a remote error. loomNumResults (9) is past the end of both enums. */
 typedef enum {
     loomSuccess = 0,              /* no error */
     loomUnhandledDeviceError = 1, /* a device (CUDA) call failed */
