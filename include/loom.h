@@ -201,9 +201,16 @@ LOOM_API loomResult_t loomStreamQuery(loomStream_t stream);
  * algorithm. LOOM_DETERMINISTIC=0 lets algorithms with an order of their own
  * run where faster (docs/ALGORITHMS.md, Determinism): results then stay
  * identical on every rank and run to run, but may change with the algorithm
- * chosen. Errors: InvalidArgument (NULL buffer with count > 0,
- * bad datatype/op/root, overflowing sizes, partially overlapping buffers),
- * InvalidUsage, RemoteError, Timeout, SystemError. */
+ * chosen. Errors: InvalidArgument (NULL buffer with count > 0, bad
+ * datatype/op/root, partially overlapping buffers, a buffer larger than 2^56
+ * bytes), InvalidUsage, RemoteError, Timeout, SystemError.
+ * Buffer sizes (here and for Send/Recv): no buffer may span more than 2^56
+ * bytes, the user address space of a 64-bit process with 57-bit virtual
+ * addresses (others have less), so a count that fits size_t but no real
+ * memory is refused, on every rank alike, before any byte is touched. The
+ * size is count x datatype size; times nranks for AllGather's recvbuff,
+ * ReduceScatter's sendbuff and both buffers of AllToAll; (displacement +
+ * count) x datatype size for each AllToAllv entry. */
 
 /* recvbuff[i] = op over ranks of sendbuff[i], i < count. In place if equal. */
 LOOM_API loomResult_t loomAllReduce(const void *sendbuff, void *recvbuff, size_t count,

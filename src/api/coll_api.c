@@ -6,6 +6,7 @@
  * hands it to enqueue.c. No data moves here.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,22 @@
 #include "comm.h"
 #include "dtype.h"
 
-/* Common checks: stream, datatype, and count*esize*mult fits. */
+/* The most bytes one buffer may span: 2^56, the user address space of a
+ * 64-bit Linux process with 57-bit virtual addresses (5-level paging on
+ * x86-64, Sv57 on RISC-V); every other configuration gives less (2^47 with
+ * 4-level paging, 2^52 on arm64). A count that fits size_t but not this bound
+ * cannot describe real memory, and the copies would run past the buffer. A
+ * constant rather than this machine's limit, so that every rank of a job,
+ * whatever machine it runs on, refuses the same counts and none is left
+ * waiting for a peer that refused. include/loom.h documents it. */
+#define MAX_BUFFER_BYTES (1ull << 56)
+
+static size_t max_elems(size_t es)
+{
+    return (size_t)(MAX_BUFFER_BYTES < SIZE_MAX ? MAX_BUFFER_BYTES : SIZE_MAX) / es;
+}
+
+/* Common checks: stream, datatype, and count*esize*mult within the limit. */
 loomResult_t loom_check_common(loomStream_t stream, loomDataType_t dt, size_t count, size_t mult,
                                const char *fn, size_t *bytes_p)
 {
@@ -23,9 +39,13 @@ loomResult_t loom_check_common(loomStream_t stream, loomDataType_t dt, size_t co
         return loomInvalidArgument;
     }
     size_t es = loom_dtype_size(dt);
-    if (count > SIZE_MAX / es / mult) {
-        LOOM_WARN("%s: count %zu of %s times %zu overflows the address space", fn, count,
-                  loom_dtype_name(dt), mult);
+    if (count > max_elems(es) / mult) {
+        char blocks[48] = "";
+        if (mult > 1)
+            snprintf(blocks, sizeof(blocks), " times %zu ranks", mult);
+        LOOM_WARN("%s: count %zu of %s (%zu bytes each)%s is more than the %zu bytes a buffer "
+                  "may span (2^56, the largest address space of a 64-bit process)",
+                  fn, count, loom_dtype_name(dt), es, blocks, max_elems(1));
         return loomInvalidArgument;
     }
     *bytes_p = count * es;
@@ -216,15 +236,17 @@ static loomResult_t all_to_all(const void *sendbuff, void *recvbuff, size_t coun
     return enqueue_coll(comm, stream, &a);
 }
 
-/* Extent in elements of counts[i] at displs[i], with overflow checks. */
+/* Extent in bytes of counts[i] at displs[i]; each end within the limit. */
 static loomResult_t v_extent(const size_t *counts, const size_t *displs, int n, size_t es,
                              const char *what, size_t *bytes_p)
 {
-    size_t max = 0;
+    size_t max = 0, cap = max_elems(es);
     for (int i = 0; i < n; i++) {
-        if (counts[i] > SIZE_MAX - displs[i] || counts[i] + displs[i] > SIZE_MAX / es) {
-            LOOM_WARN("loomAllToAllv: %s entry %d (count %zu at displacement %zu) overflows", what,
-                      i, counts[i], displs[i]);
+        if (counts[i] > cap || displs[i] > cap - counts[i]) {
+            LOOM_WARN("loomAllToAllv: %s entry %d (count %zu at displacement %zu, %zu bytes "
+                      "each) ends past the %zu bytes a buffer may span (2^56, the largest "
+                      "address space of a 64-bit process)",
+                      what, i, counts[i], displs[i], es, max_elems(1));
             return loomInvalidArgument;
         }
         if (counts[i] > 0 && counts[i] + displs[i] > max)

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_coll_args.cc - invalid arguments, table driven: in a 2-rank run, every public function
-// is called with NULL handles and pointers, overflowing counts, bad datatypes, ops, roots and
-// peers, overlapping buffers, bad configs and ids, and things that are not streams. Each must
-// return its documented code (InvalidArgument, or InvalidUsage for a stray loomGroupEnd) with a
-// fresh, non-empty loomGetLastError, and the communicator must still work afterwards. Also the
+// is called with NULL handles and pointers, overflowing counts, counts that fit size_t but no
+// buffer (more than 2^56 bytes, passed with buffers that fault on any access), bad datatypes,
+// ops, roots and peers, overlapping buffers, bad configs and ids, and things that are not
+// streams. Each must return its documented code (InvalidArgument, or InvalidUsage for a stray
+// loomGroupEnd) with a fresh, non-empty loomGetLastError that names the cause where the row
+// says so, and the communicator must still work afterwards. Also the
 // error strings, loomGetVersion and use after destroy. Both ranks run the same rows, so a
 // check the library is missing cannot leave one rank waiting. Run by meson's 'coll' suite.
+
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -29,6 +33,8 @@ struct Ctx {
     float *b; // 64 floats
     size_t counts[2];
     size_t displs[2];
+    char *none; // two pages that fault on any access (PROT_NONE)
+
     loomUniqueId id;
     uint64_t junk[16]; // zeros: not a stream, not a communicator
 };
@@ -37,10 +43,17 @@ struct Row {
     const char *name;
     loomResult_t expected;
     std::function<loomResult_t(Ctx &)> call;
+    std::vector<std::string> says = {}; // words the message must contain
 };
 
 constexpr size_t kHuge = SIZE_MAX / 2 + 1; // times any element size > 1 overflows
 constexpr size_t kThird = SIZE_MAX / 6;    // times 4 fits; times 4 * 2 ranks overflows
+// Fit size_t, but no address space: 2^60 floats are 2^62 bytes; 2^54 floats are the 2^56-byte
+// limit exactly, twice that for the 2 ranks' blocks.
+constexpr size_t kBeyond = size_t{1} << 60;
+constexpr size_t kBlock = size_t{1} << 54;
+const std::vector<std::string> kSaysBeyond = {std::to_string(kBeyond), "2^56"};
+const std::vector<std::string> kSaysBlock = {std::to_string(kBlock), "times 2 ranks", "2^56"};
 const auto kBadType = static_cast<loomDataType_t>(99);
 const auto kBadOp = static_cast<loomRedOp_t>(99);
 
@@ -215,6 +228,65 @@ std::vector<Row> Rows()
          [](C c) { return loomSend(c.a, kHuge, loomFloat16, 1 - c.rank, c.comm, nullptr); }},
         {"Recv overflowing count", kArg,
          [](C c) { return loomRecv(c.a, kHuge, loomFloat16, 1 - c.rank, c.comm, nullptr); }},
+
+        // ---- counts that fit size_t but exceed any buffer; the buffers fault if touched
+        {"AllReduce 2^60 floats", kArg,
+         [](C c) {
+             return loomAllReduce(c.none, c.none + 4096, kBeyond, loomFloat32, loomSum, c.comm,
+                                  nullptr);
+         },
+         kSaysBeyond},
+        {"AllReduce 2^60 floats in place", kArg,
+         [](C c) {
+             return loomAllReduce(c.none, c.none, kBeyond, loomFloat32, loomSum, c.comm, nullptr);
+         },
+         kSaysBeyond},
+        {"AllGather 2^54 floats times 2 ranks", kArg,
+         [](C c) {
+             return loomAllGather(c.none, c.none + 4096, kBlock, loomFloat32, c.comm, nullptr);
+         },
+         kSaysBlock},
+        {"ReduceScatter 2^54 floats times 2 ranks", kArg,
+         [](C c) {
+             return loomReduceScatter(c.none, c.none + 4096, kBlock, loomFloat32, loomSum, c.comm,
+                                      nullptr);
+         },
+         kSaysBlock},
+        {"AllToAll 2^54 floats times 2 ranks", kArg,
+         [](C c) {
+             return loomAllToAll(c.none, c.none + 4096, kBlock, loomFloat32, c.comm, nullptr);
+         },
+         kSaysBlock},
+        {"Broadcast 2^60 floats", kArg,
+         [](C c) {
+             return loomBroadcast(c.none, c.none, kBeyond, loomFloat32, 0, c.comm, nullptr);
+         },
+         kSaysBeyond},
+        {"Reduce 2^60 floats", kArg,
+         [](C c) {
+             return loomReduce(c.none, c.none, kBeyond, loomFloat32, loomSum, 0, c.comm, nullptr);
+         },
+         kSaysBeyond},
+        {"AllToAllv 2^60 floats", kArg,
+         [](C c) {
+             const size_t counts[2] = {kBeyond, 0}, displs[2] = {0, 0};
+             return loomAllToAllv(c.none, counts, displs, c.none + 4096, counts, displs,
+                                  loomFloat32, c.comm, nullptr);
+         },
+         kSaysBeyond},
+        {"AllToAllv 1 float at displacement 2^60", kArg,
+         [](C c) {
+             const size_t counts[2] = {1, 1}, displs[2] = {0, kBeyond};
+             return loomAllToAllv(c.none, counts, displs, c.none + 4096, counts, displs,
+                                  loomFloat32, c.comm, nullptr);
+         },
+         kSaysBeyond},
+        {"Send 2^60 floats", kArg,
+         [](C c) { return loomSend(c.none, kBeyond, loomFloat32, 1 - c.rank, c.comm, nullptr); },
+         kSaysBeyond},
+        {"Recv 2^60 floats", kArg,
+         [](C c) { return loomRecv(c.none, kBeyond, loomFloat32, 1 - c.rank, c.comm, nullptr); },
+         kSaysBeyond},
 
         // ---- bad datatype / op
         {"AllReduce datatype 99", kArg,
@@ -420,6 +492,9 @@ std::string CheckRow(const Row &row, Ctx &c)
                loomtest::Show(row.expected);
     if (msg.empty() || msg == sentinel)
         return std::string(row.name) + ": no message in loomGetLastError";
+    for (const std::string &w : row.says)
+        if (msg.find(w) == std::string::npos)
+            return std::string(row.name) + ": '" + w + "' not in the message";
     return "";
 }
 
@@ -452,6 +527,9 @@ TEST(Args, EveryInvalidArgumentIsRejected)
             c.counts[0] = c.counts[1] = 2;
             c.displs[0] = 0;
             c.displs[1] = 2;
+            void *none = mmap(nullptr, 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            XT_CHECK(none != MAP_FAILED);
+            c.none = static_cast<char *>(none);
             loomtest::ShareUniqueId(&c.id);
             XT_CHECK_LOOM(loomCommInitRank(&c.comm, n, c.id, rank));
             std::string failures;
