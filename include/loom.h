@@ -152,8 +152,11 @@ LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t *comm, int nranks, loomU
  * SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID; Open MPI's OMPI_COMM_WORLD_RANK/
  * _SIZE/_LOCAL_RANK (the last two take the address from LOOM_COMM_ID or
  * MASTER_ADDR/MASTER_PORT). Rank 0 serves the rendezvous at that address. The
- * job secret comes from LOOM_SECRET (32 hex digits) when set. Blocking,
- * collective. Errors: InvalidArgument (no or inconsistent variables, named). */
+ * job secret comes from LOOM_SECRET (32 hex digits) when set, else from the
+ * file LOOM_SECRET_FILE names (docs/security.md); without either it is derived
+ * from the address, which does not keep out whoever can reach it. Blocking,
+ * collective. Errors: InvalidArgument (no or inconsistent variables, named; a
+ * secret file that is not the user's own, private, regular file). */
 LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm);
 
 /* Splits comm as MPI_Comm_split: ranks with the same color form a new

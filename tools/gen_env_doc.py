@@ -45,8 +45,9 @@ def render(rows):
         out.append(f"| {v} | {m} |")
     out += ["", "The rendezvous address is `LOOM_COMM_ID` (host:port) when set, else",
             "`MASTER_ADDR:MASTER_PORT`; rank 0 serves it. The job secret is `LOOM_SECRET`",
-            "(32 hex digits; loomrun sets a fresh one); without it a secret is derived from the",
-            "address and the size, which keeps unrelated jobs apart but not other local users.", ""]
+            "(32 hex digits; loomrun sets a fresh one), else the content of `LOOM_SECRET_FILE`;",
+            "without either a secret is derived from the address and the size, which keeps",
+            "unrelated jobs apart but not anyone who can reach the port (rank 0 WARNs it).", ""]
     return "\n".join(out)
 
 

@@ -5,10 +5,12 @@
  * size, local rank, rendezvous address); tunables go through param.c.
  * Conventions, first match wins: loom (loomrun), torchrun, Slurm, Open MPI.
  * The rendezvous address is LOOM_COMM_ID, else MASTER_ADDR:MASTER_PORT;
- * rank 0 serves it. The job secret is LOOM_SECRET; without it a secret is
- * derived from the address and size, which only keeps unrelated jobs apart.
+ * rank 0 serves it. The job secret is LOOM_SECRET, else the content of
+ * LOOM_SECRET_FILE; without either a secret is derived from the address and
+ * size, which only keeps unrelated jobs apart (rank 0 WARNs it).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +49,31 @@ static loomResult_t parse_int(const char *var, int min, int max, int *out_p)
     return loomSuccess;
 }
 
-static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM_SECRET_BYTES])
+/* LOOM_SECRET wins over LOOM_SECRET_FILE: it is the more specific of the
+ * two (loomrun sets a fresh one per job, while a file is typically kept for
+ * all of a user's jobs). */
+static loomResult_t env_secret(const char *addr, int nranks, int rank,
+                               uint8_t secret[LOOM_SECRET_BYTES])
 {
-    const char *hex = loom_param_SECRET();
+    const char *hex = loom_param_SECRET(), *file = loom_param_SECRET_FILE();
+    char why[160];
     if (hex && *hex) {
-        char why[128];
         if (loom_secret_parse_hex(hex, secret, why, sizeof(why)) != loomSuccess) {
             /* The value itself is never logged: it is the job's secret. */
             LOOM_WARN("loomCommInitFromEnv: LOOM_SECRET %s", why);
             return loomInvalidArgument;
         }
+        if (file && *file)
+            LOOM_INFO(LOOM_LOG_INIT, "LOOM_SECRET is set: LOOM_SECRET_FILE %s is not read", file);
+        return loomSuccess;
+    }
+    if (file && *file) {
+        loomResult_t res = loom_secret_read_file(file, secret, why, sizeof(why));
+        if (res != loomSuccess) {
+            LOOM_WARN("loomCommInitFromEnv: rank %d: LOOM_SECRET_FILE %s %s", rank, file, why);
+            return res;
+        }
+        LOOM_INFO(LOOM_LOG_INIT, "job secret read from LOOM_SECRET_FILE %s", file);
         return loomSuccess;
     }
     char text[320];
@@ -65,8 +82,19 @@ static loomResult_t env_secret(const char *addr, int nranks, uint8_t secret[LOOM
     uint64_t a = loom_siphash24(k1, text, strlen(text)), b = loom_siphash24(k2, text, strlen(text));
     memcpy(secret, &a, 8);
     memcpy(secret + 8, &b, 8);
-    LOOM_INFO(LOOM_LOG_INIT, "LOOM_SECRET not set: job secret derived from the rendezvous address "
-                             "(set LOOM_SECRET to keep other local users out)");
+    /* WARNed by rank 0 alone, once per process: one line per job, from the
+     * rank whose rendezvous port the derived secret fails to protect; the
+     * other ranks (and later inits) say it at INFO. */
+    static atomic_int warned;
+#define DERIVED_MSG                                                                                \
+    "LOOM_SECRET and LOOM_SECRET_FILE are unset: the job secret is derived from the rendezvous "   \
+    "address %s and the job size, which anyone who can reach that port can compute; set "          \
+    "LOOM_SECRET or LOOM_SECRET_FILE to keep others out of the job (docs/security.md)"
+    if (rank == 0 && !atomic_exchange(&warned, 1))
+        LOOM_WARN(DERIVED_MSG, addr);
+    else
+        LOOM_INFO(LOOM_LOG_INIT, DERIVED_MSG, addr);
+#undef DERIVED_MSG
     return loomSuccess;
 }
 
@@ -137,7 +165,7 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm)
     id.magic = LOOM_ID_MAGIC;
     id.version = LOOM_ID_VERSION;
     LOOM_CHECK(loom_sockaddr_parse(addr, &id.root));
-    LOOM_CHECK(env_secret(addr, nranks, id.secret));
+    LOOM_CHECK(env_secret(addr, nranks, rank, id.secret));
     LOOM_INFO(LOOM_LOG_INIT,
               "loomCommInitFromEnv: %s convention, rank %d of %d, local rank %d, "
               "rendezvous %s",

@@ -2,20 +2,25 @@
  *
  * secret.c - randomness, SipHash-2-4, the 16-byte MAC and the challenge-
  * response handshake that every loom connection (bootstrap and tcp) runs
- * before anything else is read from it.
+ * before anything else is read from it, and the reading of a secret file.
  * It does not choose or store secrets (the bootstrap does) and it encrypts
  * nothing: the handshake only proves that both ends hold the job secret.
- * Callers: bootstrap.c (blocking form), tcp/tcp.c (non-blocking form).
+ * Callers: bootstrap.c (blocking form), tcp/tcp.c (non-blocking form),
+ * api/env_init.c (LOOM_SECRET_FILE).
  */
 #include "secret.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "bootstrap_wire.h"
 #include "check.h"
 #include "debug.h"
 #include "socket.h"
@@ -258,6 +263,82 @@ void loom_secret_wipe(void *buf, size_t len)
     volatile uint8_t *p = buf;
     for (size_t i = 0; i < len; i++)
         p[i] = 0;
+}
+
+// ---- secret file -------------------------------------------------------------
+/* The rules are ssh's for private keys: a file that another user could have
+ * written, swapped or read holds no secret. O_NOFOLLOW refuses a symbolic link
+ * planted at the path (the directories above it are the user's to choose), and
+ * O_NONBLOCK keeps a FIFO there from holding the open until someone writes. */
+
+#define SECRET_FILE_MAX_BYTES (2 * LOOM_SECRET_BYTES + 1) /* the digits and one newline */
+
+loomResult_t loom_secret_read_file(const char *path, uint8_t secret[LOOM_SECRET_BYTES], char *why,
+                                   size_t why_len)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            snprintf(why, why_len, "is a symbolic link, which loom does not follow");
+        else
+            snprintf(why, why_len, "cannot be opened: %s", strerror(errno));
+        return loomInvalidArgument;
+    }
+    loomResult_t res = loomInvalidArgument;
+    char text[SECRET_FILE_MAX_BYTES + 2];
+    size_t len = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, why_len, "cannot be examined (fstat): %s", strerror(errno));
+        res = loomSystemError;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_len, "is not a regular file (mode %06o)", (unsigned)st.st_mode);
+        goto out;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(why, why_len, "is owned by uid %u, not by this user (uid %u)", (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+        goto out;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        snprintf(why, why_len,
+                 "has mode %04o: group and others must have no permission on it (chmod 600)",
+                 (unsigned)(st.st_mode & 07777));
+        goto out;
+    }
+    /* One byte more than a valid file holds, so that a longer one is seen. */
+    while (len < SECRET_FILE_MAX_BYTES + 1) {
+        ssize_t n = read(fd, text + len, SECRET_FILE_MAX_BYTES + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(why, why_len, "cannot be read: %s", strerror(errno));
+            res = loomSystemError;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    if (len == SECRET_FILE_MAX_BYTES && text[len - 1] == '\n')
+        len--;
+    text[len] = '\0';
+    if (len != 2 * LOOM_SECRET_BYTES || memchr(text, '\0', len) != NULL) {
+        snprintf(why, why_len,
+                 "holds %s%zu bytes: it must hold %d hex digits, optionally followed by one "
+                 "newline",
+                 len > SECRET_FILE_MAX_BYTES ? "more than " : "",
+                 len > SECRET_FILE_MAX_BYTES ? (size_t)SECRET_FILE_MAX_BYTES : len,
+                 2 * LOOM_SECRET_BYTES);
+        goto out;
+    }
+    res = loom_secret_parse_hex(text, secret, why, why_len);
+out:
+    loom_secret_wipe(text, sizeof(text));
+    close(fd);
+    return res;
 }
 
 void loom_handshake_clear(loom_handshake_t *hs)

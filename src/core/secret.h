@@ -28,6 +28,15 @@ uint64_t loom_siphash24(const uint8_t key[16], const void *msg, size_t len);
 void loom_mac_compute(const uint8_t secret[LOOM_SECRET_BYTES],
                       const uint8_t nonce[LOOM_NONCE_BYTES], uint32_t role,
                       uint8_t mac[LOOM_MAC_BYTES]);
+/* The job secret from a file (LOOM_SECRET_FILE): the file must be a regular
+ * file, not a symbolic link (opened with O_NOFOLLOW), owned by this process's
+ * effective uid, with no group or other permission bits, and hold exactly the
+ * text LOOM_SECRET takes (32 hex digits, either case), optionally followed by
+ * one newline. On failure *why (never the content) completes a sentence that
+ * starts with the path: InvalidArgument for a file that breaks these rules or
+ * cannot be opened, SystemError when reading it fails. */
+loomResult_t loom_secret_read_file(const char *path, uint8_t secret[LOOM_SECRET_BYTES], char *why,
+                                   size_t why_len);
 /* Constant-time comparison; 1 if equal. */
 int loom_mac_equal(const uint8_t a[LOOM_MAC_BYTES], const uint8_t b[LOOM_MAC_BYTES]);
 

@@ -10,10 +10,12 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -251,6 +253,33 @@ std::string ReadFile(const std::string &path)
     return ss.str();
 }
 
+TempDir::TempDir()
+{
+    char tmpl[] = "/tmp/loom-sec-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr)
+        path_ = tmpl;
+}
+
+TempDir::~TempDir()
+{
+    std::error_code ec;
+    if (!path_.empty())
+        std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::Write(const std::string &name, const std::string &text, unsigned mode) const
+{
+    const std::string p = path_ + "/" + name;
+    int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return p;
+    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        fchmod(fd, static_cast<mode_t>(mode)) != 0)
+        perror(p.c_str());
+    close(fd);
+    return p;
+}
+
 std::vector<std::string> ListeningAddrs(int port)
 {
     std::vector<std::string> out;
@@ -290,6 +319,11 @@ int CountLines(const std::string &path, const std::string &what)
     while (std::getline(in, line))
         n += line.find(what) != std::string::npos;
     return n;
+}
+
+std::string RankLog(int rank)
+{
+    return loomtest::RunDir() + "/rank" + std::to_string(rank) + ".log";
 }
 
 int CountWarnLines(const std::string &path)

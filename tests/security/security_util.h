@@ -40,12 +40,32 @@ int Connect(const loom_sockaddr_t &addr, int timeout_ms);
 void RaiseFdLimit(long want);
 
 std::string ReadFile(const std::string &path);
+// A fresh directory under /tmp, removed with everything in it when the object goes. path() is
+// empty if it could not be made.
+class TempDir {
+  public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir &) = delete;
+    TempDir &operator=(const TempDir &) = delete;
+    const std::string &path() const
+    {
+        return path_;
+    }
+    // Writes text to the file name in it with exactly mode (whatever the umask); its path.
+    std::string Write(const std::string &name, const std::string &text, unsigned mode) const;
+
+  private:
+    std::string path_;
+};
 // The local addresses (hex, as /proc/net/tcp{,6} print them) of the listening sockets on port.
 std::vector<std::string> ListeningAddrs(int port);
 // True if a /proc/net address is the wildcard (0.0.0.0 or ::).
 bool IsWildcard(const std::string &hex);
 // The port of addr, host order.
 int PortOf(const loom_sockaddr_t &addr);
+// The log file of rank `rank` of the current run (tests/harness): its stdout and stderr.
+std::string RankLog(int rank);
 // Lines of the file that are loom WARN lines / that contain what.
 int CountWarnLines(const std::string &path);
 int CountLines(const std::string &path, const std::string &what);

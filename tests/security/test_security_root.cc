@@ -27,7 +27,6 @@ extern "C" {
 #include "param.h"
 }
 
-using loomtest::RunDir;
 using loomtest::RunOptions;
 using loomtest::RunRanks;
 using namespace sectest;
@@ -35,11 +34,6 @@ using namespace sectest;
 namespace {
 
 constexpr int kReal = 3; // real ranks of the creation tests
-
-std::string RankLog(int rank)
-{
-    return RunDir() + "/rank" + std::to_string(rank) + ".log";
-}
 
 bool Contains(const std::string &s, const char *what)
 {
