@@ -129,19 +129,76 @@ static void seg_path(const char *dir, const char *name, char *path, size_t len)
 }
 
 /* shm_open when the directory is /dev/shm (its mount is found by glibc),
- * a plain file elsewhere (LOOM_SHM_DIR on another tmpfs or a disk). */
+ * a plain file elsewhere (LOOM_SHM_DIR on another tmpfs or a disk).
+ * O_NOFOLLOW: a symbolic link at the name is refused (ELOOP), never followed. */
 static int seg_open_fd(const char *dir, const char *name, int flags)
 {
     if (dir_is_dev_shm(dir))
-        return shm_open(name, flags | O_CLOEXEC, 0600);
+        return shm_open(name, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
     char path[PATH_MAX];
     seg_path(dir, name, path, sizeof(path));
-    return open(path, flags | O_CLOEXEC, 0600);
+    return open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+/* Opens a segment another rank created, for mapping: *fd_p = -1 (Success)
+ * while the name does not exist. The name is derived from the job secret, but
+ * LOOM_SHM_DIR may be a directory other users write to: what is found there is
+ * used only if it is no symbolic link and is a regular file (or shm object)
+ * that this user owns, so that nobody else's file becomes this job's memory.
+ * Errors (WARNed, naming the path): SystemError. */
+static loomResult_t seg_open_existing(const char *dir, const char *name, const char *path,
+                                      int *fd_p, struct stat *st_p)
+{
+    *fd_p = -1;
+    int fd = seg_open_fd(dir, name, O_RDWR);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return loomSuccess;
+        if (errno == ELOOP)
+            LOOM_WARN("shm: %s is a symbolic link: refused, not followed (another user may have "
+                      "planted it in LOOM_SHM_DIR %s)",
+                      path, dir);
+        else
+            LOOM_WARN("shm: cannot open %s: %s", path, strerror(errno));
+        return loomSystemError;
+    }
+    const char *bad = NULL;
+    if (fstat(fd, st_p) != 0) {
+        LOOM_WARN("shm: fstat of %s failed: %s", path, strerror(errno));
+        close(fd);
+        return loomSystemError;
+    }
+    if (!S_ISREG(st_p->st_mode))
+        bad = "is not a regular file";
+    else if (st_p->st_uid != geteuid())
+        bad = "is owned by another user";
+    if (bad != NULL) {
+        LOOM_WARN("shm: %s %s (mode %06o, uid %u; this process runs as uid %u): refused (another "
+                  "user may have planted it in LOOM_SHM_DIR %s)",
+                  path, bad, (unsigned)st_p->st_mode, (unsigned)st_p->st_uid, (unsigned)geteuid(),
+                  dir);
+        close(fd);
+        return loomSystemError;
+    }
+    *fd_p = fd;
+    return loomSuccess;
 }
 
 int loom_shm_file_open(const char *dir, const char *name, int flags)
 {
-    return seg_open_fd(dir, name, flags);
+    if (flags & O_CREAT)
+        return seg_open_fd(dir, name, flags);
+    char path[PATH_MAX];
+    struct stat st;
+    int fd = -1;
+    seg_path(dir, name, path, sizeof(path));
+    if (seg_open_existing(dir, name, path, &fd, &st) != loomSuccess) {
+        errno = EPERM; /* WARNed with the cause above */
+        return -1;
+    }
+    if (fd < 0)
+        errno = ENOENT;
+    return fd;
 }
 
 void loom_shm_file_path(const char *dir, const char *name, char *path, size_t len)
@@ -235,19 +292,11 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
     char path[PATH_MAX];
     seg_path(dir, name, path, sizeof(path));
     *ready_p = 0;
-    int fd = seg_open_fd(dir, name, O_RDWR);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return loomSuccess; /* the leader has not created it yet */
-        LOOM_WARN("shm: cannot open segment %s: %s", path, strerror(errno));
-        return loomSystemError;
-    }
+    int fd = -1;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        LOOM_WARN("shm: fstat of segment %s failed: %s", path, strerror(errno));
-        close(fd);
-        return loomSystemError;
-    }
+    LOOM_CHECK(seg_open_existing(dir, name, path, &fd, &st));
+    if (fd < 0)
+        return loomSuccess; /* the leader has not created it yet */
     size_t bytes = (size_t)st.st_size;
     if (bytes < loom_shm_seg_bytes(n_local, LOOM_SHM_RING_MIN_BYTES)) {
         close(fd); /* not sized yet */

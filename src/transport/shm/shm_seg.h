@@ -85,12 +85,16 @@ loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
                                  uint64_t ring_bytes, loom_shm_seg_t *seg_p);
 /* Maps a segment created by the leader and counts this rank as mapped.
  * *ready_p = 0 (and nothing mapped) while it does not exist or is not fully
- * initialised yet; call again. Its header is checked against n_local. */
+ * initialised yet; call again. Its header is checked against n_local. A name
+ * that is a symbolic link (never followed) or not a regular file owned by
+ * this process's user is refused: SystemError, WARNed with path and owner. */
 loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
                                loom_shm_seg_t *seg_p, int *ready_p);
 /* The segment file name in dir, opened with flags (created mode 0600), and its
  * path: also used by the collectives' arena (shm_arena.c), which follows the
- * same rules. -1 with errno set on failure. */
+ * same rules. -1 with errno set on failure. Without O_CREAT the name is opened
+ * as loom_shm_seg_open does (no symbolic link, a regular file of this user):
+ * a refusal is WARNed and gives errno EPERM. */
 int loom_shm_file_open(const char *dir, const char *name, int flags);
 void loom_shm_file_path(const char *dir, const char *name, char *path, size_t len);
 /* Removes the name; ENOENT is not an error (another rank did it). */
