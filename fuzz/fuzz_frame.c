@@ -86,6 +86,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (loom_tp_frame_header_decode(data, hlen, &h) == 0) {
         uint8_t again[LOOM_TP_STREAM_HDR_BYTES];
         loom_tp_frame_header_encode(h.tag, h.nbytes, again);
+        /* The call stamp is the layer above's: carried as it came. */
+        memcpy(again + LOOM_TP_STREAM_STAMP_OFF, data + LOOM_TP_STREAM_STAMP_OFF,
+               LOOM_TP_STAMP_BYTES);
         REQUIRE(memcmp(again, data, LOOM_TP_STREAM_HDR_BYTES) == 0);
     }
 

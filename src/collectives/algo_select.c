@@ -327,6 +327,23 @@ static const char *order_name(const loom_algo_t *algo, int nranks)
     return loom_algo_rank_order(algo, &c) ? "rank" : "own";
 }
 
+/* What every rank must pass alike to this call: its messages carry it and
+ * the receivers compare (p2p.h). AllToAllv's counts differ per rank, and so
+ * do the fields a collective does not use. */
+static loom_p2p_call_t call_of(const loom_coll_args_t *a)
+{
+    const int reduces = a->kind == LOOM_COLL_ALLREDUCE || a->kind == LOOM_COLL_REDUCE ||
+                        a->kind == LOOM_COLL_REDUCE_SCATTER;
+    const int rooted = a->kind == LOOM_COLL_BCAST || a->kind == LOOM_COLL_REDUCE;
+    const int moves = a->kind != LOOM_COLL_BARRIER;
+    return (loom_p2p_call_t){.kind = (int32_t)a->kind,
+                             .dt = moves ? (int32_t)a->dt : LOOM_P2P_CALL_ANY,
+                             .op = reduces ? (int32_t)a->op : LOOM_P2P_CALL_ANY,
+                             .root = rooted ? (int32_t)a->root : LOOM_P2P_CALL_ANY,
+                             .count = moves && a->kind != LOOM_COLL_ALLTOALLV ? (int64_t)a->count
+                                                                              : LOOM_P2P_CALL_ANY};
+}
+
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
@@ -338,7 +355,8 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     }
     if (algo_name_p)
         *algo_name_p = algo->name;
-    loom_p2p_set_context(ctx->p2p, coll_names[a->kind], ctx->seq);
+    const loom_p2p_call_t call = call_of(a);
+    loom_p2p_set_call(ctx->p2p, coll_names[a->kind], ctx->seq, &call, coll_names, LOOM_COLL_NUM);
     if (loom_param_COLL_TRACE() == 0)
         return algo->fn(ctx, a);
     uint64_t t0 = loom_now_ns();

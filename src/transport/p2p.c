@@ -266,9 +266,12 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     p->peers = calloc((size_t)args->nranks, sizeof(*p->peers));
     p->conns = calloc((size_t)args->nranks, sizeof(*p->conns));
     p->flush = calloc((size_t)args->nranks, sizeof(*p->flush));
+    p->probes = calloc((size_t)args->nranks, sizeof(*p->probes));
     all = calloc((size_t)args->nranks, sizeof(*all));
-    if (p->peers == NULL || p->conns == NULL || p->flush == NULL || all == NULL)
+    if (p->peers == NULL || p->conns == NULL || p->flush == NULL || p->probes == NULL ||
+        all == NULL)
         goto err_nomem;
+    loom_p2p_stamp_init(p);
     memcpy(p->peers, args->peers, (size_t)args->nranks * sizeof(*p->peers));
     p->args.peers = p->peers;
     for (int r = 0; r < p->nranks; r++)
@@ -335,6 +338,7 @@ err_free:
     free(p->peers);
     free(p->conns);
     free(p->flush);
+    free(p->probes);
     free(p);
     return res;
 }
@@ -353,7 +357,7 @@ static loomResult_t close_all(loom_p2p_t *p)
         if (c->recv)
             LOOM_CHECK_IGNORE(p->tps[c->tp]->close_recv(c->recv), res);
         c->send = c->recv = c->notice_req = NULL;
-        p->flush[r] = NULL;
+        p->flush[r] = p->probes[r] = NULL;
     }
     p->closed = 1;
     return res;
@@ -408,6 +412,7 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
     free(p->peers);
     free(p->conns);
     free(p->flush);
+    free(p->probes);
     free(p);
     return res;
 }
@@ -504,6 +509,12 @@ static void hold_until(const loom_p2p_t *p, uint64_t deadline_ns)
 static loomResult_t fail(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, const cause_t *cause,
                          loomResult_t res, uint64_t start_ns, const char *direct)
 {
+    if (p->found.set && !p->closed) {
+        /* What this rank found in a peer's message came first, whatever the wait saw next. */
+        cause = &p->found.cause;
+        res = p->found.res;
+        direct = p->found.detail;
+    }
     p2p_break(p, cause, reqs, n);
     if (res == loomTimeout && start_ns != 0)
         hold_until(p, start_ns + (uint64_t)p->args.timeout_ms * 1000000ull);
@@ -522,9 +533,15 @@ static loomResult_t fail(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, const cause
 static loomResult_t classify_lost_peer(loom_p2p_t *p, int peer, cause_t *c)
 {
     peer_conn_t *pc = &p->conns[peer];
+    if (p->found.set) { /* the stream ended because this rank stopped reading it */
+        *c = p->found.cause;
+        return p->found.res;
+    }
     loom_p2p_notice_poll(p, peer);
     if (pc->notice_state == NS_GOT && pc->got.kind != N_BYE) {
         *c = pc->got;
+        if (c->kind == N_MISMATCH) /* every rank of mismatched calls returns InvalidUsage */
+            return loomInvalidUsage;
         /* A peer found this rank at fault (a buffer it could not read). */
         if (c->kind == N_ERROR && c->rank == p->rank && c->code == (uint32_t)loomInvalidUsage)
             return loomInvalidUsage;
@@ -655,6 +672,8 @@ loomResult_t loom_p2p_test_all(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int *
     loomResult_t res = test_pass(reqs, n, all_done_p, &progress, &failed);
     if (res != loomSuccess)
         return request_failed(p, reqs, n, reqs[failed].peer, reqs[failed].is_send, res, 0);
+    if (p->found.set)
+        return fail(p, reqs, n, &p->found.cause, p->found.res, 0, NULL);
     return loomSuccess;
 }
 
@@ -764,6 +783,8 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_
             (res = test_pass(also, nalso, &also_all, &progress, &failed)) != loomSuccess)
             return request_failed(p, also, nalso, also[failed].peer, also[failed].is_send, res,
                                   start);
+        if (p->found.set) /* a stamp or probe that arrived on a connection outside this wait */
+            return fail(p, reqs, n, &p->found.cause, p->found.res, start, NULL);
         if (all)
             return loomSuccess;
         if (aborted(p)) {
@@ -797,6 +818,9 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_
                 cause_t c = {.kind = N_DEAD, .rank = dead, .via = -1};
                 return fail(p, reqs, n, &c, loomRemoteError, start, NULL);
             }
+            /* Stalled: the peers waited on compare their calls with this one. */
+            if (now - last_progress > LIVENESS_PERIOD_NS)
+                loom_p2p_probe_peers(p, reqs, n);
         }
         if (now < spin_until)
             continue;
@@ -817,6 +841,8 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
     const int nw = waited >= 0 && waited < p->nranks && waited != p->rank;
     if (nw)
         w.tp = p->tps[p->conns[waited].tp];
+    if (p->found.set)
+        return fail(p, &w, nw, &p->found.cause, p->found.res, start_ns, NULL);
     cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
     const int found = ev == LOOM_P2P_EV_ERROR || ev == LOOM_P2P_EV_BLAME; /* the cause is known */
     int from = ev == LOOM_P2P_EV_LEFT ? peer : found ? -1 : loom_p2p_notices_poll_all(p);
@@ -841,19 +867,13 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
 
 int loom_p2p_failure_seen(loom_p2p_t *p)
 {
-    return p->broken || aborted(p) || loom_p2p_notices_poll_all(p) >= 0 ||
+    return p->broken || p->found.set || aborted(p) || loom_p2p_notices_poll_all(p) >= 0 ||
            find_dead_peer(p, NULL, p->nranks) >= 0;
 }
 
 loom_arena_t *loom_p2p_arena(loom_p2p_t *p)
 {
     return p->broken ? NULL : p->arena;
-}
-
-void loom_p2p_set_context(loom_p2p_t *p, const char *what, uint64_t seq)
-{
-    p->what = what; /* once per call: no copy */
-    p->seq = seq;
 }
 
 const char *loom_p2p_transport_name(loom_p2p_t *p, int peer)

@@ -37,7 +37,7 @@ typedef struct {
 #define LOOM_TAG_NOTICE 0x7fffffffu
 static inline uint32_t loom_tag_coll(uint64_t seq, unsigned step)
 {
-    return 0x80000000u | ((uint32_t)(seq & 0xFFFFFFu) << 7) | (step & 0x7Fu);
+    return LOOM_TP_TAG_COLL | ((uint32_t)(seq & 0xFFFFFFu) << 7) | (step & 0x7Fu);
 }
 
 /* Whether ucx may carry links between hosts though LOOM_NET does not name it
@@ -93,8 +93,34 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p2p, loom_p2p_req_t *reqs, int n, loo
 uint64_t loom_p2p_bytes_sent(const loom_p2p_t *p2p);
 
 /* Describes the current operation for error messages, e.g. "allreduce seq 12".
- * what is kept, not copied: a string with static storage (a literal). */
+ * what is kept, not copied: a string with static storage (a literal). An
+ * operation with a new sequence number (an Echo all-reduce, calibration) is
+ * not one of the collectives below: its messages say so, and a rank whose
+ * call of that number is a collective fails on them (see set_call). */
 void loom_p2p_set_context(loom_p2p_t *p2p, const char *what, uint64_t seq);
+
+/* What every rank must pass alike to a collective: its kind and, where the
+ * collective has them, count, datatype, op and root (LOOM_P2P_CALL_ANY where
+ * they need not agree: AllToAllv's counts, a Broadcast's op). */
+#define LOOM_P2P_CALL_ANY (-1)
+typedef struct {
+    int32_t kind;         /* index into the kind names of set_call */
+    int32_t dt, op, root; /* loomDataType_t, loomRedOp_t, rank, or LOOM_P2P_CALL_ANY */
+    int64_t count;        /* elements, or LOOM_P2P_CALL_ANY */
+} loom_p2p_call_t;
+
+/* set_context for collective seq, plus what its messages carry (a stamp, see
+ * transport.h): a rank that receives a message of a call that differs from
+ * its own (another kind, count, datatype, op, root, or a message of a call
+ * seq its own call of that number never took) fails with InvalidUsage naming
+ * the field and both ranks' values, and its notices make every other rank
+ * fail with InvalidUsage too (docs/reliability.md). A wait that makes no
+ * progress for 100 ms sends its call to the peers it waits on (a probe), so
+ * that ranks that all wait on one another still find a difference. Not
+ * thread safe: one call at a time, like every collective. kind_names[nkinds]
+ * (static storage) name the kinds in messages. */
+void loom_p2p_set_call(loom_p2p_t *p2p, const char *what, uint64_t seq, const loom_p2p_call_t *call,
+                       const char *const *kind_names, int nkinds);
 /* Name of the transport used to reach peer ("self" for the rank itself). */
 const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);
 int loom_p2p_rank(const loom_p2p_t *p2p);

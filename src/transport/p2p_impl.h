@@ -17,13 +17,18 @@
 /* Failure protocol.
  * Every connection ends with exactly one notice: a frame with the reserved
  * tag LOOM_TAG_NOTICE and NOTICE_BYTES of payload (little-endian):
- *   u32 magic, u32 kind, i32 from, i32 cause rank, u32 code, u32 0, u64 seq
+ *   u32 magic, u32 kind, i32 from, i32 cause rank, u32 code, i32 rank2,
+ *   u64 seq, u64 value, u64 value2
  * kind BYE: the sender destroyed its communicator normally. Any other kind:
  * the sender's communicator broke, and `cause` is the rank found at fault
  * first (DEAD: its process is gone; LOST: it closed its connections without
  * a notice; TIMEOUT: it made no progress for the timeout; ABORT: it called
  * loomCommAbort; ERROR: it failed locally with result `code`; CLOSED: it
- * destroyed its communicator while the sender still needed it).
+ * destroyed its communicator while the sender still needed it; MISMATCH:
+ * rank2 received a message of a call of `cause` that differs from its own
+ * call in the fields of the mask `code` (MM_*), the first of them being
+ * `value` at `cause` and `value2` at rank2; every rank then returns
+ * InvalidUsage). rank2 and the values are 0 for other kinds.
  * A receive for the notice is posted on every receive connection as soon as
  * the layer is up, so a notice never waits unmatched, and a BYE ends the
  * stream before its end is read: a normal close never looks like a failure.
@@ -39,22 +44,54 @@
 #define MAX_TP             4
 #define LIVENESS_PERIOD_NS 100000000ull /* check peers' pids every 100 ms without progress */
 #define NOTICE_MAGIC       0x4e4d4f4cu  /* "LOMN" */
-#define NOTICE_BYTES       32
+#define NOTICE_BYTES       48
 #define NOTICE_FLUSH_NS    100000000ull /* at most 100 ms to hand notices to the transports */
 #define EXIT_GRACE_NS      300000000ull /* a same-machine peer that closed may take this to exit */
 #define DUMP_MAX_PENDING   64           /* requests listed in a timeout dump */
 
-enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_KINDS };
+enum { N_NONE, N_BYE, N_DEAD, N_LOST, N_TIMEOUT, N_ABORT, N_ERROR, N_CLOSED, N_MISMATCH, N_KINDS };
+
+/* The fields of a call that differ (N_MISMATCH's code), in the order messages name them. */
+enum {
+    MM_KIND = 1 << 0,  /* another collective (or not a collective) */
+    MM_COUNT = 1 << 1, /* count */
+    MM_DTYPE = 1 << 2, /* datatype */
+    MM_OP = 1 << 3,    /* reduction op */
+    MM_ROOT = 1 << 4,  /* root */
+    MM_SEQ = 1 << 5,   /* a message of a call that the receiver's call of that number never took */
+    MM_ALL = (1 << 6) - 1
+};
 
 /* Why the layer broke: the first cause, as found here or as a notice told it
  * (a received notice is kept in this form too, with via = its sender). */
 typedef struct {
-    int kind;      /* N_* (never N_BYE) */
-    int rank;      /* the rank at fault */
-    int via;       /* the peer whose notice told us; -1 when found here */
-    uint32_t code; /* N_ERROR: the failing rank's loomResult_t */
-    uint64_t seq;  /* via >= 0: the reporter's sequence number */
+    int kind;               /* N_* (never N_BYE) */
+    int rank;               /* the rank at fault */
+    int via;                /* the peer whose notice told us; -1 when found here */
+    uint32_t code;          /* N_ERROR: the failing rank's loomResult_t; N_MISMATCH: MM_* mask */
+    uint64_t seq;           /* via >= 0: the reporter's sequence number */
+    int rank2;              /* N_MISMATCH: the rank that received the differing message */
+    uint64_t value, value2; /* N_MISMATCH: the first differing field at rank, at rank2 */
 } cause_t;
+
+/* A call as this rank states it (set_call / set_context) and as a stamp
+ * carries it; kind CALL_OTHER is an operation that is not one of the
+ * collectives (an Echo all-reduce, calibration, creation). */
+#define CALL_OTHER (-2)
+typedef struct {
+    uint64_t seq;
+    loom_p2p_call_t c;
+} call_state_t;
+
+/* A failure this rank found in what a peer sent (a differing call, an
+ * oversized message): it wins over whatever the failing wait sees next. */
+typedef struct {
+    int set;
+    int peer;         /* the rank whose message it was */
+    cause_t cause;    /* N_MISMATCH, or N_ERROR of this rank with InvalidUsage */
+    loomResult_t res; /* what this rank returns: InvalidUsage */
+    char detail[768]; /* the WARN's text */
+} found_t;
 
 enum { NS_WAITING, NS_GOT, NS_ENDED }; /* notice state of a receive connection */
 
@@ -105,6 +142,15 @@ struct loom_p2p {
     loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
     uint64_t bytes_sent; /* payload bytes handed to transports (atomic: read by any thread) */
     uint8_t notice_out[NOTICE_BYTES];
+    /* Call stamps (p2p_stamp.c): the current and the previous call, the stamp of
+     * the current one that transports copy into messages, and their ops. */
+    call_state_t call, call_prev;
+    const char *const *kind_names;
+    int nkinds;
+    uint8_t stamp[LOOM_TP_STAMP_BYTES];
+    loom_tp_stamp_ops_t stamp_ops;
+    found_t found;
+    void **probes; /* [nranks] probe sends in flight */
 };
 
 /* ---- p2p_report.c ---- */
@@ -134,5 +180,14 @@ int loom_p2p_notices_poll_all(loom_p2p_t *p);
 /* Sends a notice of `kind` (cause may be NULL) to every open connection but
  * skip's, flushing for a bounded time; failures to send are ignored. */
 void loom_p2p_notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int skip);
+
+// ---- p2p_stamp.c: call stamps ------------------------------------------------------
+/* Fills p->stamp_ops and the stamp of creation (seq 0, not a collective). */
+void loom_p2p_stamp_init(loom_p2p_t *p);
+/* Sends the current call's stamp to every peer that reqs[n] still wait to
+ * receive from, unless a probe to it is in flight (a stalled wait). */
+void loom_p2p_probe_peers(loom_p2p_t *p, const loom_p2p_req_t *reqs, int n);
+/* The words of a mismatch a notice reported (N_MISMATCH, via >= 0). */
+void loom_p2p_mismatch_text(const loom_p2p_t *p, const cause_t *c, char *buf, size_t len);
 
 #endif /* LOOM_TRANSPORT_P2P_IMPL_H */

@@ -41,12 +41,20 @@ static uint32_t get32(const uint8_t *b)
 static void notice_encode(loom_p2p_t *p, int kind, const cause_t *c)
 {
     const uint64_t seq = c && c->via >= 0 ? c->seq : p->seq;
-    const uint32_t w[8] = {NOTICE_MAGIC,      (uint32_t)kind,
-                           (uint32_t)p->rank, (uint32_t)(c ? c->rank : p->rank),
-                           c ? c->code : 0u,  0u,
-                           (uint32_t)seq,     (uint32_t)(seq >> 32)};
-    for (int i = 0; i < 8; i++)
+    const uint64_t v = c ? c->value : 0, v2 = c ? c->value2 : 0;
+    const uint32_t w[NOTICE_BYTES / 4] = {NOTICE_MAGIC,      (uint32_t)kind,
+                                          (uint32_t)p->rank, (uint32_t)(c ? c->rank : p->rank),
+                                          c ? c->code : 0u,  (uint32_t)(c ? c->rank2 : 0),
+                                          (uint32_t)seq,     (uint32_t)(seq >> 32),
+                                          (uint32_t)v,       (uint32_t)(v >> 32),
+                                          (uint32_t)v2,      (uint32_t)(v2 >> 32)};
+    for (int i = 0; i < NOTICE_BYTES / 4; i++)
         put32(p->notice_out + 4 * i, w[i]);
+}
+
+static uint64_t get64(const uint8_t *b)
+{
+    return (uint64_t)get32(b) | (uint64_t)get32(b + 4) << 32;
 }
 
 /* Checks a received notice against fixed bounds before anything uses it. */
@@ -58,12 +66,18 @@ static void notice_decode(loom_p2p_t *p, int peer, size_t nbytes)
                  .via = (int32_t)get32(b + 8),
                  .rank = (int32_t)get32(b + 12),
                  .code = get32(b + 16),
-                 .seq = (uint64_t)get32(b + 24) | (uint64_t)get32(b + 28) << 32};
+                 .rank2 = (int32_t)get32(b + 20),
+                 .seq = get64(b + 24),
+                 .value = get64(b + 32),
+                 .value2 = get64(b + 40)};
+    /* A mismatch names a second rank and a non-empty set of fields. */
+    const int mm_bad = n.kind == N_MISMATCH && (n.rank2 < 0 || n.rank2 >= p->nranks ||
+                                                n.code == 0 || (n.code & ~(uint32_t)MM_ALL) != 0);
     if (nbytes != NOTICE_BYTES || get32(b) != NOTICE_MAGIC || n.kind <= N_NONE ||
-        n.kind >= N_KINDS || n.via != peer || n.rank < 0 || n.rank >= p->nranks) {
-        LOOM_WARN("rank %d: malformed notice from rank %d (%zu bytes, kind %d, from %d, cause %d); "
-                  "treated as its failure",
-                  p->rank, peer, nbytes, n.kind, n.via, n.rank);
+        n.kind >= N_KINDS || n.via != peer || n.rank < 0 || n.rank >= p->nranks || mm_bad) {
+        LOOM_WARN("rank %d: malformed notice from rank %d (%zu bytes, kind %d, from %d, cause %d, "
+                  "second rank %d, fields 0x%x); treated as its failure",
+                  p->rank, peer, nbytes, n.kind, n.via, n.rank, n.rank2, n.code);
         n = (cause_t){.kind = N_ERROR, .rank = peer, .via = peer, .code = loomRemoteError};
     }
     c->got = n;
@@ -99,6 +113,8 @@ int loom_p2p_notices_poll_all(loom_p2p_t *p)
             continue;
         loom_p2p_notice_poll(p, r);
         const peer_conn_t *c = &p->conns[r];
+        if (p->found.set) /* found in what a peer sent, maybe by this very poll */
+            return p->found.peer;
         if (c->notice_state == NS_ENDED || (c->notice_state == NS_GOT && c->got.kind != N_BYE))
             return r;
     }

@@ -19,8 +19,8 @@
 
 const char *loom_p2p_kind_name(int kind)
 {
-    static const char *const names[N_KINDS] = {"none",    "bye",   "dead",  "lost",
-                                               "timeout", "abort", "error", "closed"};
+    static const char *const names[N_KINDS] = {"none",  "bye",   "dead",   "lost",    "timeout",
+                                               "abort", "error", "closed", "mismatch"};
     return kind >= 0 && kind < N_KINDS ? names[kind] : "unknown";
 }
 
@@ -87,6 +87,13 @@ void loom_p2p_describe(const loom_p2p_t *p, const cause_t *c, const char *direct
     case N_ABORT:
         snprintf(cause, sizeof(cause), "%s aborted the communicator%s", a,
                  here ? " (loomCommAbort)" : "");
+        break;
+    case N_MISMATCH:
+        /* Found here, the detail says it all; from a notice, the fields it carries. */
+        if (here)
+            snprintf(cause, sizeof(cause), "mismatched collectives");
+        else
+            loom_p2p_mismatch_text(p, c, cause, sizeof(cause));
         break;
     default:
         /* Only a peer's BLAME (p2p.h) names this rank for an error. */

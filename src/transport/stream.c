@@ -18,8 +18,10 @@
 #include "debug.h"
 
 /* Protocol.
- * Frame on the wire: header {u32 magic, u32 tag, u64 payload bytes}
- * (little-endian), then the payload; 16 + len bytes per message, nothing else.
+ * Frame on the wire: header {u32 magic, u32 tag, u64 payload bytes, 20-byte
+ * call stamp} (little-endian), then the payload; 36 + len bytes per message,
+ * nothing else. The stamp (transport.h) is the layer above's description of
+ * the call a collective frame belongs to; other frames carry zeros there.
  *
  * Send side: requests queue in FIFO order. Each writev carries the unwritten
  * rest of the head request plus following requests (header + payload iovecs,
@@ -35,6 +37,12 @@
  * asks for the next header, which saves a syscall per small message. A frame
  * longer than the matched receive fails that receive with InvalidUsage and
  * breaks the stream (its payload cannot be skipped without a buffer).
+ * Stamps: a collective frame's stamp is checked as soon as its header is
+ * complete, before it may match a receive (a stamp of a later call than the
+ * receiver's stays parked and is checked again at each progress and post);
+ * a probe (tag LOOM_TP_TAG_PROBE, no payload) is handed to the check and
+ * consumed at once, so it never parks. A failed check breaks the stream with
+ * InvalidUsage.
  * Read-ahead (opt-in, the tcp transport's): a readv that ends with the next
  * header also asks for up to ra_cap more bytes into a buffer of the stream;
  * they are consumed (copied) before the channel is read again. A small
@@ -55,7 +63,7 @@
  * request completes when its last lane is through with it. A lane's unread
  * bytes of a frame that is not matched yet stay in its channel (in the
  * kernel for tcp), which is the same back-pressure as a parked frame.
- * Bytes on the wire: 16 + N per message whatever L is; a message costs one
+ * Bytes on the wire: 36 + N per message whatever L is; a message costs one
  * writev and one readv per lane it touches (small ones: lane 0 only).
  *
  * Failure: a dead peer on any lane, a bad magic or a too-long frame breaks
@@ -95,6 +103,7 @@ void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes,
     put_le32(out, LOOM_TP_STREAM_MAGIC);
     put_le32(out + 4, tag);
     put_le64(out + 8, nbytes);
+    memset(out + LOOM_TP_STREAM_STAMP_OFF, 0, LOOM_TP_STAMP_BYTES);
 }
 
 int loom_tp_frame_header_decode(const void *buf, size_t len, loom_tp_frame_header_t *h_p)
@@ -137,6 +146,11 @@ loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *con
     for (int l = 0; l < nlanes; l++)
         s->lanes[l].chan = chans[l];
     return loomSuccess;
+}
+
+void loom_tp_stream_set_stamp(loom_tp_stream_t *s, const loom_tp_stamp_ops_t *ops)
+{
+    s->stamp = ops;
 }
 
 loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes)
@@ -352,6 +366,8 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
     r->len = len;
     r->tag = tag;
     loom_tp_frame_header_encode(tag, (uint64_t)len, r->hdr);
+    if (s->stamp != NULL && ((tag & LOOM_TP_TAG_COLL) != 0 || tag == LOOM_TP_TAG_PROBE))
+        memcpy(r->hdr + LOOM_TP_STREAM_STAMP_OFF, s->stamp->stamp, LOOM_TP_STAMP_BYTES);
     for (int l = 0; l < s->nlanes; l++)
         if (lane_total(s, r, l) > 0)
             lane_enqueue(s, r, l);
@@ -359,10 +375,30 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
     return loomSuccess;
 }
 
+/* The parked frame's stamp against this rank's call: 1 if the frame may be
+ * matched, 0 if it must stay parked (a later call's, or the stream broke). */
+static int parked_checked(loom_tp_stream_t *s)
+{
+    if (!s->park_check)
+        return 1;
+    loomResult_t res =
+        s->stamp->check(s->stamp->arg, s->peer, s->park_tag, s->rhdr + LOOM_TP_STREAM_STAMP_OFF);
+    if (res == loomInProgress)
+        return 0;
+    if (res != loomSuccess) {
+        stream_break(s, loomInvalidUsage); /* the frame's payload cannot be skipped */
+        return 0;
+    }
+    s->park_check = 0;
+    return 1;
+}
+
 /* Gives a parked frame to the first posted receive of its tag, if any; the
  * lanes that carry its payload queue it. */
 static void match_parked(loom_tp_stream_t *s)
 {
+    if (!parked_checked(s))
+        return;
     loom_tp_stream_req_t *prev = NULL, *r = s->posted_head;
     while (r != NULL && r->tag != s->park_tag) {
         prev = r;
@@ -381,13 +417,18 @@ static void match_parked(loom_tp_stream_t *s)
     s->rhdr_have = 0;
     r->msg_bytes = s->park_bytes;
     if (s->park_bytes > r->len) {
-        LOOM_WARN("%s: rank %d received a %llu-byte message with tag 0x%x from rank %d into a "
-                  "%zu-byte receive",
-                  s->tp_name, s->rank, (unsigned long long)s->park_bytes, s->park_tag, s->peer,
-                  r->len);
-        req_finish(r, REQ_FAILED, loomInvalidUsage);
-        /* The payload is still in the stream and nothing can take it. */
-        stream_break(s, loomRemoteError);
+        loomResult_t res = loomInvalidUsage;
+        if (s->stamp != NULL)
+            res = s->stamp->oversize(s->stamp->arg, s->peer, s->park_tag, s->park_bytes, r->len);
+        else
+            LOOM_WARN("%s: rank %d received an oversized frame from rank %d: a %llu-byte "
+                      "message with tag 0x%x for a %zu-byte receive",
+                      s->tp_name, s->rank, s->peer, (unsigned long long)s->park_bytes, s->park_tag,
+                      r->len);
+        req_finish(r, REQ_FAILED, res);
+        /* The payload is still in the stream and nothing can take it: the stream
+         * fails with the same error, never as a peer that left. */
+        stream_break(s, res);
         return;
     }
     if (s->park_bytes == 0) {
@@ -501,9 +542,17 @@ static loomResult_t take_header(loom_tp_stream_t *s)
         stream_break(s, loomRemoteError);
         return loomRemoteError;
     }
+    if (s->stamp != NULL && h.tag == LOOM_TP_TAG_PROBE && h.nbytes == 0) {
+        s->rhdr_have = 0; /* consumed here: a probe never parks */
+        if (s->stamp->check(s->stamp->arg, s->peer, h.tag, s->rhdr + LOOM_TP_STREAM_STAMP_OFF) ==
+            loomInvalidUsage)
+            stream_break(s, loomInvalidUsage);
+        return s->broken;
+    }
     s->park_tag = h.tag;
     s->park_bytes = h.nbytes;
     s->parked = 1;
+    s->park_check = s->stamp != NULL && (h.tag & LOOM_TP_TAG_COLL) != 0;
     match_parked(s);
     return s->broken;
 }
@@ -623,6 +672,8 @@ loomResult_t loom_tp_stream_push(loom_tp_stream_t *s)
 loomResult_t loom_tp_stream_progress(loom_tp_stream_t *s)
 {
     LOOM_CHECK(loom_tp_stream_push(s));
+    if (s->parked && s->park_check)
+        match_parked(s); /* a later call's frame: this rank may be in that call now */
     /* Lane 0 first: the headers it reads give the other lanes their work. */
     for (int l = 0; l < s->nlanes; l++)
         LOOM_CHECK(recv_lane(s, l));

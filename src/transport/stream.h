@@ -17,10 +17,13 @@
 #include <sys/uio.h>
 
 #include "loom.h"
+#include "transport.h"
 
-#define LOOM_TP_STREAM_MAGIC     0x4d4f4f4cu /* "LOOM" in memory order */
-#define LOOM_TP_STREAM_HDR_BYTES 16          /* u32 magic, u32 tag, u64 payload bytes */
-#define LOOM_TP_STREAM_MAX_LANES 8           /* byte channels one stream may stripe across */
+#define LOOM_TP_STREAM_MAGIC 0x4d4f4f4cu /* "LOOM" in memory order */
+/* u32 magic, u32 tag, u64 payload bytes, then the call stamp (transport.h) */
+#define LOOM_TP_STREAM_STAMP_OFF 16
+#define LOOM_TP_STREAM_HDR_BYTES (LOOM_TP_STREAM_STAMP_OFF + LOOM_TP_STAMP_BYTES)
+#define LOOM_TP_STREAM_MAX_LANES 8 /* byte channels one stream may stripe across */
 
 /* A frame header's fields. */
 typedef struct {
@@ -28,7 +31,8 @@ typedef struct {
     uint64_t nbytes; /* payload bytes that follow the header */
 } loom_tp_frame_header_t;
 
-/* Encodes a header {magic, tag, nbytes} into out (little-endian). */
+/* Encodes a header {magic, tag, nbytes} into out (little-endian), its stamp
+ * zero; the stamp's bytes are at out + LOOM_TP_STREAM_STAMP_OFF. */
 void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes,
                                  uint8_t out[LOOM_TP_STREAM_HDR_BYTES]);
 /* Decodes the first LOOM_TP_STREAM_HDR_BYTES of buf, pure (no logging): len
@@ -105,6 +109,9 @@ struct loom_tp_stream {
     size_t ra_off; /* bytes of it consumed */
     size_t ra_len; /* bytes of it filled */
 
+    const loom_tp_stamp_ops_t *stamp; /* call stamps (transport.h), NULL: none */
+    int park_check;                   /* the parked frame's stamp is still to be checked */
+
     loom_tp_stream_req_t *free_list;
     loom_tp_stream_req_t *all;
     int n_pending;             /* requests queued, posted or in progress */
@@ -125,6 +132,10 @@ loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *con
  * stream, so that a small message arrives with one readv. SystemError when
  * out of memory. */
 loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes);
+/* Stamps the stream's collective frames and checks the stamps of the
+ * frames that arrive (the contract in transport.h); call before the first
+ * request. ops may be NULL (nothing stamped or checked). */
+void loom_tp_stream_set_stamp(loom_tp_stream_t *s, const loom_tp_stamp_ops_t *ops);
 /* Frees every request, pending or not; the stream's requests are invalid after. */
 void loom_tp_stream_fini(loom_tp_stream_t *s);
 

@@ -39,6 +39,41 @@ typedef struct {
 #define LOOM_TOPO_FLAG_FILE 1 /* LOOM_TOPO_FILE is set */
 #define LOOM_TOPO_FLAG_DUMP 2 /* LOOM_TOPO_DUMP_FILE is set */
 
+/* Call stamps: every message of a collective carries its sender's description
+ * of the call it belongs to, so that ranks whose calls differ (another
+ * collective, count, datatype, op or root) find out from the first message
+ * instead of moving garbage. The stamp's bytes are the layer above's (p2p.c);
+ * a transport only carries and hands them back. Contract:
+ *  - a message whose tag has LOOM_TP_TAG_COLL set carries `stamp` as it is
+ *    when isend is called (tcp, shm: in the frame header; ucx: in front of
+ *    the payload, or in a message of its own ahead of long messages);
+ *  - before a receive completes with such a message, the transport calls
+ *    check(arg, peer, tag, stamp) with the message's stamp and the tag of the
+ *    receive (a transport that reads headers before matching calls it then,
+ *    with the message's own tag). Success: go on. InvalidUsage: the calls
+ *    differ (check WARNed); the receive fails with it, and so does any later
+ *    one on that connection. InProgress: the stamp is of a later call than
+ *    this rank's; call check again before matching the message;
+ *  - isend(LOOM_TP_TAG_PROBE, len 0) sends the current stamp alone; the
+ *    receiving transport consumes it without a posted receive and hands it to
+ *    check(arg, peer, LOOM_TP_TAG_PROBE, stamp) (InProgress means nothing
+ *    there), so that ranks that all wait on one another still compare calls;
+ *  - a message longer than the receive it matched is reported through
+ *    oversize(arg, peer, tag, nbytes, capacity), which WARNs and returns the
+ *    receive's error (InvalidUsage).
+ * Without stamp ops (NULL in the init args) messages carry zeros and nothing
+ * is checked; a probe is then an ordinary message. */
+#define LOOM_TP_STAMP_BYTES 20
+#define LOOM_TP_TAG_COLL    0x80000000u /* tags of collectives: carry the stamp */
+#define LOOM_TP_TAG_PROBE   0x7ffffffeu /* a stamp alone (see above); no user tag */
+
+typedef struct {
+    const uint8_t *stamp; /* [LOOM_TP_STAMP_BYTES]: the running call's, read at each isend */
+    loomResult_t (*check)(void *arg, int peer, uint32_t tag, const uint8_t *stamp);
+    loomResult_t (*oversize)(void *arg, int peer, uint32_t tag, uint64_t nbytes, size_t capacity);
+    void *arg;
+} loom_tp_stamp_ops_t;
+
 typedef struct {
     int rank; /* this rank */
     int nranks;
@@ -49,6 +84,7 @@ typedef struct {
     /* Non-zero while the layer above tears down (destroy, abort, a failure it is
      * already reporting): a peer found gone then is expected, logged as INFO. */
     volatile const int *quiet_flag;
+    const loom_tp_stamp_ops_t *stamp_ops; /* call stamps (see above); NULL: none */
 } loom_tp_init_args_t;
 
 typedef struct loom_tp {

@@ -88,6 +88,7 @@ typedef struct shm_ctx {
     int64_t timeout_ms;
     volatile const int *abort_flag;
     volatile const int *quiet_flag;
+    const loom_tp_stamp_ops_t *stamp_ops; /* the init args': every stream stamps with them */
     char name[LOOM_SHM_NAME_MAX];
     char dir[256];
     uint64_t ring_bytes;
@@ -172,6 +173,7 @@ static loomResult_t shm_init(const loom_tp_init_args_t *args, void **ctx_p)
     ctx->timeout_ms = args->timeout_ms;
     ctx->abort_flag = args->abort_flag;
     ctx->quiet_flag = args->quiet_flag;
+    ctx->stamp_ops = args->stamp_ops;
     ctx->leader = -1;
     ctx->local_of = malloc((size_t)args->nranks * sizeof(int));
     if (ctx->local_of == NULL) {
@@ -295,6 +297,7 @@ static loomResult_t comm_create(shm_ctx_t *ctx, int peer, int is_send, shm_comm_
     else
         loom_shm_ring_attach(&c->ring, &ctx->seg, j, ctx->local_rank, 0, ctx->rank, peer);
     loom_tp_stream_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer, ctx->quiet_flag);
+    loom_tp_stream_set_stamp(&c->stream, ctx->stamp_ops);
     *comm_p = c;
     return loomSuccess;
 }

@@ -149,6 +149,7 @@ loomResult_t loom_tcp_comm_create(tcp_ctx_t *ctx, const int *fds, int nsocks, ui
         chans[i] = &c->socks[i];
     }
     loom_tp_stream_init(&c->stream, &tcp_io, &c->socks[0], "tcp", ctx->rank, peer, ctx->quiet_flag);
+    loom_tp_stream_set_stamp(&c->stream, ctx->stamp_ops);
     loomResult_t res = loom_tp_stream_set_lanes(&c->stream, nsocks, chans, piece_bytes);
     if (res == loomSuccess && !is_send)
         res = loom_tp_stream_set_readahead(&c->stream, TCP_READAHEAD_BYTES);
@@ -236,6 +237,7 @@ static loomResult_t tcp_init(const loom_tp_init_args_t *args, void **ctx_p)
     ctx->timeout_ms = args->timeout_ms;
     ctx->abort_flag = args->abort_flag;
     ctx->quiet_flag = args->quiet_flag;
+    ctx->stamp_ops = args->stamp_ops;
     ctx->connecting = calloc((size_t)args->nranks, sizeof(*ctx->connecting));
     ctx->send_up = calloc((size_t)args->nranks, 1);
     ctx->recv_up = calloc((size_t)args->nranks, 1);

@@ -74,6 +74,7 @@ struct tcp_ctx {
     uint32_t piece_bytes; /* striping piece of send connections (LOOM_TCP_PIECE_BYTES) */
     volatile const int *abort_flag;
     volatile const int *quiet_flag;
+    const loom_tp_stamp_ops_t *stamp_ops; /* the init args': every stream stamps with them */
     loom_sockaddr_t addr;
     char ifname[64];
     tcp_listen_t *listen;

@@ -42,18 +42,24 @@
  *
  * Teardown: closing a connection cancels its pending receives; the last of a
  * peer's two connections closes its endpoint, flushing (so a final notice
- * arrives) unless the endpoint failed or sends are still pending (then
- * forced: UCP must not read a caller's buffer after close). finalize drives
- * the flushes together for at most CLOSE_FLUSH_MS. */
+ * arrives) unless the endpoint failed, either connection still had sends
+ * pending (UCP must not read a caller's buffer after close) or the layer
+ * above gave up (aborted or broken): then forced, after a flush of at most
+ * ABORT_FLUSH_NS where nothing of the caller's is pending, since a notice's
+ * send completes when UCP has copied it, not when it left, and a forced close
+ * drops what has not left. (Closing without force while the peer closes too
+ * trips an assertion in UCX 1.13's tcp lanes.) finalize drives the flushes
+ * together for at most CLOSE_FLUSH_MS (none when aborted). */
 
-#define CLOSE_FLUSH_MS   1000 /* bound of finalize's wait for endpoint flushes */
-#define PROGRESS_SPIN_US 1000 /* wait() progresses this long before it arms and sleeps */
+#define CLOSE_FLUSH_MS   1000        /* bound of finalize's wait for endpoint flushes */
+#define ABORT_FLUSH_NS   10000000ull /* flush of one endpoint before a forced close (10 ms) */
+#define PROGRESS_SPIN_US 1000        /* wait() progresses this long before it arms and sleeps */
 #define SEND_POLL_US     50   /* wait()'s longest sleep while sends are in flight (see ucx_wait) */
 #define IDLE_POLL_US     1000 /* wait()'s longest sleep otherwise */
 #define UNEXPECTED_MAX   1024 /* unreceived messages finalize takes before destroying the worker */
 #define PROGRESS_MAX     1000 /* progress calls finalize spends on one of them */
 
-static uint64_t ucp_tag_of(int rank, uint32_t tag)
+uint64_t loom_ucx_tag_of(int rank, uint32_t tag)
 {
     return ((uint64_t)(uint32_t)rank << 32) | tag;
 }
@@ -65,7 +71,7 @@ static int quiet(const ucx_ctx_t *ctx)
 
 // ---- requests -----------------------------------------------------------------
 
-static ucx_req_t *req_get(ucx_ctx_t *ctx)
+ucx_req_t *loom_ucx_req_get(ucx_ctx_t *ctx)
 {
     ucx_req_t *r = ctx->free_reqs;
     if (r != NULL)
@@ -77,7 +83,7 @@ static ucx_req_t *req_get(ucx_ctx_t *ctx)
     return r;
 }
 
-static void req_put(ucx_ctx_t *ctx, ucx_req_t *r)
+void loom_ucx_req_put(ucx_ctx_t *ctx, ucx_req_t *r)
 {
     r->prev = NULL;
     r->next = ctx->free_reqs;
@@ -116,8 +122,9 @@ static void req_complete(ucx_ctx_t *ctx, ucx_req_t *r, ucs_status_t status, size
         ctx->nsends--;
     }
     if (r->comm == NULL) { /* orphaned: nobody will test it */
+        r->done = 1;       /* for a poster still looking at it */
         list_del(&ctx->orphans, r);
-        req_put(ctx, r);
+        loom_ucx_req_put(ctx, r);
         return;
     }
     list_del(&r->comm->pending, r);
@@ -138,13 +145,14 @@ static void recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_
 {
     ucx_req_t *r = user_data;
     r->ucp = request;
+    r->sender_tag = info != NULL ? info->sender_tag : 0;
     req_complete(r->ctx, r, status, info != NULL ? info->length : 0);
 }
 
 /* Detaches a pending request from its connection (closing, or failed): a
  * receive is cancelled (its callback may run at once); what UCP still holds
  * waits on ctx->orphans for its callback. */
-static void req_orphan(ucx_ctx_t *ctx, ucx_req_t *r)
+void loom_ucx_req_orphan(ucx_ctx_t *ctx, ucx_req_t *r)
 {
     list_del(&r->comm->pending, r);
     r->comm = NULL;
@@ -167,6 +175,8 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: endpoint to rank %d failed: %s", pr->ctx->rank, pr->rank,
               loom_ucx.status_string(status));
 }
+
+static loomResult_t comm_close(ucx_comm_t *c);
 
 loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const void *addr,
                                 size_t addr_len, ucx_comm_t **comm_p)
@@ -222,6 +232,10 @@ loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const voi
     c->is_send = is_send;
     pr->comms[is_send] = c;
     pr->refs++;
+    if (!is_send && ctx->stamp_ops != NULL && loom_ucx_probe_open(c) != loomSuccess) {
+        (void)comm_close(c);
+        return loomSystemError;
+    }
     *comm_p = c;
     return loomSuccess;
 }
@@ -243,21 +257,39 @@ static void closing_add(ucx_ctx_t *ctx, void *req)
     ctx->closing[ctx->nclosing++] = req;
 }
 
+/* Drives a flush of pr's endpoint for at most ABORT_FLUSH_NS: what was sent leaves. */
+static void ep_flush(ucx_ctx_t *ctx, ucx_peer_t *pr)
+{
+    ucp_request_param_t param = {.op_attr_mask = 0};
+    void *req = loom_ucx.ep_flush_nbx(pr->ep, &param);
+    if (req == NULL || UCS_PTR_IS_ERR(req))
+        return;
+    const uint64_t deadline = loom_now_ns() + ABORT_FLUSH_NS;
+    while (loom_ucx.request_check_status(req) == UCS_INPROGRESS && !pr->failed &&
+           loom_now_ns() < deadline)
+        loom_ucx.worker_progress(ctx->worker);
+    loom_ucx.request_free(req); /* released when UCP is done with it */
+}
+
 static loomResult_t comm_close(ucx_comm_t *c)
 {
     ucx_ctx_t *ctx = c->ctx;
     ucx_peer_t *pr = &ctx->peers[c->peer];
     int sends_pending = 0;
+    loom_ucx_stamp_close(c);
     while (c->pending != NULL) {
         sends_pending |= c->pending->is_send;
-        req_orphan(ctx, c->pending);
+        loom_ucx_req_orphan(ctx, c->pending);
     }
     pr->comms[c->is_send] = NULL;
     free(c);
     if (--pr->refs > 0 || pr->ep == NULL)
         return loomSuccess;
-    const int force =
-        pr->failed || sends_pending || (ctx->abort_flag != NULL && *ctx->abort_flag != 0);
+    pr->sends_orphaned |= sends_pending; /* the other connection may close the endpoint */
+    const int gave_up = ctx->abort_flag != NULL && *ctx->abort_flag != 0;
+    if (gave_up && !pr->failed && !pr->sends_orphaned)
+        ep_flush(ctx, pr);
+    const int force = pr->failed || pr->sends_orphaned || gave_up;
     ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                  .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
     void *req = loom_ucx.ep_close_nbx(pr->ep, &param);
@@ -340,6 +372,7 @@ static loomResult_t ucx_init(const loom_tp_init_args_t *args, void **ctx_p)
     ctx->timeout_ms = args->timeout_ms;
     ctx->abort_flag = args->abort_flag;
     ctx->quiet_flag = args->quiet_flag;
+    ctx->stamp_ops = args->stamp_ops;
     ctx->efd = -1;
     ctx->peers = calloc((size_t)args->nranks, sizeof(*ctx->peers));
     ctx->connecting = calloc((size_t)args->nranks, sizeof(*ctx->connecting));
@@ -350,6 +383,11 @@ static loomResult_t ucx_init(const loom_tp_init_args_t *args, void **ctx_p)
     }
     for (int p = 0; p < args->nranks; p++)
         ctx->peers[p] = (ucx_peer_t){.ctx = ctx, .rank = p};
+    if (ctx->stamp_ops != NULL && (ctx->spill = malloc(LOOM_UCX_INLINE_MAX)) == NULL) {
+        LOOM_WARN("ucx: out of memory for a %u-byte spill buffer", LOOM_UCX_INLINE_MAX);
+        res = loomSystemError;
+        goto err_free;
+    }
     loom_ucx_conn_init(ctx);
     LOOM_CHECK_GOTO(loom_socket_pick_addr(&ctx->sockaddr, ctx->ifname, sizeof(ctx->ifname)), res,
                     err_free);
@@ -377,7 +415,7 @@ static loomResult_t ucx_can_connect(void *ctx, const loom_peer_info_t *self,
 // ---- data -------------------------------------------------------------------
 
 /* Why a request to or from peer fails: WARN, or INFO while the layer above tears down. */
-static loomResult_t peer_failed(ucx_ctx_t *ctx, int peer, int is_send, ucs_status_t st)
+loomResult_t loom_ucx_peer_failed(ucx_ctx_t *ctx, int peer, int is_send, ucs_status_t st)
 {
     if (quiet(ctx))
         LOOM_INFO(LOOM_LOG_UCX, "ucx: rank %d: connection %s rank %d failed: %s", ctx->rank,
@@ -388,69 +426,43 @@ static loomResult_t peer_failed(ucx_ctx_t *ctx, int peer, int is_send, ucs_statu
     return loomRemoteError;
 }
 
-static loomResult_t ucx_isend(void *send_comm, const void *buf, size_t len, uint32_t tag,
-                              void **req_p)
+loomResult_t loom_ucx_send_post(ucx_ctx_t *ctx, int peer, ucx_req_t *r, const void *buffer,
+                                size_t count, ucp_datatype_t dt, uint64_t utag)
 {
-    ucx_comm_t *c = send_comm;
-    ucx_ctx_t *ctx = c->ctx;
-    ucx_peer_t *pr = &ctx->peers[c->peer];
-    if (!c->is_send) {
-        LOOM_WARN("ucx: rank %d: isend on the receive connection from rank %d", ctx->rank, c->peer);
-        return loomInvalidUsage;
-    }
-    if (pr->failed)
-        return peer_failed(ctx, c->peer, 1, pr->status);
-    ucx_req_t *r = req_get(ctx);
-    if (r == NULL)
-        return loomSystemError;
-    r->comm = c;
+    ucx_peer_t *pr = &ctx->peers[peer];
     r->ctx = ctx;
     r->is_send = 1;
-    r->len = len;
-    r->tag = tag;
     ucp_request_param_t param = {
         .op_attr_mask =
             UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
         .cb = {.send = send_cb},
         .user_data = r,
-        .datatype = ucp_dt_make_contig(1),
+        .datatype = dt,
     };
-    list_add(&c->pending, r); /* before the call: its callback may run inside it */
-    void *ucp = loom_ucx.tag_send_nbx(pr->ep, buf, len, ucp_tag_of(ctx->rank, tag), &param);
+    /* Before the call: its callback may run inside it. */
+    list_add(r->comm != NULL ? &r->comm->pending : &ctx->orphans, r);
+    void *ucp = loom_ucx.tag_send_nbx(pr->ep, buffer, count, utag, &param);
     if (UCS_PTR_IS_ERR(ucp)) {
-        list_del(&c->pending, r);
-        req_put(ctx, r);
-        return peer_failed(ctx, c->peer, 1, UCS_PTR_STATUS(ucp));
+        list_del(r->comm != NULL ? &r->comm->pending : &ctx->orphans, r);
+        loom_ucx_req_put(ctx, r);
+        return loom_ucx_peer_failed(ctx, peer, 1, UCS_PTR_STATUS(ucp));
     }
     if (ucp == NULL) { /* done at once; the callback does not run */
-        req_complete(ctx, r, UCS_OK, len);
+        req_complete(ctx, r, UCS_OK, r->len);
     } else if (!r->done) {
         r->ucp = ucp;
         r->counted = 1;
         ctx->nsends++;
     }
-    *req_p = r;
     return loomSuccess;
 }
 
-static loomResult_t ucx_irecv(void *recv_comm, void *buf, size_t len, uint32_t tag, void **req_p)
+loomResult_t loom_ucx_recv_post(ucx_comm_t *c, ucx_req_t *r, void *buffer, size_t count,
+                                ucp_datatype_t dt, uint64_t ignore)
 {
-    ucx_comm_t *c = recv_comm;
     ucx_ctx_t *ctx = c->ctx;
-    ucx_peer_t *pr = &ctx->peers[c->peer];
-    if (c->is_send) {
-        LOOM_WARN("ucx: rank %d: irecv on the send connection to rank %d", ctx->rank, c->peer);
-        return loomInvalidUsage;
-    }
-    if (pr->failed)
-        return peer_failed(ctx, c->peer, 0, pr->status);
-    ucx_req_t *r = req_get(ctx);
-    if (r == NULL)
-        return loomSystemError;
     r->comm = c;
     r->ctx = ctx;
-    r->len = len;
-    r->tag = tag;
     /* NO_IMM_CMPL: a message that is already there completes through the callback,
      * the one place that learns its length (UCX 1.13 leaves recv_info unset then). */
     ucp_request_param_t param = {
@@ -458,21 +470,94 @@ static loomResult_t ucx_irecv(void *recv_comm, void *buf, size_t len, uint32_t t
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
         .cb = {.recv = recv_cb},
         .user_data = r,
-        .datatype = ucp_dt_make_contig(1),
+        .datatype = dt,
     };
     list_add(&c->pending, r); /* before the call: its callback may run inside it */
-    void *ucp =
-        loom_ucx.tag_recv_nbx(ctx->worker, buf, len, ucp_tag_of(c->peer, tag), UINT64_MAX, &param);
+    void *ucp = loom_ucx.tag_recv_nbx(ctx->worker, buffer, count, loom_ucx_tag_of(c->peer, r->tag),
+                                      UINT64_MAX & ~ignore, &param);
     if (UCS_PTR_IS_ERR(ucp) || ucp == NULL) {
         ucs_status_t st = ucp == NULL ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(ucp);
         list_del(&c->pending, r);
-        req_put(ctx, r);
+        loom_ucx_req_put(ctx, r);
         LOOM_WARN("ucx: rank %d: posting a %zu-byte receive from rank %d failed: %s", ctx->rank,
-                  len, c->peer, loom_ucx.status_string(st));
+                  r->len, c->peer, loom_ucx.status_string(st));
         return loomSystemError;
     }
     if (!r->done)
         r->ucp = ucp;
+    return loomSuccess;
+}
+
+/* Whether c can carry a request in direction is_send: InvalidUsage on the
+ * wrong connection, RemoteError once its endpoint failed. */
+static loomResult_t comm_usable(const ucx_comm_t *c, int is_send)
+{
+    ucx_ctx_t *ctx = c->ctx;
+    const ucx_peer_t *pr = &ctx->peers[c->peer];
+    if (c->is_send != is_send) {
+        LOOM_WARN("ucx: rank %d: %s on the %s connection %s rank %d", ctx->rank,
+                  is_send ? "isend" : "irecv", c->is_send ? "send" : "receive",
+                  c->is_send ? "to" : "from", c->peer);
+        return loomInvalidUsage;
+    }
+    return pr->failed ? loom_ucx_peer_failed(ctx, c->peer, is_send, pr->status) : loomSuccess;
+}
+
+/* The first steps of isend and irecv on c: the connection's checks, a look
+ * for a previous call's leftovers, and a request for buf. */
+static loomResult_t req_start(ucx_comm_t *c, int is_send, void *buf, size_t len, uint32_t tag,
+                              ucx_req_t **r_p)
+{
+    ucx_ctx_t *ctx = c->ctx;
+    LOOM_CHECK(comm_usable(c, is_send));
+    if (ctx->stamp_ops != NULL)
+        LOOM_CHECK(loom_ucx_stamp_leftovers(ctx, tag));
+    ucx_req_t *r = loom_ucx_req_get(ctx);
+    if (r == NULL)
+        return loomSystemError;
+    r->comm = c;
+    r->len = len;
+    r->tag = tag;
+    r->buf = buf;
+    *r_p = r;
+    return loomSuccess;
+}
+
+static loomResult_t ucx_isend(void *send_comm, const void *buf, size_t len, uint32_t tag,
+                              void **req_p)
+{
+    ucx_comm_t *c = send_comm;
+    ucx_ctx_t *ctx = c->ctx;
+    ucx_req_t *r;
+    LOOM_CHECK(req_start(c, 1, (void *)buf, len, tag, &r));
+    const void *buffer = buf;
+    size_t count = len;
+    ucp_datatype_t dt = ucp_dt_make_contig(1);
+    uint64_t utag = loom_ucx_tag_of(ctx->rank, tag);
+    if (ctx->stamp_ops != NULL) {
+        loomResult_t res = loom_ucx_stamp_send_prep(c, r, &buffer, &count, &dt, &utag);
+        if (res != loomSuccess) {
+            loom_ucx_req_put(ctx, r);
+            return res;
+        }
+    }
+    LOOM_CHECK(loom_ucx_send_post(ctx, c->peer, r, buffer, count, dt, utag));
+    *req_p = r;
+    return loomSuccess;
+}
+
+static loomResult_t ucx_irecv(void *recv_comm, void *buf, size_t len, uint32_t tag, void **req_p)
+{
+    ucx_comm_t *c = recv_comm;
+    ucx_req_t *r;
+    LOOM_CHECK(req_start(c, 0, buf, len, tag, &r));
+    void *buffer = buf;
+    size_t count = len;
+    ucp_datatype_t dt = ucp_dt_make_contig(1);
+    uint64_t ignore = 0;
+    if (c->ctx->stamp_ops != NULL)
+        loom_ucx_stamp_recv_prep(c, r, &buffer, &count, &dt, &ignore);
+    LOOM_CHECK(loom_ucx_recv_post(c, r, buffer, count, dt, ignore));
     *req_p = r;
     return loomSuccess;
 }
@@ -485,13 +570,24 @@ static loomResult_t ucx_test(void *req, int *done_p, size_t *nbytes_p)
     const int peer = c->peer;
     if (!r->done)
         loom_ucx.worker_progress(ctx->worker);
+    loomResult_t res = ctx->stamp_ops != NULL ? loom_ucx_probe_poll(ctx, peer) : loomSuccess;
+    int ready = 1;
+    if (res == loomSuccess && r->done && r->coll)
+        res = loom_ucx_stamp_recv_done(r, &ready); /* what the message belongs to, first */
+    if (res != loomSuccess) {
+        if (r->done)
+            loom_ucx_req_put(ctx, r);
+        else
+            loom_ucx_req_orphan(ctx, r);
+        return res;
+    }
     if (!r->done && ctx->peers[peer].failed) {
         const ucs_status_t st = ctx->peers[peer].status;
         const int is_send = r->is_send;
-        req_orphan(ctx, r); /* a send fails with the endpoint; a receive is cancelled */
-        return peer_failed(ctx, peer, is_send, st);
+        loom_ucx_req_orphan(ctx, r); /* a send fails with the endpoint; a receive is cancelled */
+        return loom_ucx_peer_failed(ctx, peer, is_send, st);
     }
-    if (!r->done) {
+    if (!r->done || !ready) {
         *done_p = 0;
         return loomSuccess;
     }
@@ -499,19 +595,21 @@ static loomResult_t ucx_test(void *req, int *done_p, size_t *nbytes_p)
     const size_t nbytes = r->nbytes, len = r->len;
     const uint32_t tag = r->tag;
     const int is_send = r->is_send;
-    req_put(ctx, r);
+    loom_ucx_req_put(ctx, r);
     if (st == UCS_OK) {
         *done_p = 1;
         *nbytes_p = nbytes;
         return loomSuccess;
     }
     if (st == UCS_ERR_MESSAGE_TRUNCATED && !is_send) {
+        if (ctx->stamp_ops != NULL)
+            return ctx->stamp_ops->oversize(ctx->stamp_ops->arg, peer, tag, nbytes, len);
         LOOM_WARN("ucx: rank %d: a %zu-byte message from rank %d (tag 0x%08x) is longer than the "
                   "%zu-byte receive posted for it",
                   ctx->rank, nbytes, peer, tag, len);
         return loomInvalidUsage;
     }
-    return peer_failed(ctx, peer, is_send, st);
+    return loom_ucx_peer_failed(ctx, peer, is_send, st);
 }
 
 static loomResult_t ucx_wait(void *ctx_v, int timeout_us)
@@ -673,6 +771,7 @@ static loomResult_t ucx_finalize(void *ctx_v)
         loom_ucx.worker_destroy(ctx->worker); /* after this no callback runs */
     }
     free(ctx->drain_buf);
+    free(ctx->spill);
     if (ctx->ucp != NULL)
         loom_ucx.cleanup(ctx->ucp);
     reqs_free(ctx->orphans);

@@ -19,7 +19,8 @@
 #include "secure_conn.h"
 #include "transport.h"
 
-#define LOOM_UCX_ADDR_MAX 16384u /* bytes of a worker address a peer may announce */
+#define LOOM_UCX_ADDR_MAX   16384u /* bytes of a worker address a peer may announce */
+#define LOOM_UCX_INLINE_MAX 2048u  /* collective payloads up to this carry their stamp inline */
 
 typedef struct ucx_ctx ucx_ctx_t;
 typedef struct ucx_comm ucx_comm_t;
@@ -34,6 +35,7 @@ typedef struct {
     ucp_ep_h ep;          /* NULL until a connection to or from this peer is up */
     int refs;             /* connections using ep */
     int failed;           /* the endpoint's error callback ran */
+    int sends_orphaned;   /* a connection closed with sends pending: close the endpoint forced */
     ucs_status_t status;  /* why, once failed */
     ucx_comm_t *comms[2]; /* [is_send] the open connections */
 } ucx_peer_t;
@@ -52,6 +54,13 @@ struct ucx_req {
     uint32_t tag;
     int is_send;
     int counted; /* a send in flight, counted in ctx->nsends */
+    /* Call stamps (ucx_stamp.c) */
+    void *buf;                          /* the caller's buffer */
+    int coll;                           /* a collective receive: its stamp is checked */
+    int inline_form;                    /* posted as [stamp, buf, spill] (see ucx_stamp.c) */
+    uint64_t sender_tag;                /* a receive's matched UCP tag */
+    ucp_dt_iov_t iov[3];                /* the pieces of an inline message */
+    uint8_t stamp[LOOM_TP_STAMP_BYTES]; /* a stamp or probe this request sends or receives */
 };
 
 struct ucx_comm {
@@ -59,6 +68,15 @@ struct ucx_comm {
     int peer;
     int is_send;
     ucx_req_t *pending; /* requests in flight, for failure and close */
+    /* Call stamps (ucx_stamp.c). Send side: the stamp last sent in a message of its own. */
+    int stamp_sent_valid;
+    uint8_t stamp_sent[LOOM_TP_STAMP_BYTES];
+    /* Receive side: the receive of such a stamp (NULL: none posted), this rank's stamp
+     * when the last one was taken, and the probe receive kept posted. */
+    ucx_req_t *stamp_rx;
+    int stamp_got_valid;
+    uint8_t stamp_got[LOOM_TP_STAMP_BYTES];
+    ucx_req_t *probe_rx;
 };
 
 typedef struct {
@@ -74,6 +92,10 @@ struct ucx_ctx {
     int64_t timeout_ms;
     volatile const int *abort_flag;
     volatile const int *quiet_flag;
+    const loom_tp_stamp_ops_t *stamp_ops; /* call stamps (transport.h), NULL: none */
+    uint8_t *spill;     /* [LOOM_UCX_INLINE_MAX]: where an inline receive takes excess bytes */
+    uint32_t coll_seq;  /* the sequence number (24 bits) of the last collective tag seen */
+    int coll_seq_valid; /* one was seen */
     ucp_context_h ucp;
     ucp_worker_h worker;
     int efd;                /* the worker's wakeup descriptor */
@@ -99,6 +121,49 @@ struct ucx_ctx {
  * a connection on it; *comm_p is the new connection. */
 loomResult_t loom_ucx_comm_open(ucx_ctx_t *ctx, int peer, int is_send, const void *addr,
                                 size_t addr_len, ucx_comm_t **comm_p);
+/* Requests: a zeroed one from the free list (NULL and a WARN when out of
+ * memory), back to it, and detached from its connection while UCP holds it. */
+ucx_req_t *loom_ucx_req_get(ucx_ctx_t *ctx);
+void loom_ucx_req_put(ucx_ctx_t *ctx, ucx_req_t *r);
+void loom_ucx_req_orphan(ucx_ctx_t *ctx, ucx_req_t *r);
+/* The UCP tag of loom tag `tag` from rank. */
+uint64_t loom_ucx_tag_of(int rank, uint32_t tag);
+/* Posts r (len and tag set) as a send to peer of count elements of dt at
+ * buffer with UCP tag utag; r->comm NULL makes it an orphan from the start
+ * (nobody tests it; it frees itself). */
+loomResult_t loom_ucx_send_post(ucx_ctx_t *ctx, int peer, ucx_req_t *r, const void *buffer,
+                                size_t count, ucp_datatype_t dt, uint64_t utag);
+/* Posts r (len and tag set) as a receive on c, matching the UCP tag of r->tag
+ * except the bits of `ignore`. */
+loomResult_t loom_ucx_recv_post(ucx_comm_t *c, ucx_req_t *r, void *buffer, size_t count,
+                                ucp_datatype_t dt, uint64_t ignore);
+/* RemoteError for a request to or from peer that failed with st (WARN, or INFO
+ * while the layer above tears down). */
+loomResult_t loom_ucx_peer_failed(ucx_ctx_t *ctx, int peer, int is_send, ucs_status_t st);
+
+/* ---- ucx_stamp.c: call stamps (transport.h) ---- */
+/* A send r (len, tag, buf set) on c: how it goes out (*buffer, *count, *dt,
+ * *utag start as the plain message), sending the stamp ahead where needed. */
+loomResult_t loom_ucx_stamp_send_prep(ucx_comm_t *c, ucx_req_t *r, const void **buffer,
+                                      size_t *count, ucp_datatype_t *dt, uint64_t *utag);
+/* A receive r (len, tag, buf set) on c: how it is posted. */
+void loom_ucx_stamp_recv_prep(ucx_comm_t *c, ucx_req_t *r, void **buffer, size_t *count,
+                              ucp_datatype_t *dt, uint64_t *ignore);
+/* A collective receive r that UCP completed: checks its stamp and leaves
+ * r->nbytes the payload's size; *ready_p = 0 while its stamp has not arrived.
+ * InvalidUsage when the calls differ or the message is longer than r. */
+loomResult_t loom_ucx_stamp_recv_done(ucx_req_t *r, int *ready_p);
+/* Before the first collective message of a call (tag) is sent or received:
+ * a message of the previous call that is still unexpected, never taken by
+ * this rank's call, is a difference of the calls (InvalidUsage, checked). */
+loomResult_t loom_ucx_stamp_leftovers(ucx_ctx_t *ctx, uint32_t tag);
+/* Posts receive connection c's probe receive. */
+loomResult_t loom_ucx_probe_open(ucx_comm_t *c);
+/* Hands a probe that arrived from peer to the check and posts the next receive. */
+loomResult_t loom_ucx_probe_poll(ucx_ctx_t *ctx, int peer);
+/* Frees c's stamp and probe receives that completed (pending ones are
+ * orphaned with c's other requests). */
+void loom_ucx_stamp_close(ucx_comm_t *c);
 
 /* ---- ucx_conn.c ---- */
 /* Fills ctx->sec once ctx's settings are read (init). */

@@ -43,6 +43,7 @@ static void load(void)
         SYM(worker_arm, "ucp_worker_arm"),
         SYM(ep_create, "ucp_ep_create"),
         SYM(ep_close_nbx, "ucp_ep_close_nbx"),
+        SYM(ep_flush_nbx, "ucp_ep_flush_nbx"),
         SYM(tag_send_nbx, "ucp_tag_send_nbx"),
         SYM(tag_recv_nbx, "ucp_tag_recv_nbx"),
         SYM(tag_probe_nb, "ucp_tag_probe_nb"),

@@ -29,6 +29,7 @@ typedef struct {
     __typeof__(ucp_worker_arm) *worker_arm;
     __typeof__(ucp_ep_create) *ep_create;
     __typeof__(ucp_ep_close_nbx) *ep_close_nbx;
+    __typeof__(ucp_ep_flush_nbx) *ep_flush_nbx;
     __typeof__(ucp_tag_send_nbx) *tag_send_nbx;
     __typeof__(ucp_tag_recv_nbx) *tag_recv_nbx;
     __typeof__(ucp_tag_probe_nb) *tag_probe_nb;
