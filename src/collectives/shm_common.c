@@ -228,7 +228,7 @@ loomResult_t loom_shm_mismatch(shm_call_t *c, int rank, const loom_arena_desc_t 
     snprintf(what, sizeof(what),
              "mismatched collectives: rank %d called %s, this rank (%d) called %s", rank,
              their_text, c->me, mine);
-    return loom_arena_fail(c->ar, loomInvalidUsage, what);
+    return loom_arena_mismatch(c->ar, rank, theirs, what);
 }
 
 loomResult_t loom_shm_check(shm_call_t *c, int rank)

@@ -295,6 +295,21 @@ int loom_arena_peer_cell(const loom_arena_t *a, int rank, uint64_t seq, uint64_t
 loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
 /* Fails the call (and breaks the layer) with res; the message is detail. */
 loomResult_t loom_arena_fail(loom_arena_t *a, loomResult_t res, const char *detail);
+/* rank's descriptor `theirs` of the current call differs from this rank's:
+ * where it differs in a field every rank must pass alike (loom_p2p_set_call),
+ * fails the call as a difference found in a message does (InvalidUsage on
+ * every rank, naming the field); otherwise (the algorithm, the rounds) as
+ * loom_arena_fail(a, InvalidUsage, detail). */
+loomResult_t loom_arena_mismatch(loom_arena_t *a, int rank, const loom_arena_desc_t *theirs,
+                                 const char *detail);
+/* A peer ran the current call without the cell this rank waited for: the
+ * first peer whose descriptor or cell of the call shows a field that differs
+ * from this rank's call fails it as loom_arena_mismatch does; if none does,
+ * loom_arena_fail(a, InvalidUsage, detail). */
+loomResult_t loom_arena_mismatch_any(loom_arena_t *a, const char *detail);
+/* rank's descriptor of call seq, if it published one (it runs that call
+ * without a tiny-call cell): 1 and *d. */
+int loom_arena_peer_desc_of(const loom_arena_t *a, int rank, uint64_t seq, loom_arena_desc_t *d);
 /* RemoteError (through the layer) if a peer broke during the call; used after
  * the last single-copy read, so a peer that failed and may have released its
  * buffers is never read from silently. */

@@ -356,6 +356,18 @@ void loom_arena_peer_desc(const loom_arena_t *a, int rank, loom_arena_desc_t *d)
     *d = a->ctl[rank].desc[(a->calls - 1) & 1].d;
 }
 
+int loom_arena_peer_desc_of(const loom_arena_t *a, int rank, uint64_t seq, loom_arena_desc_t *d)
+{
+    /* Tiny calls take no descriptor buffer, so the peer's parity may not be ours. */
+    for (int b = 0; b < 2; b++) {
+        if (a->ctl[rank].desc[b].d.seq == seq) {
+            *d = a->ctl[rank].desc[b].d;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 unsigned loom_arena_next_half(loom_arena_t *a)
 {
     return (unsigned)(a->rounds++ & 1);
@@ -446,7 +458,7 @@ loomResult_t loom_arena_cell_wait(loom_arena_t *a, int rank, const uint8_t **dat
                      "cell (another collective, count or algorithm than this rank's (%d) "
                      "tiny call)",
                      rank, (unsigned long long)a->seq, a->rank);
-            return loom_arena_fail(a, loomInvalidUsage, what);
+            return loom_arena_mismatch_any(a, what);
         }
         cpu_relax();
     }
