@@ -32,8 +32,9 @@
  *
  * Rounds bound the scratch: Rabenseifner works on at most p chunks of the
  * vector at a time, recursive halving on one chunk of every block, recursive
- * doubling on one chunk per rank. Scratch: two working vectors of a round in
- * the accumulator type (the butterflies), n chunks (recursive doubling).
+ * doubling on RD_ROUND_SEGS chunks per rank. Scratch: two working vectors of a
+ * round in the accumulator type (the butterflies), n x RD_ROUND_SEGS chunks
+ * (recursive doubling).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@
 #include "algo_util.h"
 #include "check.h"
 #include "dtype.h"
+
+#define RD_ROUND_SEGS 4 /* recursive doubling AllReduce: chunks per rank and round */
 
 enum { STEP_FOLD_IN = 1, STEP_BUTTERFLY = 2, STEP_GATHER = 3, STEP_FOLD_OUT = 4 };
 
@@ -274,7 +277,7 @@ loomResult_t loom_allreduce_rd(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
     if (a->count == 0)
         return loomSuccess;
     const size_t es = loom_dtype_size(a->dt);
-    size_t round = loom_chunk_elems(ctx, es);
+    size_t round = RD_ROUND_SEGS * loom_chunk_elems(ctx, es);
     if (round > a->count)
         round = a->count;
     const void *srcs_small[16];

@@ -192,16 +192,18 @@ static double ring_depth(const loom_cost_call_t *c)
 
 // ---- AllReduce ------------------------------------------------------------------
 
-/* Per round of one chunk per rank: the recursive doubling AllGather of the n
- * raw contributions (lg p exchanges of doubling size; the fold: a chunk in,
- * all n out), then every rank reduces the n of them. */
+#define RD_ROUND_SEGS 4 /* chunks per rank and recursive-doubling round (algo_rhd.c) */
+
+/* Per round of RD_ROUND_SEGS chunks per rank: the recursive doubling
+ * AllGather of the n raw contributions (lg p exchanges of doubling size; the
+ * fold: a round in, all n out), then every rank reduces the n of them. */
 double loom_cost_allreduce_rd(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
     if (c->nranks <= 1)
         return 0.0;
     bfly_shape_t s = shape(c->nranks);
     double n = c->nranks, S = c->nbytes;
-    double r = rounds(S, (double)c->chunk_bytes);
+    double r = rounds(S, RD_ROUND_SEGS * (double)c->chunk_bytes);
     return loom_cost_eval(l, (s.lgp + 2 * s.fold) * r, (2 * s.lgp + 2 * s.fold) * r,
                           (s.p - 1) / s.p * n * S + s.fold * (S + n * S), n * S * c->acc_ratio);
 }
