@@ -37,8 +37,10 @@
  *
  * Failures: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a peer that dies or
  * closes makes UCP call ep_error() and fail the endpoint's sends. Receives are
- * worker-wide and not tied to the endpoint: test() cancels a pending receive
- * whose peer's endpoint failed, and returns RemoteError for it.
+ * worker-wide and not tied to the endpoint: they are still posted after the
+ * endpoint failed (what the peer sent before it closed may wait in the
+ * unexpected queue), and test() cancels a pending receive whose peer's
+ * endpoint failed once progress matched nothing, and returns RemoteError.
  *
  * Teardown: closing a connection cancels its pending receives; the last of a
  * peer's two connections closes its endpoint, flushing (so a final notice
@@ -489,7 +491,11 @@ loomResult_t loom_ucx_recv_post(ucx_comm_t *c, ucx_req_t *r, void *buffer, size_
 }
 
 /* Whether c can carry a request in direction is_send: InvalidUsage on the
- * wrong connection, RemoteError once its endpoint failed. */
+ * wrong connection, RemoteError for a send once its endpoint failed. A
+ * receive is still posted then: a peer that sent its last messages and closed
+ * (a Reduce's non-root that finished) leaves them in the worker's unexpected
+ * queue, where the receive matches them at once; test() reports the failure
+ * for a receive that found nothing. */
 static loomResult_t comm_usable(const ucx_comm_t *c, int is_send)
 {
     ucx_ctx_t *ctx = c->ctx;
@@ -500,7 +506,8 @@ static loomResult_t comm_usable(const ucx_comm_t *c, int is_send)
                   c->is_send ? "to" : "from", c->peer);
         return loomInvalidUsage;
     }
-    return pr->failed ? loom_ucx_peer_failed(ctx, c->peer, is_send, pr->status) : loomSuccess;
+    return pr->failed && is_send ? loom_ucx_peer_failed(ctx, c->peer, is_send, pr->status)
+                                 : loomSuccess;
 }
 
 /* The first steps of isend and irecv on c: the connection's checks, a look
