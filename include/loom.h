@@ -166,11 +166,14 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t *comm);
 LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t *newcomm,
                                     loomConfig_t *config);
 /* Waits for this rank's pending operations, then frees the communicator.
- * Not collective: peers may destroy at different times. NULL is a no-op. */
+ * Not collective: peers may destroy at different times. NULL is a no-op.
+ * Every later call with the handle, this one included, returns
+ * InvalidArgument. */
 LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
 /* Stops every pending operation on comm (they return RemoteError or the
  * error that stopped them), then frees it. Callable from any thread; never
- * waits for peers. NULL is a no-op. */
+ * waits for peers. NULL is a no-op. Later calls with the handle return
+ * InvalidArgument. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
 /* The first asynchronous failure of an operation queued on a stream for this
  * communicator (Success if none). Non-blocking; thread safe. */
@@ -183,8 +186,9 @@ LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int *rank);
 /* An ordered asynchronous queue: operations given a stream return at once and
  * run in order on a worker thread. Errors: SystemError. */
 LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream);
-/* Waits for the stream's operations, then frees it. Returns the first error
- * among them. */
+/* Refuses further operations, waits for the queued ones, then frees the
+ * stream. Returns the first error among them. Later calls with the handle,
+ * and calls that find the stream being destroyed, return InvalidArgument. */
 LOOM_API loomResult_t loomStreamDestroy(loomStream_t stream);
 /* Blocks until every operation queued so far has finished. Returns the first
  * error among them since the last synchronize (then clears it). */
@@ -260,7 +264,9 @@ LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
  * starts them together, so any mix of Send/Recv and collectives completes
  * whatever order the ranks posted them in (collectives must still be in the
  * same order on every rank). Groups nest; the outermost GroupEnd runs them.
- * Per thread. Errors from GroupEnd are those of the recorded calls. */
+ * Per thread. Errors from GroupEnd are those of the recorded calls, and
+ * InvalidArgument for the calls recorded for a stream that was destroyed
+ * before GroupEnd: those are not run (the group's other calls are). */
 LOOM_API loomResult_t loomGroupStart(void);
 LOOM_API loomResult_t loomGroupEnd(void);
 

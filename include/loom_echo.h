@@ -49,7 +49,9 @@ LOOM_API loomResult_t loomEchoCreate(loomComm_t comm, size_t count, loomDataType
 /* Zeroes the residuals (a new stream, a new step). Waits for nothing: do not
  * reset a state that a queued call still uses. Errors: InvalidArgument. */
 LOOM_API loomResult_t loomEchoReset(loomEchoState_t state);
-/* Frees the state once the calls queued on it have run. NULL is a no-op. */
+/* Frees the state once the calls queued on it have run. NULL is a no-op.
+ * Later calls with the handle return InvalidArgument. Errors:
+ * InvalidArgument (not a live state). */
 LOOM_API loomResult_t loomEchoDestroy(loomEchoState_t state);
 
 /* recvbuff[i] ~= sum over ranks of sendbuff[i]; bitwise identical on every

@@ -20,12 +20,9 @@
 #include "echo.h"
 #include "loom.h"
 #include "p2p.h"
-
-#define LOOM_COMM_MAGIC 0x636f6d6du /* "comm" */
-#define LOOM_COMM_DEAD  0xdeadc0deu
+#include "registry.h"
 
 struct loomComm {
-    uint32_t magic; /* LOOM_COMM_MAGIC while usable */
     int rank;
     int nranks;
     int local_rank; /* rank among ranks with the same host id */
@@ -48,7 +45,8 @@ struct loomComm {
     pthread_cond_t cond;      /* now_serving moved, refs dropped or the communicator aborted */
     uint64_t next_ticket;     /* next ticket to hand out */
     uint64_t now_serving;     /* ticket allowed to execute */
-    int refs;                 /* 1 for the user + 1 per call in progress and per queued task */
+    int refs;                 /* 1 for the user + 1 per call in progress, per queued task and
+                                 per task recorded in an open group; the last one frees */
     int waiters;              /* threads asleep (or about to sleep) on cond */
     int closing;              /* teardown waits for refs: releases take the lock from then on */
     loomResult_t async_error; /* first failure of a stream task */
@@ -84,18 +82,16 @@ typedef struct loom_task {
     loom_op_t first;        /* storage of a one-operation task (no second allocation) */
 } loom_task_t;
 
+/* The live communicators (init.c). */
+extern loom_registry_t loom_comms;
 /* Every entry point that touches a communicator holds a reference on it for
- * the whole call: InvalidArgument (with a message naming fn) unless comm is
- * live; on success the caller owes one loom_comm_release. */
+ * the whole call: InvalidArgument (with a message naming fn, unless fn is
+ * NULL) unless comm is live; on success the caller owes one
+ * loom_comm_release. */
 loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn);
 /* Runs `call` (an expression of type loomResult_t) holding a reference on comm. */
 #define LOOM_WITH_COMM(comm, fn, call)                                                             \
-    do {                                                                                           \
-        LOOM_CHECK(loom_comm_acquire((comm), (fn)));                                               \
-        loomResult_t with_comm_res_ = (call);                                                      \
-        loom_comm_release(comm);                                                                   \
-        return with_comm_res_;                                                                     \
-    } while (0)
+    LOOM_WITH_REF(loom_comm_acquire((comm), (fn)), loom_comm_release(comm), call)
 /* Records an operation: into the thread's open group, or as a task of its own
  * that runs now (stream NULL) or is queued on the stream. Takes ownership of
  * op's owned arrays. */
@@ -112,14 +108,27 @@ void loom_comm_release(struct loomComm *comm);
  * after changing what they wait for (seq_cst store), so that a waiter either
  * sees the change or is counted in comm->waiters before this looks. */
 void loom_comm_wake(struct loomComm *comm);
-/* Queues a task on a stream (stream.c), waiting while the stream's queue is
- * full (256 tasks). */
+/* Streams (stream.c). A stream is freed when its last reference goes: the
+ * user's (until loomStreamDestroy), those of calls in progress on it and
+ * those of group tasks recorded for it; queued tasks hold none, since the
+ * destroy lets its worker run them all. */
+/* A reference for a task recorded in a group: InvalidArgument (WARN naming
+ * fn) unless the stream is live. */
+loomResult_t loom_stream_hold(loomStream_t stream, const char *fn);
+void loom_stream_release(loomStream_t stream);
+/* Queues a group's task on a stream whose reference the caller holds,
+ * waiting while the queue is full (256 tasks), and takes the task's ticket in
+ * queue order. InvalidArgument (WARN) once the stream's destroy has begun:
+ * then nothing is queued and no ticket taken, and the task is still the
+ * caller's. */
 loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
 /* Queues one operation as a task of its own, taking its ticket and a
- * reference on comm (a task reused from the stream's spares, or a new one);
- * SystemError if out of memory. */
+ * reference on comm (a task reused from the stream's spares, or a new one).
+ * InvalidArgument unless the stream is live (also once its destroy has
+ * begun), SystemError if out of memory; on failure op is still the caller's. */
 loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, const loom_op_t *op);
-/* InvalidArgument unless stream is NULL or a live stream. */
+/* InvalidArgument unless stream is NULL or a live stream (an early check:
+ * the calls that use the stream take their reference later). */
 loomResult_t loom_stream_validate(loomStream_t stream);
 /* Argument checks shared by the entry points (coll_api.c); each gives
  * InvalidArgument with a message naming fn. check_common: a valid stream and

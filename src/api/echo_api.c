@@ -2,7 +2,10 @@
  *
  * echo_api.c - the public entry points of Echo (include/loom_echo.h): the
  * feedback state's life, argument checks, and the queued call, which runs in
- * its communicator's order like every collective (src/echo/echo_run.c).
+ * its communicator's order like every collective (src/echo/echo_run.c). A
+ * state is used only under a reference taken from the registry of live states
+ * (registry.h): loomEchoDestroy takes it out and drops the user's reference,
+ * and the state is freed when the calls still holding it let go.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,10 @@
 #include "echo.h"
 #include "loom_echo.h"
 #include "q4.h"
+#include "registry.h"
+
+static loom_registry_t states =
+    LOOM_REGISTRY_INITIALIZER("Echo state", "destroyed, or not made by loomEchoCreate");
 
 loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p)
 {
@@ -31,7 +38,6 @@ loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p)
 
 static void state_free(struct loomEchoState *s)
 {
-    s->magic = 0;
     free(s->e1);
     free(s->e2);
     free(s);
@@ -43,14 +49,9 @@ void loom_echo_state_release(struct loomEchoState *s)
         state_free(s);
 }
 
-static loomResult_t check_state(loomEchoState_t s, const char *fn)
-{
-    if (s == NULL || s->magic != LOOM_ECHO_STATE_MAGIC) {
-        LOOM_WARN("%s: state %p is not a live Echo state", fn, (void *)s);
-        return loomInvalidArgument;
-    }
-    return loomSuccess;
-}
+/* Runs `call` holding a reference on the state s. */
+#define WITH_STATE(s, fn, call)                                                                    \
+    LOOM_WITH_REF(loom_registry_acquire(&states, (s), (fn)), loom_echo_state_release(s), call)
 
 static loomResult_t check_dtype(loomDataType_t dt, const char *fn)
 {
@@ -80,7 +81,6 @@ static loomResult_t echo_create(loomComm_t comm, size_t count, loomDataType_t dt
     struct loomEchoState *s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto oom;
-    s->magic = LOOM_ECHO_STATE_MAGIC;
     s->comm = comm;
     s->count = count;
     s->dt = dt;
@@ -91,6 +91,11 @@ static loomResult_t echo_create(loomComm_t comm, size_t count, loomDataType_t dt
     if (s->e1 == NULL || s->e2 == NULL) {
         state_free(s);
         goto oom;
+    }
+    loomResult_t res = loom_registry_add(&states, s, &s->refs);
+    if (res != loomSuccess) {
+        state_free(s);
+        return res;
     }
     *state = s;
     return loomSuccess;
@@ -105,26 +110,30 @@ LOOM_API loomResult_t loomEchoCreate(loomComm_t comm, size_t count, loomDataType
     LOOM_WITH_COMM(comm, "loomEchoCreate", echo_create(comm, count, datatype, state));
 }
 
-LOOM_API loomResult_t loomEchoReset(loomEchoState_t state)
+static loomResult_t reset(struct loomEchoState *state)
 {
-    LOOM_CHECK(check_state(state, "loomEchoReset"));
     memset(state->e1, 0, state->count * sizeof(float));
     memset(state->e2, 0, state->own_len * sizeof(float));
     return loomSuccess;
+}
+
+LOOM_API loomResult_t loomEchoReset(loomEchoState_t state)
+{
+    WITH_STATE(state, "loomEchoReset", reset(state));
 }
 
 LOOM_API loomResult_t loomEchoDestroy(loomEchoState_t state)
 {
     if (state == NULL)
         return loomSuccess;
-    LOOM_CHECK(check_state(state, "loomEchoDestroy"));
+    /* Of two racing destroys only one finds it listed; calls that hold it keep it alive. */
+    LOOM_CHECK(loom_registry_remove(&states, state, "loomEchoDestroy"));
     loom_echo_state_release(state);
     return loomSuccess;
 }
 
-LOOM_API loomResult_t loomEchoResidual(loomEchoState_t state, float *residual)
+static loomResult_t residual_of(struct loomEchoState *state, float *residual)
 {
-    LOOM_CHECK(check_state(state, "loomEchoResidual"));
     if (residual == NULL && state->count > 0) {
         LOOM_WARN("loomEchoResidual: residual is NULL");
         return loomInvalidArgument;
@@ -134,6 +143,11 @@ LOOM_API loomResult_t loomEchoResidual(loomEchoState_t state, float *residual)
     for (size_t i = 0; i < state->own_len; i++)
         residual[state->own_off + i] += state->e2[i];
     return loomSuccess;
+}
+
+LOOM_API loomResult_t loomEchoResidual(loomEchoState_t state, float *residual)
+{
+    WITH_STATE(state, "loomEchoResidual", residual_of(state, residual));
 }
 
 static loomResult_t echo_all_reduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -148,11 +162,13 @@ static loomResult_t echo_all_reduce(const void *sendbuff, void *recvbuff, size_t
     LOOM_CHECK(loom_check_buf(recvbuff, bytes, "recvbuff", fn));
     LOOM_CHECK(loom_check_overlap(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
     if (state != NULL) {
-        LOOM_CHECK(check_state(state, fn));
+        /* The reference taken here is the queued call's (the op's, released with it). */
+        LOOM_CHECK(loom_registry_acquire(&states, state, fn));
         if (state->comm != comm || state->count != count || state->dt != dt) {
             LOOM_WARN("%s: the state was made for %zu values of datatype %d on communicator %p, "
                       "the call has %zu of datatype %d on %p",
                       fn, state->count, (int)state->dt, state->comm, count, (int)dt, (void *)comm);
+            loom_echo_state_release(state);
             return loomInvalidArgument;
         }
     }
@@ -161,8 +177,6 @@ static loomResult_t echo_all_reduce(const void *sendbuff, void *recvbuff, size_t
     op.kind = LOOM_OP_ECHO;
     op.echo = (loom_echo_args_t){
         .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .dt = dt, .state = state};
-    if (state != NULL)
-        __atomic_add_fetch(&state->refs, 1, __ATOMIC_ACQ_REL);
     return loom_enqueue(comm, &op, stream);
 }
 

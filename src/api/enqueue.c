@@ -25,18 +25,20 @@ static __thread group_state_t group;
 
 // ---- tasks ------------------------------------------------------------------
 
-/* A task queued on a stream or recorded in a group: on the heap, holding a
- * reference on comm until loom_task_free. The caller holds one itself, so the
- * communicator cannot be torn down meanwhile. */
-static loom_task_t *task_new(struct loomComm *comm, loomStream_t stream)
+/* A task recorded in a group: on the heap, holding a reference on comm until
+ * loom_task_free. The caller holds one itself, so the communicator cannot be
+ * torn down meanwhile. */
+static loomResult_t task_new(struct loomComm *comm, loom_task_t **t_p)
 {
     loom_task_t *t = calloc(1, sizeof(*t));
-    if (t == NULL)
-        return NULL;
+    if (t == NULL) {
+        LOOM_WARN("rank %d: out of memory recording an operation of a group", comm->rank);
+        return loomSystemError;
+    }
     t->comm = comm;
-    t->stream = stream;
     __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
-    return t;
+    *t_p = t;
+    return loomSuccess;
 }
 
 static loomResult_t task_add(loom_task_t *t, const loom_op_t *op)
@@ -205,6 +207,25 @@ loomResult_t loom_task_execute(loom_task_t *t)
 
 // ---- entry from the API -------------------------------------------------------
 
+/* Adds op to the group's task for comm, the first operation on comm making
+ * it; the task runs on the first stream any of its operations named. */
+static loomResult_t group_record(struct loomComm *comm, const loom_op_t *op, loomStream_t stream)
+{
+    loom_task_t *t = group.tasks;
+    while (t && t->comm != comm)
+        t = t->next;
+    if (t == NULL) {
+        LOOM_CHECK(task_new(comm, &t));
+        t->next = group.tasks;
+        group.tasks = t;
+    }
+    if (t->stream == NULL && stream != NULL) {
+        LOOM_CHECK(loom_stream_hold(stream, "stream argument"));
+        t->stream = stream;
+    }
+    return task_add(t, op);
+}
+
 loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
 {
     if (group.depth == 0 && stream == NULL) {
@@ -222,29 +243,11 @@ loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
         op_free(op);
         return res;
     }
-    if (group.depth > 0) {
-        loom_task_t *t = group.tasks;
-        while (t && t->comm != comm)
-            t = t->next;
-        if (t == NULL) {
-            if ((t = task_new(comm, stream)) == NULL)
-                goto err_nomem;
-            t->next = group.tasks;
-            group.tasks = t;
-        }
-        if (t->stream == NULL)
-            t->stream = stream;
-        loomResult_t res = task_add(t, op);
-        if (res != loomSuccess)
-            op_free(op);
-        return res;
-    }
-    if (loom_stream_push_op(stream, comm, op) == loomSuccess)
-        return loomSuccess;
-err_nomem:
-    op_free(op);
-    LOOM_WARN("out of memory recording an operation");
-    return loomSystemError;
+    loomResult_t res =
+        group.depth > 0 ? group_record(comm, op, stream) : loom_stream_push_op(stream, comm, op);
+    if (res != loomSuccess)
+        op_free(op);
+    return res;
 }
 
 LOOM_API loomResult_t loomGroupStart(void)
@@ -319,10 +322,17 @@ LOOM_API loomResult_t loomGroupEnd(void)
     for (t = rev; t; t = next) {
         next = t->next;
         t->next = NULL;
+        loomStream_t stream = t->stream;
+        if (stream != NULL) {
+            loomResult_t queued = loom_stream_push(stream, t);
+            if (queued != loomSuccess)
+                loom_task_free(t);
+            loom_stream_release(stream); /* the group's: a queued task needs none */
+            LOOM_CHECK_IGNORE(queued, res);
+            continue;
+        }
         task_take_ticket(t);
-        if (t->stream != NULL) {
-            LOOM_CHECK_IGNORE(loom_stream_push(t->stream, t), res);
-        } else if (blocking != NULL) {
+        if (blocking != NULL) {
             blocking[nb++] = t;
         } else {
             LOOM_CHECK_IGNORE(loom_task_execute(t), res);

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * init.c - communicator lifecycle: unique ids, creation (bootstrap, peer
- * identities, the point-to-point layer), split, destroy, abort and the
- * simple queries. A registry of live communicators lets every entry point
- * reject a destroyed or foreign handle with InvalidArgument instead of
- * touching freed memory.
+ * init.c - the start of a communicator's life: unique ids, creation
+ * (bootstrap, peer identities, the point-to-point layer), its references and
+ * the registry of live communicators (registry.h), which lets every entry
+ * point reject a destroyed or foreign handle with InvalidArgument instead of
+ * touching freed memory. Split, destroy and abort are in lifecycle.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,76 +23,17 @@
 
 // ---- registry of live communicators ---------------------------------------------
 
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct loomComm **live;
-static int nlive, live_cap;
-
-static loomResult_t live_add(struct loomComm *c)
-{
-    pthread_mutex_lock(&live_lock);
-    if (nlive == live_cap) {
-        int cap = live_cap ? 2 * live_cap : 16;
-        struct loomComm **l = realloc(live, (size_t)cap * sizeof(*l));
-        if (l == NULL) {
-            pthread_mutex_unlock(&live_lock);
-            LOOM_WARN("out of memory registering a communicator");
-            return loomSystemError;
-        }
-        live = l;
-        live_cap = cap;
-    }
-    live[nlive++] = c;
-    pthread_mutex_unlock(&live_lock);
-    return loomSuccess;
-}
-
-/* Removes c; returns 1 if it was live (so only one destroy/abort proceeds). */
-static int live_remove(struct loomComm *c)
-{
-    int found = 0;
-    pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < nlive; i++) {
-        if (live[i] == c) {
-            live[i] = live[--nlive];
-            found = 1;
-            break;
-        }
-    }
-    if (nlive == 0) {
-        /* With no communicator left the process holds nothing of loom's (leak checkers and
-         * the hygiene tests compare against the state before the first communicator). */
-        free(live);
-        live = NULL;
-        live_cap = 0;
-    }
-    pthread_mutex_unlock(&live_lock);
-    return found;
-}
+loom_registry_t loom_comms =
+    LOOM_REGISTRY_INITIALIZER("communicator", "destroyed, aborted or never created");
 
 /* The reference is taken under the registry lock: once loomCommAbort or
- * loomCommDestroy has taken the communicator out of the registry no new
- * reference can appear, and their teardown waits for the ones already held.
- * A check followed by a later reference would leave a window in which another
- * thread frees the communicator under the caller. */
+ * loomCommDestroy has marked the communicator closing no new reference can
+ * appear, and their teardown waits for the ones already held. A check
+ * followed by a later reference would leave a window in which another thread
+ * frees the communicator under the caller. */
 loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn)
 {
-    if (comm == NULL) {
-        LOOM_WARN("%s: communicator is NULL", fn);
-        return loomInvalidArgument;
-    }
-    int found = 0;
-    pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < nlive && !found; i++)
-        found = live[i] == comm;
-    if (found) /* no teardown can be waiting on refs: it starts after leaving `live` */
-        __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&live_lock);
-    if (!found) {
-        LOOM_WARN("%s: communicator %p is not valid (destroyed, aborted or never created)", fn,
-                  (void *)comm);
-        return loomInvalidArgument;
-    }
-    return loomSuccess;
+    return loom_registry_acquire(&loom_comms, comm, fn);
 }
 
 // ---- identity -------------------------------------------------------------------
@@ -337,8 +278,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers, tcp_mbps,
                                        rdma_gbps > 0 ? (int)(rdma_gbps * 1000) : -1),
                     res, err_p2p);
-    c->magic = LOOM_COMM_MAGIC;
-    LOOM_CHECK_GOTO(live_add(c), res, err_p2p);
+    LOOM_CHECK_GOTO(loom_registry_add(&loom_comms, c, &c->refs), res, err_p2p);
     LOOM_INFO(LOOM_LOG_INIT,
               "comm %s rank %d nranks %d host %s local rank %d/%d - Init "
               "COMPLETE (%.1f ms)",
@@ -388,9 +328,4 @@ loomResult_t loom_comm_init_checked(loomComm_t *comm, int nranks, loomUniqueId c
 LOOM_API loomResult_t loomCommInitRank(loomComm_t *comm, int nranks, loomUniqueId commId, int rank)
 {
     return loomCommInitRankConfig(comm, nranks, commId, rank, NULL);
-}
-
-int loom_comm_live_remove(struct loomComm *c)
-{
-    return live_remove(c);
 }

@@ -22,7 +22,4 @@ loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs);
 /* Fills this process's identity: pid, hostname, host id (LOOM_HOST_ID), hashes. */
 void loom_identity_fill(loom_peer_info_t *me, int rank);
 
-/* Removes comm from the registry of live communicators; 1 if it was there. */
-int loom_comm_live_remove(struct loomComm *comm);
-
 #endif

@@ -17,43 +17,6 @@
 #include "comm.h"
 #include "init.h"
 
-/* Communicators being torn down. Between leaving the live registry and being
- * freed a communicator is listed here, so that loomCommAbort from another
- * thread still reaches one whose destroy waits for blocked work; closing_lock
- * keeps it from being freed while an abort sets its flag. Lock order:
- * closing_lock, then the registry's, then the communicator's. */
-static pthread_mutex_t closing_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct loomComm **closing;
-static int nclosing, closing_cap;
-
-/* Under closing_lock. Without memory the communicator is simply not listed:
- * its teardown still completes; only a concurrent abort cannot hurry it. */
-static void closing_add(struct loomComm *c)
-{
-    if (nclosing == closing_cap) {
-        int cap = closing_cap ? 2 * closing_cap : 8;
-        struct loomComm **l = realloc(closing, (size_t)cap * sizeof(*l));
-        if (l == NULL)
-            return;
-        closing = l;
-        closing_cap = cap;
-    }
-    closing[nclosing++] = c;
-}
-
-/* Under closing_lock: removes c if listed; returns 1 if it was. */
-static int closing_take(struct loomComm *c, int remove)
-{
-    for (int i = 0; i < nclosing; i++) {
-        if (closing[i] == c) {
-            if (remove)
-                closing[i] = closing[--nclosing];
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void set_abort_flag(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
@@ -62,7 +25,9 @@ static void set_abort_flag(struct loomComm *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Waits until only the caller's reference is left, then frees the resources. */
+/* Waits until only the caller's reference is left, frees the connections,
+ * takes the communicator out of the registry and drops the caller's
+ * reference (the last reference frees the memory). */
 static loomResult_t comm_teardown(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
@@ -81,20 +46,12 @@ static loomResult_t comm_teardown(struct loomComm *c)
         pthread_cond_timedwait(&c->cond, &c->lock, &until);
     }
     __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
-    c->magic = LOOM_COMM_DEAD;
     pthread_mutex_unlock(&c->lock);
     loomResult_t res = loom_p2p_destroy(c->p2p);
     c->p2p = NULL;
     LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank, c->nranks,
-              c->abort_flag ? "Abort" : "Destroy");
-    pthread_mutex_lock(&closing_lock);
-    (void)closing_take(c, 1);
-    if (nclosing == 0) { /* nothing of loom's is left held when no communicator is */
-        free(closing);
-        closing = NULL;
-        closing_cap = 0;
-    }
-    pthread_mutex_unlock(&closing_lock);
+              __atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE) ? "Abort" : "Destroy");
+    (void)loom_registry_remove(&loom_comms, c, "loomCommDestroy");
     loom_comm_release(c);
     return res;
 }
@@ -103,15 +60,14 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm)
 {
     if (comm == NULL)
         return loomSuccess;
-    LOOM_CHECK(loom_comm_acquire(comm, "loomCommDestroy"));
-    pthread_mutex_lock(&closing_lock);
-    int won = loom_comm_live_remove(comm);
-    if (won)
-        closing_add(comm);
-    pthread_mutex_unlock(&closing_lock);
-    loom_comm_release(comm); /* the user's reference keeps it until the teardown */
-    if (!won)
-        return loomSuccess; /* a concurrent destroy or abort owns it */
+    /* Closing it in the registry stops new calls; a destroy or abort already under way owns
+     * the teardown, and this one is a second call on the handle. */
+    loom_registry_state_t was = loom_registry_close(&loom_comms, comm, 0, "loomCommDestroy");
+    if (was == LOOM_REGISTRY_CLOSING)
+        LOOM_WARN("loomCommDestroy: communicator %p is already being destroyed or aborted",
+                  (void *)comm);
+    if (was != LOOM_REGISTRY_LIVE)
+        return loomInvalidArgument;
     return comm_teardown(comm);
 }
 
@@ -119,21 +75,14 @@ LOOM_API loomResult_t loomCommAbort(loomComm_t comm)
 {
     if (comm == NULL)
         return loomSuccess;
-    pthread_mutex_lock(&closing_lock);
-    int won = loom_comm_live_remove(comm);
-    int closing_now = !won && closing_take(comm, 0);
-    if (won)
-        closing_add(comm);
-    if (won || closing_now)
-        set_abort_flag(comm); /* cannot be freed: leaving `closing` needs closing_lock */
-    pthread_mutex_unlock(&closing_lock);
-    if (!won && !closing_now) {
-        LOOM_WARN("loomCommAbort: communicator %p is not valid (destroyed, aborted or never "
-                  "created)",
-                  (void *)comm);
+    /* With a reference of its own, the abort may set the flag also on a communicator whose
+     * destroy waits for blocked work: the flag stops that work. */
+    loom_registry_state_t was = loom_registry_close(&loom_comms, comm, 1, "loomCommAbort");
+    if (was == LOOM_REGISTRY_ABSENT)
         return loomInvalidArgument;
-    }
-    if (!won)
+    set_abort_flag(comm);
+    loom_comm_release(comm);
+    if (was == LOOM_REGISTRY_CLOSING)
         return loomSuccess;    /* the destroy or abort under way now stops its pending work */
     (void)comm_teardown(comm); /* errors of closing broken connections are expected here */
     return loomSuccess;

@@ -5,7 +5,10 @@
  * order (each in its communicator's ticket order). A failure is kept for
  * loomStreamSynchronize/Query, which also hand its message to the caller's
  * loomGetLastError, and is recorded on the communicator for
- * loomCommGetAsyncError.
+ * loomCommGetAsyncError. A handle is used only under a reference taken from
+ * the registry of live streams (registry.h); loomStreamDestroy takes it out
+ * of the registry, refuses further tasks, lets the worker run what is queued
+ * and drops the user's reference; the last reference frees the stream.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -16,9 +19,11 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "registry.h"
 #include "timer.h"
 
-#define LOOM_STREAM_MAGIC 0x7374726du /* "strm" */
+static loom_registry_t streams =
+    LOOM_REGISTRY_INITIALIZER("stream", "destroyed, or not made by loomStreamCreate");
 
 /* Wake-ups go only to threads that sleep: the worker is signalled when a push
  * finds it asleep, and synchronizers when the last pending task completes (or
@@ -27,7 +32,7 @@
  * that a call followed by a synchronize costs no wake-up either when the call
  * is short. */
 struct loomStream {
-    uint32_t magic;
+    int refs; /* 1 for the user + 1 per call using the stream and per group task recorded for it */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t work; /* the worker sleeps here while the queue is empty */
@@ -41,7 +46,7 @@ struct loomStream {
     int64_t spin_ns;    /* yield before sleeping: the last task's communicator's spin_ns */
     loom_task_t *spare; /* tasks run and released, for loom_stream_task_alloc */
     int nspare;
-    int stop;
+    int stop; /* the destroy has begun: tasks are refused, the worker leaves once none is queued */
     loomResult_t error;
     char error_msg[512];
 };
@@ -140,14 +145,41 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-static loomResult_t stream_check(loomStream_t s, const char *fn)
+/* Once the last reference is gone: the worker was joined by the destroy. */
+static void stream_free(struct loomStream *s)
 {
-    if (s == NULL || s->magic != LOOM_STREAM_MAGIC) {
-        LOOM_WARN("%s: invalid stream %p (NULL, destroyed or not made by loomStreamCreate)", fn,
-                  (void *)s);
-        return loomInvalidArgument;
+    while (s->spare != NULL) {
+        loom_task_t *t = s->spare;
+        s->spare = t->next;
+        free(t);
     }
-    return loomSuccess;
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->idle);
+    pthread_cond_destroy(&s->room);
+    free(s);
+}
+
+void loom_stream_release(loomStream_t s)
+{
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        stream_free(s);
+}
+
+loomResult_t loom_stream_hold(loomStream_t s, const char *fn)
+{
+    return loom_registry_acquire(&streams, s, fn);
+}
+
+/* Refuses further tasks, lets the worker run the queued ones, and joins it. */
+static void stream_stop(struct loomStream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&s->work);
+    pthread_cond_broadcast(&s->room); /* callers waiting for room give up */
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
 }
 
 LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream)
@@ -165,16 +197,18 @@ LOOM_API loomResult_t loomStreamCreate(loomStream_t *stream)
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
     pthread_cond_init(&s->room, NULL);
-    s->magic = LOOM_STREAM_MAGIC;
+    s->refs = 1;
     int ret = pthread_create(&s->thread, NULL, stream_main, s);
     if (ret != 0) {
         LOOM_WARN("loomStreamCreate: pthread_create failed: %s", strerror(ret));
-        pthread_mutex_destroy(&s->lock);
-        pthread_cond_destroy(&s->work);
-        pthread_cond_destroy(&s->idle);
-        pthread_cond_destroy(&s->room);
-        free(s);
+        stream_free(s);
         return loomSystemError;
+    }
+    loomResult_t res = loom_registry_add(&streams, s, &s->refs);
+    if (res != loomSuccess) {
+        stream_stop(s);
+        stream_free(s);
+        return res;
     }
     *stream = s;
     return loomSuccess;
@@ -194,20 +228,34 @@ static void append_locked(struct loomStream *s, loom_task_t *t)
         pthread_cond_signal(&s->work);
 }
 
-/* Waits (holding the lock) until the queue has room. */
-static void wait_room_locked(struct loomStream *s)
+/* Waits (holding the lock) until the queue has room; 0 if the stream's
+ * destroy has begun instead (the task must not be queued). */
+static int wait_room_locked(struct loomStream *s)
 {
-    while (__atomic_load_n(&s->pending, __ATOMIC_RELAXED) >= QUEUE_MAX) {
+    while (__atomic_load_n(&s->pending, __ATOMIC_RELAXED) >= QUEUE_MAX && !s->stop) {
         s->push_sleeps++;
         pthread_cond_wait(&s->room, &s->lock);
         s->push_sleeps--;
     }
+    return !s->stop;
+}
+
+static void warn_stopped(struct loomStream *s)
+{
+    LOOM_WARN("stream %p was destroyed before the operation was queued on it: it is not run",
+              (void *)s);
 }
 
 loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const loom_op_t *op)
 {
+    LOOM_CHECK(loom_registry_acquire(&streams, s, "stream argument"));
     pthread_mutex_lock(&s->lock);
-    wait_room_locked(s);
+    if (!wait_room_locked(s)) {
+        pthread_mutex_unlock(&s->lock);
+        warn_stopped(s);
+        loom_stream_release(s);
+        return loomInvalidArgument;
+    }
     loom_task_t *t = s->spare;
     if (t != NULL) {
         s->spare = t->next;
@@ -215,6 +263,8 @@ loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const lo
         memset(t, 0, sizeof(*t));
     } else if ((t = calloc(1, sizeof(*t))) == NULL) {
         pthread_mutex_unlock(&s->lock);
+        LOOM_WARN("out of memory queueing an operation on stream %p", (void *)s);
+        loom_stream_release(s);
         return loomSystemError;
     }
     t->comm = comm;
@@ -227,13 +277,19 @@ loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const lo
     t->ticket = __atomic_fetch_add(&comm->next_ticket, 1, __ATOMIC_SEQ_CST);
     append_locked(s, t);
     pthread_mutex_unlock(&s->lock);
+    loom_stream_release(s);
     return loomSuccess;
 }
 
 loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t)
 {
     pthread_mutex_lock(&s->lock);
-    wait_room_locked(s);
+    if (!wait_room_locked(s)) {
+        pthread_mutex_unlock(&s->lock);
+        warn_stopped(s);
+        return loomInvalidArgument;
+    }
+    t->ticket = __atomic_fetch_add(&t->comm->next_ticket, 1, __ATOMIC_SEQ_CST);
     append_locked(s, t);
     pthread_mutex_unlock(&s->lock);
     return loomSuccess;
@@ -250,9 +306,8 @@ static loomResult_t stream_take_error(struct loomStream *s)
     return res;
 }
 
-LOOM_API loomResult_t loomStreamSynchronize(loomStream_t s)
+static loomResult_t stream_synchronize(struct loomStream *s)
 {
-    LOOM_CHECK(stream_check(s, "loomStreamSynchronize"));
     (void)yield_for(s, 0);
     pthread_mutex_lock(&s->lock);
     while (s->pending > 0) {
@@ -265,9 +320,8 @@ LOOM_API loomResult_t loomStreamSynchronize(loomStream_t s)
     return res;
 }
 
-LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
+static loomResult_t stream_query(struct loomStream *s)
 {
-    LOOM_CHECK(stream_check(s, "loomStreamQuery"));
     pthread_mutex_lock(&s->lock);
     /* Query reports the error but leaves it for Synchronize, which clears it. */
     loomResult_t res = s->pending > 0 ? loomInProgress : s->error;
@@ -277,32 +331,36 @@ LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
     return res;
 }
 
+/* Runs `call` holding a reference on the stream s. */
+#define WITH_STREAM(s, fn, call)                                                                   \
+    LOOM_WITH_REF(loom_registry_acquire(&streams, (s), (fn)), loom_stream_release(s), call)
+
+LOOM_API loomResult_t loomStreamSynchronize(loomStream_t s)
+{
+    WITH_STREAM(s, "loomStreamSynchronize", stream_synchronize(s));
+}
+
+LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
+{
+    WITH_STREAM(s, "loomStreamQuery", stream_query(s));
+}
+
 LOOM_API loomResult_t loomStreamDestroy(loomStream_t s)
 {
     if (s == NULL)
         return loomSuccess;
-    LOOM_CHECK(stream_check(s, "loomStreamDestroy"));
-    loomResult_t res = loomStreamSynchronize(s);
+    /* Out of the registry first: no call can take a new reference from here on, and of two
+     * racing destroys only one gets past this. */
+    LOOM_CHECK(loom_registry_remove(&streams, s, "loomStreamDestroy"));
+    stream_stop(s);
     pthread_mutex_lock(&s->lock);
-    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
-    s->magic = 0;
-    pthread_cond_signal(&s->work);
+    loomResult_t res = stream_take_error(s);
     pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
-    while (s->spare != NULL) {
-        loom_task_t *t = s->spare;
-        s->spare = t->next;
-        free(t);
-    }
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->work);
-    pthread_cond_destroy(&s->idle);
-    pthread_cond_destroy(&s->room);
-    free(s);
+    loom_stream_release(s); /* a call still holding the stream frees it when it lets go */
     return res;
 }
 
 loomResult_t loom_stream_validate(loomStream_t s)
 {
-    return s == NULL ? loomSuccess : stream_check(s, "stream argument");
+    return s == NULL ? loomSuccess : loom_registry_check(&streams, s, "stream argument");
 }

@@ -60,14 +60,11 @@ loomResult_t loom_echo_ctx_create(const loom_peer_info_t *peers, int nranks, int
                                   loom_echo_ctx_t **ctx_p);
 void loom_echo_ctx_free(loom_echo_ctx_t *ctx);
 
-#define LOOM_ECHO_STATE_MAGIC 0x6563686fu /* "echo" */
-
 /* The feedback state. e1 holds this rank's residuals of its first
  * quantizations at the elements' positions (zero where it quantizes nothing);
  * e2 the residual of its owner sum, for its own chunk. refs: 1 for the user
- * plus one per queued call; the last release frees it. */
+ * plus one per call in progress or queued; the last release frees it. */
 struct loomEchoState {
-    uint32_t magic;
     const void *comm; /* identity only: calls must pass the same communicator */
     size_t count;
     loomDataType_t dt;
