@@ -167,13 +167,15 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomCom
                                     loomConfig_t *config);
 /* Waits for this rank's pending operations, then frees the communicator.
  * Not collective: peers may destroy at different times. NULL is a no-op.
- * Every later call with the handle, this one included, returns
- * InvalidArgument. */
+ * Operations recorded in a group that is still open are not pending (they
+ * are not waited for; see loomGroupEnd). Every later call with the handle,
+ * this one included, returns InvalidArgument. */
 LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
 /* Stops every pending operation on comm (they return RemoteError or the
- * error that stopped them), then frees it. Callable from any thread; never
- * waits for peers. NULL is a no-op. Later calls with the handle return
- * InvalidArgument. */
+ * error that stopped them), then frees it. Callable from any thread, also
+ * one with an open group that recorded operations on comm; never waits for
+ * peers, nor for such a group. NULL is a no-op. Later calls with the handle
+ * return InvalidArgument. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
 /* The first asynchronous failure of an operation queued on a stream for this
  * communicator (Success if none). Non-blocking; thread safe. */
@@ -265,8 +267,9 @@ LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
  * whatever order the ranks posted them in (collectives must still be in the
  * same order on every rank). Groups nest; the outermost GroupEnd runs them.
  * Per thread. Errors from GroupEnd are those of the recorded calls, and
- * InvalidArgument for the calls recorded for a stream that was destroyed
- * before GroupEnd: those are not run (the group's other calls are). */
+ * InvalidArgument for the calls recorded on a communicator or for a stream
+ * that was destroyed or aborted before GroupEnd: those are not run (the
+ * group's other calls are). */
 LOOM_API loomResult_t loomGroupStart(void);
 LOOM_API loomResult_t loomGroupEnd(void);
 

@@ -47,6 +47,7 @@ struct loomComm {
     uint64_t now_serving;     /* ticket allowed to execute */
     int refs;                 /* 1 for the user + 1 per call in progress, per queued task and
                                  per task recorded in an open group; the last one frees */
+    int parked;               /* of refs, those of tasks recorded in open groups (under lock) */
     int waiters;              /* threads asleep (or about to sleep) on cond */
     int closing;              /* teardown waits for refs: releases take the lock from then on */
     loomResult_t async_error; /* first failure of a stream task */

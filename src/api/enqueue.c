@@ -7,6 +7,11 @@
  * receives. Posting all point-to-point operations first is what lets any mix
  * of Send/Recv and collectives inside a group complete in whatever order
  * ranks posted them.
+ *
+ * A group's tasks keep their communicator and stream alive until
+ * loomGroupEnd but do not hold them in use: a destroy or abort meanwhile
+ * (from any thread, also the group's own) does not wait for them, and
+ * loomGroupEnd then fails those tasks without running them.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,10 +30,11 @@ static __thread group_state_t group;
 
 // ---- tasks ------------------------------------------------------------------
 
-/* A task recorded in a group: on the heap, holding a reference on comm until
- * loom_task_free. The caller holds one itself, so the communicator cannot be
- * torn down meanwhile. */
-static loomResult_t task_new(struct loomComm *comm, loom_task_t **t_p)
+/* A task recorded in a group: on the heap, holding a parked reference on
+ * comm (one the teardown does not wait for) until group_task_claim. The
+ * caller holds a reference itself, so the communicator is not torn down
+ * meanwhile. */
+static loomResult_t task_park(struct loomComm *comm, loom_task_t **t_p)
 {
     loom_task_t *t = calloc(1, sizeof(*t));
     if (t == NULL) {
@@ -36,7 +42,10 @@ static loomResult_t task_new(struct loomComm *comm, loom_task_t **t_p)
         return loomSystemError;
     }
     t->comm = comm;
+    pthread_mutex_lock(&comm->lock); /* the teardown reads refs and parked together */
     __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
+    comm->parked++;
+    pthread_mutex_unlock(&comm->lock);
     *t_p = t;
     return loomSuccess;
 }
@@ -215,7 +224,7 @@ static loomResult_t group_record(struct loomComm *comm, const loom_op_t *op, loo
     while (t && t->comm != comm)
         t = t->next;
     if (t == NULL) {
-        LOOM_CHECK(task_new(comm, &t));
+        LOOM_CHECK(task_park(comm, &t));
         t->next = group.tasks;
         group.tasks = t;
     }
@@ -261,6 +270,29 @@ static void *group_thread(void *arg)
     loom_task_t *t = arg;
     loomResult_t res = loom_task_execute(t);
     return (void *)(intptr_t)res;
+}
+
+/* Makes a task recorded in the group one that may run: its parked reference
+ * becomes one that a teardown waits for, taken from the registry, so that a
+ * communicator destroyed or aborted since the recording is not used. If it
+ * was, the task is freed without running: InvalidArgument. */
+static loomResult_t group_task_claim(loom_task_t *t)
+{
+    struct loomComm *comm = t->comm;
+    loomResult_t res = loom_comm_acquire(comm, NULL);
+    pthread_mutex_lock(&comm->lock);
+    comm->parked--;
+    pthread_mutex_unlock(&comm->lock);
+    if (res == loomSuccess) {
+        loom_comm_release(comm); /* the parked reference; the task keeps the one just taken */
+        return loomSuccess;
+    }
+    /* The parked reference kept the memory, so the communicator's fields are still there. */
+    LOOM_WARN("loomGroupEnd: rank %d: communicator %s was destroyed or aborted after %d "
+              "operation(s) were recorded on it in this group; they are not run",
+              comm->rank, comm->name, t->nops);
+    loom_task_free(t);
+    return loomInvalidArgument;
 }
 
 /* Runs the tasks without a stream: inline for one communicator; one thread per
@@ -323,14 +355,15 @@ LOOM_API loomResult_t loomGroupEnd(void)
         next = t->next;
         t->next = NULL;
         loomStream_t stream = t->stream;
-        if (stream != NULL) {
-            loomResult_t queued = loom_stream_push(stream, t);
-            if (queued != loomSuccess)
-                loom_task_free(t);
+        loomResult_t claimed = group_task_claim(t);
+        if (claimed == loomSuccess && stream != NULL &&
+            (claimed = loom_stream_push(stream, t)) != loomSuccess)
+            loom_task_free(t);
+        if (stream != NULL)
             loom_stream_release(stream); /* the group's: a queued task needs none */
-            LOOM_CHECK_IGNORE(queued, res);
+        LOOM_CHECK_IGNORE(claimed, res);
+        if (claimed != loomSuccess || stream != NULL)
             continue;
-        }
         task_take_ticket(t);
         if (blocking != NULL) {
             blocking[nb++] = t;

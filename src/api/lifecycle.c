@@ -3,9 +3,12 @@
  * lifecycle.c - what happens to a communicator after creation: split,
  * destroy, abort, and the queries. Destroy waits for this rank's queued
  * work; abort stops it (every wait checks the abort flag) and never waits
- * for peers. Both tear down only after every task holding the communicator
- * has let go of it, and neither touches a handle that is no longer live: a
- * second call on a freed handle gets InvalidArgument from the registry.
+ * for peers. Both tear down once every call in progress and every issued task
+ * has let go of the communicator, but neither waits for operations recorded
+ * in a group that is still open: loomGroupEnd, which may never come (or come
+ * from the very thread tearing down), finds the communicator gone and fails
+ * them. Neither touches a handle that is no longer live: a second call on a
+ * freed handle gets InvalidArgument from the registry.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -25,15 +28,26 @@ static void set_abort_flag(struct loomComm *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Waits until only the caller's reference is left, frees the connections,
- * takes the communicator out of the registry and drops the caller's
- * reference (the last reference frees the memory). */
+/* Whether a reference other than the caller's is in use: held by a call in
+ * progress or an issued task. Those end by themselves within the timeout, and
+ * at once after an abort. The references of tasks recorded in open groups
+ * (parked) only keep the memory: they are not waited for. Under c->lock,
+ * which `parked` changes under together with its references, so the two
+ * counts read here agree. */
+static int comm_in_use(struct loomComm *c)
+{
+    return __atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) - c->parked > 1;
+}
+
+/* Waits until no reference but the caller's and the parked ones is in use,
+ * frees the connections, takes the communicator out of the registry and
+ * drops the caller's reference (the last reference frees the memory). */
 static loomResult_t comm_teardown(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
     __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) > 1) {
+    while (comm_in_use(c)) {
         /* A release that read `closing` before it was set wakes nobody: look again
          * every millisecond (loom_comm_release). */
         struct timespec until;

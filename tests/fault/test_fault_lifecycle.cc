@@ -4,10 +4,11 @@
 // a rank that never joins creation (the others get a bounded error naming it); the local leader
 // or another rank killed while creation maps the shared-memory segment (bounded errors, and
 // nothing left in /dev/shm); loomCommAbort from another thread, which ends a blocked call and
-// reaches a destroy that waits for one; destroy and abort called twice (the second gets
-// InvalidArgument without touching freed memory), with live and with dead peers; a stream
-// failure reported by loomCommGetAsyncError; a peer that destroys while others still need it.
-// Run by meson's 'fault' suite.
+// reaches a destroy that waits for one; abort and destroy while a group holds an operation on the
+// communicator (both return; the group's GroupEnd fails); destroy and abort called twice (the
+// second gets InvalidArgument without touching freed memory), with live and with dead peers; a
+// stream failure reported by loomCommGetAsyncError; a peer that destroys while others still need
+// it. Run by meson's 'fault' suite.
 
 #include <signal.h>
 #include <sys/inotify.h>
@@ -15,6 +16,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
+#include <future>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "mp_fixture.h"
 #include "tripwire.h"
 #include "verify.h"
+#include "within.h"
 
 namespace {
 
@@ -275,6 +280,98 @@ TEST(Abort, RacingCallsNeverTouchAFreedCommunicator)
         },
         opts));
 }
+
+// ---- abort and destroy with an open group ---------------------------------------------------
+
+// An operation recorded in a group that is still open holds its communicator until loomGroupEnd,
+// which may never come before the teardown: the teardown must not wait for it. Rank 0 records an
+// all-reduce in a group and tears the communicator down, from the group's own thread or from
+// another one, optionally with the operation recorded on a stream. The teardown returns at once,
+// the group's GroupEnd then fails with InvalidArgument without running anything, and rank 1,
+// waiting in the all-reduce that rank 0 never issues, sees the abort or the destroy.
+struct OpenGroupCase {
+    const char *name;
+    bool abort;        // loomCommAbort, else loomCommDestroy
+    bool other_thread; // the teardown runs on another thread than the group
+    bool stream;       // the operation is recorded on a stream
+};
+
+void PrintTo(const OpenGroupCase &c, std::ostream *os)
+{
+    *os << c.name;
+}
+
+class OpenGroup : public ::testing::TestWithParam<OpenGroupCase> {};
+
+TEST_P(OpenGroup, TeardownReturnsAndGroupEndFails)
+{
+    const OpenGroupCase c = GetParam();
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 20000);
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [c](int rank, int, loomComm_t) {
+            loomComm_t comm = loomtest::CreateComm();
+            XT_CHECK_LOOM(loomBarrier(comm, nullptr));
+            if (rank == 1) {
+                XT_CHECK_LOOM_RES(SmallAllReduce(comm), loomRemoteError);
+                const std::string msg = loomGetLastError(nullptr);
+                const char *why = c.abort ? "aborted" : "destroyed its communicator";
+                XT_CHECK_MSG(msg.find(why) != std::string::npos, msg);
+                XT_CHECK_NAMES_RANK(0, "allreduce");
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                return;
+            }
+            loomStream_t s = nullptr;
+            if (c.stream)
+                XT_CHECK_LOOM(loomStreamCreate(&s));
+            std::promise<void> recorded, torn_down;
+            auto teardown = [&] {
+                const double t0 = NowSec();
+                XT_CHECK_LOOM(c.abort ? loomCommAbort(comm) : loomCommDestroy(comm));
+                XT_CHECK_MSG(NowSec() - t0 < 1.0, std::to_string(NowSec() - t0) + " s");
+            };
+            auto group = [&] {
+                XT_CHECK_LOOM(loomGroupStart());
+                XT_CHECK_LOOM(SmallAllReduce(comm, s)); // recorded, not issued
+                if (c.other_thread) {
+                    recorded.set_value();
+                    torn_down.get_future().wait();
+                } else {
+                    teardown();
+                }
+                XT_CHECK_LOOM_RES(loomGroupEnd(), loomInvalidArgument);
+                const std::string msg = loomGetLastError(nullptr);
+                XT_CHECK_MSG(msg.find("not run") != std::string::npos, msg);
+            };
+            std::vector<std::function<void()>> threads = {group};
+            if (c.other_thread)
+                threads.push_back([&] {
+                    recorded.get_future().wait();
+                    teardown();
+                    torn_down.set_value();
+                });
+            loomtest::RunWithin(5.0, "the teardown or loomGroupEnd", threads);
+            XT_CHECK_LOOM_RES(loomCommAbort(comm), loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommDestroy(comm), loomInvalidArgument);
+            if (s != nullptr) {
+                XT_CHECK_LOOM(loomStreamSynchronize(s));
+                XT_CHECK_LOOM(loomStreamDestroy(s));
+            }
+            loomtest::WaitForRankExit(1);
+        },
+        opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, OpenGroup,
+    ::testing::Values(OpenGroupCase{"AbortInTheGroupsThread", true, false, false},
+                      OpenGroupCase{"DestroyInTheGroupsThread", false, false, false},
+                      OpenGroupCase{"AbortFromAnotherThread", true, true, false},
+                      OpenGroupCase{"DestroyFromAnotherThread", false, true, false},
+                      OpenGroupCase{"AbortWithTheOperationOnAStream", true, false, true}),
+    [](const ::testing::TestParamInfo<OpenGroupCase> &info) { return info.param.name; });
 
 // ---- destroy and abort, twice -----------------------------------------------------------------
 
