@@ -72,10 +72,8 @@ static loomResult_t echo_create(loomComm_t comm, size_t count, loomDataType_t dt
     }
     *state = NULL;
     LOOM_CHECK(check_dtype(dt, fn));
-    if (count > SIZE_MAX / 2 / sizeof(float)) {
-        LOOM_WARN("%s: count %zu overflows the address space", fn, count);
-        return loomInvalidArgument;
-    }
+    size_t state_bytes; /* the state keeps a float32 residual per value */
+    LOOM_CHECK(loom_check_common(NULL, loomFloat32, count, 1, fn, &state_bytes));
     loom_echo_ctx_t *ctx;
     LOOM_CHECK(loom_comm_echo(comm, &ctx));
     struct loomEchoState *s = calloc(1, sizeof(*s));

@@ -541,6 +541,11 @@ TEST(Echo, BadArguments)
         XT_CHECK_LOOM_RES(loomEchoCreate(comm, 100, loomInt32, &st), loomInvalidArgument);
         XT_CHECK_LOOM_RES(loomEchoCreate(comm, 100, loomFloat32, nullptr), loomInvalidArgument);
         XT_CHECK_LOOM_RES(loomEchoCreate(nullptr, 100, loomFloat32, &st), loomInvalidArgument);
+        // A state whose residuals (4 bytes a value) could not fit any address space.
+        XT_CHECK_LOOM_RES(loomEchoCreate(comm, size_t{1} << 55, loomFloat32, &st),
+                          loomInvalidArgument);
+        XT_CHECK_MSG(std::string(loomGetLastError(comm)).find("2^56") != std::string::npos,
+                     loomGetLastError(comm));
         XT_CHECK_LOOM(loomEchoCreate(comm, 100, loomFloat32, &st));
         XT_CHECK_LOOM_RES(
             loomEchoAllReduce(x.data(), y.data(), 100, loomInt32, comm, nullptr, nullptr),
