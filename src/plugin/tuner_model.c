@@ -16,7 +16,7 @@
 static const double base_us[2][NCCL_PROTOS] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}}; /* tree, ring */
 static const double hop_us[3][2][NCCL_PROTOS] = {
     {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}}, /* NVLink */
-    {{1.0, 1.9, 4.0}, {1.0, 1.9, 4.0}},  /* PCIe */
+    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}},  /* PCIe */
     {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}} /* network */
 };
 /* What each protocol delivers of a link's rate: LL sends a flag with every 8 bytes, LL128 one
