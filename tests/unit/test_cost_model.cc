@@ -6,8 +6,11 @@
  * sizes every algorithm is chosen on one interval (monotone thresholds);
  * thresholds move up as latency gets dearer; the crossovers match the
  * textbook formulas (Thakur, Rabenseifner and Gropp 2005); small calls get
- * log-latency algorithms and large calls bandwidth-optimal ones; the
- * LOOM_COST_<CLASS> syntax. Single process, no peers; meson's 'unit' suite.
+ * log-latency algorithms and large calls bandwidth-optimal ones; a few costs
+ * worked out by hand from docs/ALGORITHMS.md's T = steps a + msgs o + bytes b
+ * + reduced g and its table's columns; the LOOM_COST_<CLASS> syntax; the shm
+ * family's variant at sizes where docs/shm-collectives.md says which one runs.
+ * Single process, no peers; meson's 'unit' suite.
  */
 #include <gtest/gtest.h>
 
@@ -250,6 +253,38 @@ TEST(CostModel, CrossoversMatchTheTextbook)
     EXPECT_LT(got2, bruck * 2);
 }
 
+// docs/ALGORITHMS.md: T = steps a + msgs o + bytes b + reduced g, with the steps, the messages the
+// busiest rank sends and receives, the bytes it puts on the wire (its table's column) and the
+// accumulator bytes it combines or copies. Worked out by hand with a = 100 us, o = 5 us,
+// b = 0.5 ns/B, g = 0.25 ns/B and the default 512 KiB chunk.
+TEST(CostModel, CostsWorkedOutByHand)
+{
+    const loom_link_cost_t l = Link(100000, 0.5, 0.25, 5000);
+    const auto cost = [&l](loom_algo_cost_fn_t fn, int n, double bytes) {
+        const loom_cost_call_t c = Call(n, bytes);
+        return fn(&c, &l);
+    };
+    // AllGather direct, 4 ranks, 64 KiB gathered: one step; 3 blocks out and 3 in; (n-1)/n S =
+    // 49152 bytes on the wire; its own 16 KiB block copied into place.
+    // 100000 + 6 x 5000 + 49152 x 0.5 + 16384 x 0.25 = 158672 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_allgather_direct, 4, 65536), 158672.0);
+    // Broadcast direct, 4 ranks, 1 MiB: the root sends the buffer to 3 ranks in one step:
+    // 100000 + 3 x 5000 + 3 x 1048576 x 0.5 = 1687864 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_bcast_direct, 4, 1048576), 1687864.0);
+    // AllReduce direct (two-shot), 4 ranks, 1 MiB float32: slices of 256 KiB fit one chunk, so
+    // one round of two steps; 3 slices out, 3 in, 3 results out, 3 in; 2 (n-1)/n S = 1572864
+    // bytes; the owner reduces 4 slices of 256 KiB = S.
+    // 2 x 100000 + 12 x 5000 + 1572864 x 0.5 + 1048576 x 0.25 = 1308576 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_allreduce_direct, 4, 1048576), 1308576.0);
+    // Broadcast binomial, 8 ranks, 2 MiB: L = 3, 4 segments of 512 KiB pipelined: L + 4 - 1 = 6
+    // steps; the root sends each segment to its 3 children: 12 messages, L S = 6 MiB.
+    // 6 x 100000 + 12 x 5000 + 6291456 x 0.5 = 3805728 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_bcast_binomial, 8, 2097152), 3805728.0);
+    // AllToAll pairwise, 4 ranks, 4 KiB in all: one step; 3 blocks out and 3 in;
+    // (n-1)/n S = 3072 bytes; its own 1 KiB block copied: 100000 + 30000 + 1536 + 256.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_alltoall_pairwise, 4, 4096), 131792.0);
+}
+
 TEST(CostModel, SmallCallsLatencyLargeCallsBandwidth)
 {
     // When every message costs as much as a step, small calls take the fewest messages (log
@@ -456,77 +491,52 @@ TEST(CostModel, EnvironmentOverridesDefaults)
     loom_param_reset_cache();
 }
 
-// The shm family's variant: single copy only inside the windows where it measured faster
-// (narrower where the kernel copies slowly), and never when the ranks outnumber the CPUs;
-// LOOM_SHM_COLL_CMA=0 and 2 override.
-TEST(ShmVariant, SingleCopyWhereItMeasuredFaster)
+// The shm family's variant where docs/shm-collectives.md says which one runs (bytes are
+// loom_coll_bytes: the whole gathered vector for AllGather and AllToAll). "Where one kernel copy
+// takes at most 3 memcpys, cma runs for AllGather and AllToAll from 64 KiB to 32 MiB, Broadcast
+// to 512 KiB and ReduceScatter to 1 MiB; where it takes longer, only for AllGather and AllToAll
+// from 64 to 256 KiB and Broadcast from 32 to 256 KiB. Where the ranks outnumber the CPUs never;
+// AllReduce and Reduce keep cico"; LOOM_SHM_COLL_CMA=0 never, 2 always. docs/ALGORITHMS.md:
+// shm_tiny for at most 48 B of input per rank, shm_flat for AllReduce and Reduce up to 16 KiB.
+TEST(ShmVariant, SingleCopyWhereTheDocsSay)
 {
     const size_t K = 1024, M = K * K;
     struct Case {
         loom_coll_kind_t kind;
         size_t bytes;
-        int crowded;
+        int fast, crowded; // the kernel copies fast; more ranks than CPUs
         uint32_t want;
-    } cases[] = {
-        {LOOM_COLL_ALLGATHER, 32 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 64 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLGATHER, 32 * M, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLGATHER, 64 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 1 * M, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 16 * M, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLTOALL, 1 * M, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLTOALL, 32 * M, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 32 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_BCAST, 1 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 256 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_REDUCE_SCATTER, 1 * M, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_REDUCE_SCATTER, 2 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLREDUCE, 1 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_REDUCE, 1 * M, 0, SHM_ALGO_CICO},
+        const char *why;
+    };
+    const Case cases[] = {
+        {LOOM_COLL_ALLGATHER, 2 * M, 1, 0, SHM_ALGO_CMA, "2 MiB: inside 64 KiB-32 MiB"},
+        {LOOM_COLL_ALLGATHER, 48 * K, 1, 0, SHM_ALGO_CICO, "48 KiB: below 64 KiB"},
+        {LOOM_COLL_ALLTOALL, 48 * M, 1, 0, SHM_ALGO_CICO, "48 MiB: above 32 MiB"},
+        {LOOM_COLL_ALLGATHER, 1 * M, 0, 0, SHM_ALGO_CICO, "slow copies: 1 MiB above 256 KiB"},
+        {LOOM_COLL_ALLTOALL, 128 * K, 0, 0, SHM_ALGO_CMA, "slow copies: 128 KiB inside"},
+        {LOOM_COLL_BCAST, 384 * K, 1, 0, SHM_ALGO_CMA, "384 KiB: up to 512 KiB"},
+        {LOOM_COLL_BCAST, 768 * K, 1, 0, SHM_ALGO_CICO, "768 KiB: above 512 KiB"},
+        {LOOM_COLL_BCAST, 48 * K, 0, 0, SHM_ALGO_CMA, "slow copies: 48 KiB inside 32-256 KiB"},
+        {LOOM_COLL_BCAST, 16 * K, 0, 0, SHM_ALGO_CICO, "slow copies: 16 KiB below 32 KiB"},
+        {LOOM_COLL_REDUCE_SCATTER, 512 * K, 1, 0, SHM_ALGO_CMA, "512 KiB: up to 1 MiB"},
+        {LOOM_COLL_REDUCE_SCATTER, 512 * K, 0, 0, SHM_ALGO_CICO, "slow copies: never"},
+        {LOOM_COLL_ALLGATHER, 2 * M, 1, 1, SHM_ALGO_CICO, "crowded: never"},
+        {LOOM_COLL_BCAST, 128 * K, 0, 1, SHM_ALGO_CICO, "crowded: never"},
+        {LOOM_COLL_ALLREDUCE, 2 * M, 1, 0, SHM_ALGO_CICO, "AllReduce keeps cico"},
+        {LOOM_COLL_REDUCE, 2 * M, 1, 0, SHM_ALGO_CICO, "Reduce keeps cico"},
+        {LOOM_COLL_ALLREDUCE, 8 * K, 1, 0, SHM_ALGO_FLAT, "8 KiB AllReduce: flat"},
+        {LOOM_COLL_BCAST, 40, 1, 0, SHM_ALGO_TINY, "40 B of input: tiny"},
+        {LOOM_COLL_ALLGATHER, 2 * 40, 1, 0, SHM_ALGO_TINY, "40 B per rank of 2: tiny"},
     };
     for (const Case &c : cases) {
-        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded, 1), c.want)
-            << loom_coll_name(c.kind) << " " << c.bytes << " crowded " << c.crowded;
-        for (int fast = 0; fast <= 1; fast++) {
-            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 0, c.crowded, fast), SHM_ALGO_CICO);
-            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded, fast), SHM_ALGO_CMA);
+        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded, c.fast), c.want) << c.why;
+        if (c.want == SHM_ALGO_CMA || c.want == SHM_ALGO_CICO) {
+            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 0, c.crowded, c.fast), SHM_ALGO_CICO)
+                << "LOOM_SHM_COLL_CMA=0, " << c.why;
+            EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 2, c.crowded, c.fast), SHM_ALGO_CMA)
+                << "LOOM_SHM_COLL_CMA=2, " << c.why;
         }
     }
-    // Where the kernel copies slowly only the narrow windows stay: AllGather and AllToAll
-    // 64-256 KiB, Broadcast 32-256 KiB, ReduceScatter never.
-    const Case slow[] = {
-        {LOOM_COLL_ALLGATHER, 32 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 64 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLGATHER, 256 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLGATHER, 1 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLGATHER, 64 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLTOALL, 32 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_ALLTOALL, 64 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLTOALL, 256 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_ALLTOALL, 1 * M, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 16 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 32 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_BCAST, 256 * K, 0, SHM_ALGO_CMA},
-        {LOOM_COLL_BCAST, 512 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_BCAST, 64 * K, 1, SHM_ALGO_CICO},
-        {LOOM_COLL_REDUCE_SCATTER, 64 * K, 0, SHM_ALGO_CICO},
-        {LOOM_COLL_REDUCE_SCATTER, 1 * M, 0, SHM_ALGO_CICO},
-    };
-    for (const Case &c : slow)
-        EXPECT_EQ(loom_shm_variant(c.kind, c.bytes, 2, 1, c.crowded, 0), c.want)
-            << loom_coll_name(c.kind) << " " << c.bytes << " crowded " << c.crowded << " slow";
-    // What the arena does best stays: tiny inputs, flat small reductions.
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLGATHER, 64, 2, 2, 0, 1), SHM_ALGO_TINY);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 4 * K, 2, 2, 0, 1), SHM_ALGO_FLAT);
-    // Reduce stays flat while the root's reduction (n S) is at most 1 MiB.
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 256 * K, 2, 1, 0, 1), SHM_ALGO_FLAT);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 512 * K, 2, 1, 0, 0), SHM_ALGO_FLAT);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 64 * K, 8, 1, 1, 0), SHM_ALGO_FLAT);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_REDUCE, 256 * K, 8, 1, 1, 0), SHM_ALGO_CICO);
-    EXPECT_EQ(loom_shm_variant(LOOM_COLL_ALLREDUCE, 64 * K, 2, 1, 0, 0), SHM_ALGO_CICO);
 }
 
 } // namespace
