@@ -4,7 +4,9 @@
 // (unique-id sharing through pipes, failure reporting). The parent waits for the ranks with one
 // poll() on their pidfds against the deadline, so nothing sleeps (kernels without pidfd_open
 // fall back to a 20 ms watchdog tick). It does not interpret the body's work: a rank's exit code
-// is the whole verdict. Used by every multi-process suite through mp_fixture.h.
+// is the whole verdict, with two additions: a rank that would exit 0 runs LeakSanitizer's check
+// first (leak_check.h), and a rank may leave a reason to report the test skipped (SkipRun).
+// Used by every multi-process suite through mp_fixture.h.
 
 #include "mp_fixture.h"
 
@@ -40,6 +42,7 @@ struct RankState {
 
 RankState g_rank;
 std::string g_run_dir;
+std::string g_skip_reason; // the parent's copy of the last run's SkipRun reason
 
 double NowSeconds()
 {
@@ -97,6 +100,9 @@ std::string ReadLogTail(const std::string &path, size_t max_bytes)
 
 std::string DescribeStatus(int code)
 {
+    if (code == kExitLeak)
+        return "exit code " + std::to_string(code) +
+               " (LeakSanitizer found leaks; the report is in the rank's log)";
     if (code > 128)
         return "killed by signal " + std::to_string(code - 128) + " (" + strsignal(code - 128) +
                ")";
@@ -106,6 +112,23 @@ std::string DescribeStatus(int code)
 std::string PidFile(int rank)
 {
     return g_run_dir + "/rank" + std::to_string(rank) + ".pid";
+}
+
+std::string SkipFile(int rank)
+{
+    return g_run_dir + "/rank" + std::to_string(rank) + ".skip";
+}
+
+// The reason the first rank that called SkipRun gave, or "".
+std::string ReadSkipReason(int nranks)
+{
+    for (int r = 0; r < nranks; r++) {
+        std::ifstream in(SkipFile(r));
+        std::string reason;
+        if (in && std::getline(in, reason) && !reason.empty())
+            return reason;
+    }
+    return "";
 }
 
 // Written whole or not at all (rename), so a reader never sees half a number.
@@ -173,6 +196,10 @@ void WritePidFile(int rank)
         XT_CHECK_LOOM(loomCommDestroy(comm));
     fprintf(stderr, "rank %d: done\n", rank);
     fflush(stdout);
+    if (LeakCheckRank() != 0) {
+        fprintf(stderr, "rank %d: LeakSanitizer found leaks (reported above)\n", rank);
+        _exit(kExitLeak);
+    }
     _exit(kExitOk);
 }
 
@@ -227,6 +254,22 @@ int RankPid(int rank)
         pid = -1;
     fclose(f);
     return pid;
+}
+
+void SkipRun(const std::string &reason)
+{
+    if (g_rank.rank < 0)
+        Fail(__FILE__, __LINE__, "SkipRun called outside a rank process");
+    fprintf(stderr, "rank %d: the test is skipped: %s\n", g_rank.rank, reason.c_str());
+    std::ofstream out(SkipFile(g_rank.rank), std::ios::trunc);
+    out << (reason.empty() ? std::string("skipped by the rank") : reason) << "\n";
+    if (!out.flush())
+        Fail(__FILE__, __LINE__, "cannot write " + SkipFile(g_rank.rank));
+}
+
+const std::string &LastRunSkipReason()
+{
+    return g_skip_reason;
 }
 
 void SetContext(const std::string &context)
@@ -307,6 +350,7 @@ loomComm_t CreateComm(const loomConfig_t *config)
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/loom-test-XXXXXX";
     std::vector<char> dir(templ.begin(), templ.end());
     dir.push_back('\0');
+    g_skip_reason.clear();
     if (mkdtemp(dir.data()) == nullptr)
         return ::testing::AssertionFailure() << "mkdtemp " << templ << ": " << strerror(errno);
     g_run_dir = dir.data();
@@ -442,6 +486,7 @@ loomComm_t CreateComm(const loomConfig_t *config)
         }
     }
     if (ok) {
+        g_skip_reason = ReadSkipReason(nranks);
         if (getenv("LOOMTEST_KEEP_LOGS") != nullptr) {
             printf("rank logs kept in %s\n", g_run_dir.c_str());
         } else {

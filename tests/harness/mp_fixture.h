@@ -5,6 +5,9 @@
 // against a deadline, and turns their exit codes into one gtest assertion that carries every
 // rank's log. Inside a rank, gtest assertions do not work (they cannot cross the fork): use the
 // XT_CHECK* macros below, which print "rank N file:line: message" and _exit(1).
+// Before a rank's _exit(0) the harness runs LeakSanitizer's check (builds with ASan): a leak fails
+// the rank with kExitLeak, its report in the rank's log. A rank may also find that the test
+// cannot check what it claims here (SkipRun): the test is then reported skipped with the reason.
 // Fault tests kill or stop ranks themselves (a rank raises the signal at the point it chooses);
 // the harness then expects the exit code 128 + signal, lends every rank the others' pids
 // (RankPid), and can SIGKILL a rank left stopped once the others are done. It does not set
@@ -23,14 +26,16 @@
 #include <utility>
 #include <vector>
 
+#include "leak_check.h"
 #include "loom.h"
 
 namespace loomtest {
 
 // Exit codes of a rank process. A rank killed by signal S is reported as 128 + S.
 constexpr int kExitOk = 0;
-constexpr int kExitCheckFailed = 1; // an XT_CHECK* failed
-constexpr int kExitHarness = 2;     // the harness itself failed in the rank (pipe, log file)
+constexpr int kExitCheckFailed = 1;       // an XT_CHECK* failed
+constexpr int kExitHarness = 2;           // the harness itself failed in the rank (pipe, log file)
+constexpr int kExitLeak = kExitLeakFound; // LeakSanitizer found leaks in the rank at its end
 
 using EnvList = std::vector<std::pair<std::string, std::string>>;
 // The body of one rank. comm is NULL when RunOptions::create_comm is false.
@@ -50,6 +55,8 @@ struct RunOptions {
 };
 
 // Forks nranks processes that each run body(rank, nranks, comm), and waits for all of them.
+// A rank that would exit 0 runs LeakSanitizer's check first (ASan builds) and exits kExitLeak
+// if it finds a leak.
 // With create_comm, rank 0 makes the unique id and hands it to the other ranks through pipes
 // the parent created before forking; each rank builds its communicator, runs the body, destroys
 // the communicator and exits 0. Each rank's stdout and stderr go to <tmpdir>/rank<N>.log; the
@@ -75,6 +82,14 @@ void ShareFromRank0(void *data, size_t nbytes);
 void ShareUniqueId(loomUniqueId *id);
 // ShareUniqueId + loomCommInitRankConfig(nranks, id, rank, config); exits on failure.
 loomComm_t CreateComm(const loomConfig_t *config = nullptr);
+
+// Marks the run skipped: the machine cannot show what the test claims (a refused system call,
+// say), so its passing would be a phantom. The rank carries on (usually it returns from the body
+// at once); when every rank exits as expected, the parent reports the test skipped with the
+// reason instead of passed (XT_ASSERT_RUN). The first rank's reason is kept.
+void SkipRun(const std::string &reason);
+// In the parent, after RunRanks: the reason a rank gave SkipRun, or "" if none did.
+const std::string &LastRunSkipReason();
 
 // A description of what the rank is doing now (e.g. the grid case); failures print it.
 void SetContext(const std::string &context);
@@ -148,11 +163,14 @@ template <typename A, typename B> bool Equal(const A &a, const B &b)
 #define XT_CHECK_LOOM(call) XT_CHECK_LOOM_RES(call, loomSuccess)
 
 // In the parent: ASSERT_TRUE on a RunRanks result, without echoing the (long) body in the
-// failure message, which then starts with the ranks' verdicts and logs.
+// failure message, which then starts with the ranks' verdicts and logs; GTEST_SKIP with the
+// reason if a rank called SkipRun.
 #define XT_ASSERT_RUN(...)                                                                         \
     do {                                                                                           \
         const ::testing::AssertionResult xt_ran_ = (__VA_ARGS__);                                  \
         ASSERT_TRUE(xt_ran_);                                                                      \
+        if (!::loomtest::LastRunSkipReason().empty())                                              \
+            GTEST_SKIP() << ::loomtest::LastRunSkipReason();                                       \
     } while (0)
 
 #endif // LOOM_TESTS_HARNESS_MP_FIXTURE_H
