@@ -5,22 +5,63 @@
  * the whole receive engine reading the input as the byte stream from a peer,
  * in chunks of input-chosen sizes, into receives of input-chosen tags and
  * exact-size heap buffers (so a payload written past a receive is an ASan
- * error). It does not cover the sockets or rings themselves. Built by
- * fuzz/run.sh together with stream.c, debug.c and param.c.
+ * error). Every receive that completes must hold exactly the payload of the
+ * frame it was matched to, found by the harness's own reading of the stream
+ * (stream.h's format: u32 magic, u32 tag, u64 length, little-endian, then the
+ * payload; receives of a tag take that tag's frames in the order they were
+ * posted), and a decoded header encodes back to its bytes. It does not cover
+ * the sockets or rings themselves. Built by fuzz/run.sh together with
+ * stream.c, debug.c and param.c.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "stream.h"
 
-#define REQUIRE(_cond)                                                                             \
-    do {                                                                                           \
-        if (!(_cond))                                                                              \
-            __builtin_trap();                                                                      \
-    } while (0)
+#define NRECV      4
+#define MAX_FRAMES 64
 
-#define NRECV 4
+/* A frame of the input stream as the harness reads it; len SIZE_MAX: cut short by the end. */
+typedef struct {
+    uint32_t tag;
+    size_t off, len;
+} frame_t;
+
+static uint64_t le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The frames at the start of d (up to the first bad magic). */
+static size_t walk(const uint8_t *d, size_t n, frame_t *f)
+{
+    size_t k = 0, at = 0;
+    while (k < MAX_FRAMES && n - at >= LOOM_TP_STREAM_HDR_BYTES && le(d + at, 4) == 0x4d4f4f4cu) {
+        const uint64_t len = le(d + at + 8, 8);
+        const size_t left = n - at - LOOM_TP_STREAM_HDR_BYTES;
+        f[k].tag = (uint32_t)le(d + at + 4, 4);
+        f[k].off = at + LOOM_TP_STREAM_HDR_BYTES;
+        f[k].len = len <= left ? (size_t)len : SIZE_MAX;
+        if (f[k++].len == SIZE_MAX)
+            break;
+        at += LOOM_TP_STREAM_HDR_BYTES + (size_t)len;
+    }
+    return k;
+}
+
+/* The nth frame of tag t, or NULL. */
+static const frame_t *nth_of_tag(const frame_t *f, size_t nf, uint32_t t, unsigned nth)
+{
+    for (size_t k = 0; k < nf; k++)
+        if (f[k].tag == t && nth-- == 0)
+            return &f[k];
+    return NULL;
+}
 
 typedef struct {
     const uint8_t *data;
@@ -68,13 +109,7 @@ static loomResult_t fz_readv(void *chan, const struct iovec *iov, int iovcnt, si
 
 static const loom_tp_stream_io_t fz_io = {.writev = fz_writev, .readv = fz_readv};
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    setenv("LOOM_DEBUG", "NONE", 1); /* the engine WARNs every protocol error it sees */
-    return 0;
-}
+FUZZ_LOOM_LOG_OFF() /* the code under test WARNs every refusal */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -94,6 +129,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The engine: receives of input-chosen tags (0..3) and sizes (0..255 bytes). */
     chan_t c = {.data = data + 2 + 2 * NRECV, .size = size - 2 - 2 * NRECV, .chunk = data[0]};
+    frame_t frames[MAX_FRAMES];
+    const size_t nframes = walk(c.data, c.size, frames);
+    unsigned posted[4] = {0, 0, 0, 0}, nth[NRECV]; /* receives posted per tag; each one's rank */
+    int failed = 0; /* once a receive fails the stream is broken: stop comparing */
     uint8_t reposts = data[1] % 16;
     loom_tp_stream_t s;
     loom_tp_stream_init(&s, &fz_io, &c, "fuzz", 0, 1, NULL);
@@ -108,8 +147,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         buf[i] = malloc(cap[i] ? cap[i] : 1);
         req[i] = NULL;
         if (buf[i] != NULL &&
-            loom_tp_stream_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess)
+            loom_tp_stream_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
+            nth[i] = posted[tag[i]]++;
             live++;
+        }
     }
     /* A send too, so the send path interleaves with the receive path. */
     loom_tp_stream_req_t *sreq = NULL;
@@ -126,13 +167,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t nbytes = 0;
             loomResult_t res = loom_tp_stream_test(req[i], &done, &nbytes);
             if (res != loomSuccess || done) {
-                if (res == loomSuccess)
+                failed |= res != loomSuccess;
+                if (res == loomSuccess && !failed) {
+                    const frame_t *f = nth_of_tag(frames, nframes, tag[i], nth[i]);
                     REQUIRE(nbytes <= cap[i]);
+                    /* Past the frames read here (more than MAX_FRAMES) nothing is compared. */
+                    REQUIRE(f != NULL || nframes == MAX_FRAMES);
+                    if (f != NULL)
+                        REQUIRE(f->len == nbytes && memcmp(buf[i], c.data + f->off, nbytes) == 0);
+                }
                 req[i] = NULL;
                 live--;
                 progressed = 1;
                 if (res == loomSuccess && reposts > 0 &&
                     loom_tp_stream_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
+                    nth[i] = posted[tag[i]]++;
                     reposts--;
                     live++;
                 }

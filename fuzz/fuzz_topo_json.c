@@ -17,12 +17,7 @@
 #include <string.h>
 
 #include "../src/topology/json.h"
-
-#define REQUIRE(_cond)                                                                             \
-    do {                                                                                           \
-        if (!(_cond))                                                                              \
-            __builtin_trap();                                                                      \
-    } while (0)
+#include "fuzz_check.h"
 
 /* A second UTF-8 check, written differently from json.c's (decode, then range-check), so the
  * two must agree. */
