@@ -9,11 +9,17 @@
  * of the hierarchical AllToAllv's small-block limit). Values are small integers, so every sum is
  * exact in every order and datatype. Prints "grid ok: N checks" on rank 0; exits 1 with the first
  * wrong value.
+ * With --expect-hier ran|fallback (for LOOM_ALGO=hier) each rank also traces its calls
+ * (LOOM_COLL_TRACE into a file of its own, then copied to stderr) and checks that every call of a
+ * collective with a hierarchical row traced "algo hier", and that the hierarchy itself ran (its
+ * buffer was allocated: "ran") or that it fell back to the flat algorithms ("fallback": hosts of
+ * unequal sizes), rather than trusting the exit status alone.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loom.h"
 
@@ -220,9 +226,86 @@ static void rooted(loomComm_t c, size_t n)
     free(s), free(o);
 }
 
+/* ---- which algorithm ran (--expect-hier) ---- */
+
+static char g_trace[256]; /* this rank's log file; "" when not tracing */
+
+static void trace_start(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_trace, sizeof(g_trace), "%s/loom-hosts-grid-%d.log", tmp && *tmp ? tmp : "/tmp",
+             (int)getpid());
+    const char *sub = getenv("LOOM_DEBUG_SUBSYS");
+    char subsys[256];
+    snprintf(subsys, sizeof(subsys), "%s%sCOLL,ALLOC", sub ? sub : "", sub && *sub ? "," : "");
+    setenv("LOOM_COLL_TRACE", "1", 1);
+    setenv("LOOM_DEBUG", "INFO", 1);
+    setenv("LOOM_DEBUG_SUBSYS", subsys, 1);
+    setenv("LOOM_DEBUG_FILE", g_trace, 1);
+}
+
+/* The collectives with a "hier" row (docs/ALGORITHMS.md), as the trace names them. */
+static int has_hier_row(const char *coll, size_t len)
+{
+    static const char *const names[] = {"allreduce", "reducescatter", "allgather",
+                                        "broadcast", "alltoall",      "alltoallv"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && strncmp(coll, names[i], len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Reads the trace back (copying it to stderr) and checks it; exits 1 on a wrong algorithm. */
+static void trace_check(int want_ran)
+{
+    FILE *f = fopen(g_trace, "r");
+    if (f == NULL) {
+        fprintf(stderr, "rank %d: no trace in %s\n", g_rank, g_trace);
+        exit(1);
+    }
+    char line[1024];
+    long hier = 0, other = 0, buffers = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        fputs(line, stderr);
+        const char *info = strstr(line, "LOOM INFO "), *seq = strstr(line, " seq ");
+        if (strstr(line, "hierarchical collective buffer is now") != NULL)
+            buffers++;
+        if (info == NULL || seq == NULL || strstr(line, " algo ") == NULL ||
+            !has_hier_row(info + 10, (size_t)(seq - info - 10)))
+            continue;
+        if (strstr(line, " algo hier ") != NULL) {
+            hier++;
+        } else if (other++ == 0) {
+            fprintf(stderr, "rank %d: LOOM_ALGO=hier, but: %s", g_rank, line);
+        }
+    }
+    fclose(f);
+    unlink(g_trace);
+    const int ok = hier > 0 && other == 0 && (want_ran ? buffers > 0 : buffers == 0);
+    fprintf(stderr,
+            "rank %d: %ld calls traced hier, %ld another algorithm; the hierarchy's buffer "
+            "allocated %ld times (%s expected)\n",
+            g_rank, hier, other, buffers, want_ran ? "the hierarchy" : "the flat fallback");
+    if (!ok)
+        exit(1);
+}
+
 int main(int argc, char **argv)
 {
-    const int big = argc > 1 && strcmp(argv[1], "--big") == 0;
+    int big = 0, expect_hier = -1; /* -1: not checked; 1: ran; 0: fell back */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--big") == 0) {
+            big = 1;
+        } else if (strcmp(argv[i], "--expect-hier") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "ran") == 0 || strcmp(argv[i + 1], "fallback") == 0)) {
+            expect_hier = strcmp(argv[++i], "ran") == 0;
+        } else {
+            fprintf(stderr, "usage: hosts_grid [--big] [--expect-hier ran|fallback]\n");
+            return 2;
+        }
+    }
+    if (expect_hier >= 0)
+        trace_start();
     loomComm_t c;
     CHECK(loomCommInitFromEnv(&c));
     loomCommUserRank(c, &g_rank);
@@ -237,6 +320,8 @@ int main(int argc, char **argv)
     for (int salt = 0; salt < 3; salt++)
         alltoallv_mixed(c, salt);
     CHECK(loomCommDestroy(c));
+    if (expect_hier >= 0)
+        trace_check(expect_hier);
     if (g_rank == 0)
         printf("grid ok: %d ranks, %ld checks\n", g_n, g_checks);
     return 0;
