@@ -3,7 +3,11 @@
 // test_coll_shm.cc - the shared-memory collectives (the shm_* algorithms of
 // docs/shm-collectives.md), one family forced at a time through LOOM_ALGO: flat, cico (copies
 // through the arena), cma (single copy), the size-based default, and cma forced where single
-// copy is disabled (it runs as cico), on 1, 2, 3, 4, 5 and 8 ranks. Slots are shrunk to 16 KiB
+// copy is disabled (the model's choice runs instead), on 2, 3, 4, 5 and 8 ranks, and on 1 rank
+// (no arena there: no shm algorithm runs). Each run asserts from its own LOOM_COLL_TRACE log, and
+// the arena's line saying whether single copy was agreed, that the forced family is what ran;
+// where process_vm_readv is refused the cma cases are reported skipped, with the reason, instead
+// of passing on another family. Slots are shrunk to 16 KiB
 // (8 KiB halves) so that small counts already cross round, sub-block and half boundaries;
 // counts sit at 0, 1, odd, around a half and a sub-block and around the 128 KiB reduction
 // block, and on 2 and 3 ranks a few calls of tens of MiB (large enough to stream their copies
@@ -16,7 +20,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom.h"
@@ -54,7 +60,8 @@ const char *FamilyName(Family f)
 loomtest::EnvList FamilyEnv(Family f)
 {
     loomtest::EnvList env = {
-        {"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "16384"}};
+        {"LOOM_NET", "shm"},      {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "16384"},
+        {"LOOM_COLL_TRACE", "1"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "COLL,SHM"}};
     switch (f) {
     case Family::kFlat:
         env.push_back({"LOOM_ALGO", "allreduce:shm_flat,reduce:shm_flat"});
@@ -276,6 +283,148 @@ void RunAll(int rank, int n, loomComm_t comm)
     XT_CHECK_EQ(failures, 0);
 }
 
+// ---- which family ran -------------------------------------------------------------------------
+
+// This rank's log (LOOM_DEBUG_FILE): the trace of every call and the arena's lines.
+std::string TracePath(int rank)
+{
+    return loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log";
+}
+
+std::vector<std::string> TraceLines(int rank)
+{
+    std::vector<std::string> lines;
+    std::ifstream in(TracePath(rank));
+    for (std::string line; std::getline(in, line);)
+        lines.push_back(line);
+    return lines;
+}
+
+// The arena's line for this rank ("shm arena: rank R mapped ...: <how it copies>"), or "".
+std::string ArenaLine(const std::vector<std::string> &lines, int rank)
+{
+    const std::string key = "shm arena: rank " + std::to_string(rank) + " mapped ";
+    for (const std::string &l : lines)
+        if (l.find(key) != std::string::npos)
+            return l.substr(l.find(key));
+    return "";
+}
+
+// The traced calls: collective and algorithm of each "<coll> seq N: ... algo <name> ..." line.
+std::vector<std::pair<std::string, std::string>> TracedCalls(const std::vector<std::string> &lines)
+{
+    std::vector<std::pair<std::string, std::string>> calls;
+    for (const std::string &l : lines) {
+        const size_t seq = l.find(" seq "), algo = l.find(" algo ");
+        const size_t info = l.find("LOOM INFO ");
+        if (seq == std::string::npos || algo == std::string::npos || info == std::string::npos)
+            continue;
+        const size_t c0 = info + 10, a0 = algo + 6;
+        calls.push_back({l.substr(c0, seq - c0), l.substr(a0, l.find(' ', a0) - a0)});
+    }
+    return calls;
+}
+
+// The collectives a family's LOOM_ALGO forces, and the algorithm each must trace.
+bool Forced(Family f, const std::string &coll)
+{
+    if (f == Family::kFlat)
+        return coll == "allreduce" || coll == "reduce";
+    return coll == "allreduce" || coll == "reducescatter" || coll == "reduce" ||
+           coll == "allgather" || coll == "broadcast" || coll == "alltoall";
+}
+
+const char *ForcedAlgo(Family f)
+{
+    switch (f) {
+    case Family::kFlat:
+        return "shm_flat";
+    case Family::kCma:
+        return "shm_cma";
+    default:
+        return "shm_cico"; // cico and streamin
+    }
+}
+
+// The arena must say `want` of how it copies ("single copy", "always", ...). Where the ranks could
+// not read each other's memory (process_vm_readv refused) the run is reported skipped instead: a
+// single-copy test would pass on the arena's copies. False if the run is skipped.
+bool SingleCopyAgreed(int rank, const std::string &want)
+{
+    const std::vector<std::string> lines = TraceLines(rank);
+    const std::string arena = ArenaLine(lines, rank);
+    XT_CHECK_MSG(!arena.empty(), "no arena line in " + TracePath(rank));
+    if (arena.find(want) != std::string::npos)
+        return true;
+    XT_CHECK_MSG(arena.find("copies through the arena") != std::string::npos,
+                 "the arena does not say \"" + want + "\": " + arena);
+    std::string why = "single copy (process_vm_readv) was not agreed: " + arena;
+    for (const std::string &l : lines)
+        if (l.find("cannot read rank") != std::string::npos)
+            why = "process_vm_readv refused between the ranks: " + l.substr(l.find("shm arena: "));
+    loomtest::SkipRun(why);
+    return false;
+}
+
+// Before the calls: shm_cma runs only where single copy was agreed (elsewhere LOOM_ALGO's
+// shm_cma gives way to the model's choice). False if the run is skipped.
+bool FamilyCanRun(Family f, int rank, int n)
+{
+    return f != Family::kCma || n < 2 || SingleCopyAgreed(rank, "single copy");
+}
+
+// Every rank logs into TracePath (COLL: the trace; SHM: the arena).
+loomtest::RunOptions Traced(loomtest::EnvList env)
+{
+    loomtest::RunOptions opts;
+    opts.env = std::move(env);
+    opts.env.insert(
+        opts.env.end(),
+        {{"LOOM_COLL_TRACE", "1"}, {"LOOM_DEBUG", "INFO"}, {"LOOM_DEBUG_SUBSYS", "COLL,SHM"}});
+    opts.rank_env = [](int rank) {
+        return loomtest::EnvList{{"LOOM_DEBUG_FILE", TracePath(rank)}};
+    };
+    return opts;
+}
+
+// After the calls: every call of a collective the family forces traced the forced algorithm (and
+// the arena agreed on what that algorithm needs); the default ran the shm row, nocma never
+// shm_cma; on one rank there is no arena and no shm algorithm.
+void CheckFamilyRan(Family f, int rank, int n)
+{
+    const std::vector<std::string> lines = TraceLines(rank);
+    const std::vector<std::pair<std::string, std::string>> calls = TracedCalls(lines);
+    const std::string arena = ArenaLine(lines, rank);
+    XT_CHECK_MSG(calls.size() >= 20,
+                 "only " + std::to_string(calls.size()) + " traced calls in " + TracePath(rank));
+    if (n == 1) {
+        XT_CHECK_MSG(arena.empty(), "an arena on one rank: " + arena);
+        for (const auto &c : calls)
+            XT_CHECK_MSG(c.second.rfind("shm", 0) != 0, c.first + " ran " + c.second);
+        return;
+    }
+    XT_CHECK_MSG(!arena.empty(), "no arena line in " + TracePath(rank));
+    if (f == Family::kNoCma)
+        XT_CHECK_MSG(arena.find("copies through the arena") != std::string::npos, arena);
+    int forced = 0;
+    for (const auto &c : calls) {
+        if (c.first == "barrier" || c.first == "alltoallv")
+            continue;
+        const std::string what = c.first + " ran " + c.second + " (" + FamilyName(f) + ")";
+        if (f == Family::kDefault) {
+            XT_CHECK_MSG(c.second == "shm", what);
+        } else if (f == Family::kNoCma) {
+            XT_CHECK_MSG(c.second != "shm_cma", what);
+        } else if (Forced(f, c.first)) {
+            XT_CHECK_MSG(c.second == ForcedAlgo(f), what);
+            forced++;
+        }
+    }
+    if (f != Family::kDefault && f != Family::kNoCma)
+        XT_CHECK_MSG(forced >= 20,
+                     "only " + std::to_string(forced) + " calls forced to " + ForcedAlgo(f));
+}
+
 struct Param {
     Family family;
     int nranks;
@@ -288,15 +437,29 @@ TEST_P(ShmFamily, EveryCollectiveBitExact)
     const Param p = GetParam();
     loomtest::RunOptions opts;
     opts.env = FamilyEnv(p.family);
+    opts.rank_env = [](int rank) {
+        return loomtest::EnvList{{"LOOM_DEBUG_FILE", TracePath(rank)}};
+    };
     opts.deadline_s = 90;
-    XT_ASSERT_RUN(loomtest::RunRanks(p.nranks, RunAll, opts));
+    const Family f = p.family;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        p.nranks,
+        [f](int rank, int n, loomComm_t comm) {
+            if (!FamilyCanRun(f, rank, n))
+                return;
+            RunAll(rank, n, comm);
+            CheckFamilyRan(f, rank, n);
+        },
+        opts));
 }
 
+// One rank has no arena (it needs peers), so no family can run there: one case checks that the
+// calls still give exact results through the network algorithms.
 std::vector<Param> FamilyParams()
 {
-    std::vector<Param> v;
+    std::vector<Param> v = {{Family::kDefault, 1}};
     for (Family f : {Family::kDefault, Family::kFlat, Family::kCico, Family::kCma, Family::kNoCma})
-        for (int n : {1, 2, 3, 4, 5, 8})
+        for (int n : {2, 3, 4, 5, 8})
             v.push_back({f, n});
     for (int n : {2, 3})
         v.push_back({Family::kStreamIn, n});
@@ -347,13 +510,24 @@ void BackToBack(int rank, int n, loomComm_t comm)
 
 class ShmBackToBack : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
+// The cma variant needs single copy agreed ("always": LOOM_SHM_COLL_CMA=2), or it would run
+// cico twice over; where process_vm_readv is refused it is reported skipped.
 TEST_P(ShmBackToBack, MixedCallsNeedNoBarrier)
 {
-    loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
-    opts.env.push_back({"LOOM_SHM_COLL_CMA", std::get<1>(GetParam()) ? "2" : "0"});
+    const bool cma = std::get<1>(GetParam());
+    loomtest::RunOptions opts = Traced({{"LOOM_NET", "shm"},
+                                        {"LOOM_SHM_COLL", "1"},
+                                        {"LOOM_SHM_COLL_BYTES", "65536"},
+                                        {"LOOM_SHM_COLL_CMA", cma ? "2" : "0"}});
     opts.deadline_s = 90;
-    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), BackToBack, opts));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        std::get<0>(GetParam()),
+        [cma](int rank, int n, loomComm_t comm) {
+            if (SingleCopyAgreed(rank, cma ? "single copy (process_vm_readv) always"
+                                           : "copies through the arena"))
+                BackToBack(rank, n, comm);
+        },
+        opts));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
@@ -367,13 +541,20 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmBackToBack,
 // value is agreed at creation (2, 1, 2: single copy inside the measured windows only).
 TEST(ShmBackToBack, RanksWithDifferentCmaSettingsAgree)
 {
-    loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}};
+    loomtest::RunOptions opts =
+        Traced({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_SHM_COLL_BYTES", "65536"}});
     opts.rank_env = [](int rank) {
-        return loomtest::EnvList{{"LOOM_SHM_COLL_CMA", rank == 1 ? "1" : "2"}};
+        return loomtest::EnvList{{"LOOM_SHM_COLL_CMA", rank == 1 ? "1" : "2"},
+                                 {"LOOM_DEBUG_FILE", TracePath(rank)}};
     };
     opts.deadline_s = 90;
-    XT_ASSERT_RUN(loomtest::RunRanks(3, BackToBack, opts));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t comm) {
+            if (SingleCopyAgreed(rank, "single copy (process_vm_readv) in its"))
+                BackToBack(rank, n, comm); // "in its windows" or "in its narrow windows"
+        },
+        opts));
 }
 
 // ---- tiny calls ------------------------------------------------------------------------------
