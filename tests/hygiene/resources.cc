@@ -18,8 +18,18 @@
 #include <sstream>
 #include <thread>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
+#include "leak_check.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOOMTEST_SANITIZER_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LOOMTEST_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+#ifdef LOOMTEST_SANITIZER_ALLOCATOR
+// From sanitizer/allocator_interface.h, which gcc does not install (its runtimes export it).
+extern "C" size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 namespace loomtest {
@@ -90,8 +100,14 @@ Resources Snapshot()
             r.shm_mappings += strstr(line, "/loom-") != nullptr;
         fclose(f);
     }
+#ifdef LOOMTEST_SANITIZER_ALLOCATOR
+    // The sanitizer's allocator replaces malloc: mallinfo2 would read an arena nobody uses. Its
+    // own count is of the bytes the program holds (freed chunks in quarantine are not).
+    r.malloc_in_use = __sanitizer_get_current_allocated_bytes();
+#else
     const struct mallinfo2 mi = mallinfo2();
     r.malloc_in_use = mi.uordblks + mi.hblkhd;
+#endif
     return r;
 }
 
@@ -119,7 +135,7 @@ std::vector<std::string> ShmSegmentsOf(pid_t pid)
 
 bool UnderSanitizer()
 {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef LOOMTEST_SANITIZER_ALLOCATOR
     return true;
 #else
     return false;
@@ -129,15 +145,6 @@ bool UnderSanitizer()
 void StartRuntimeThreads()
 {
     std::thread([] {}).join();
-}
-
-int LeakCheckNow()
-{
-#if defined(__SANITIZE_ADDRESS__)
-    return __lsan_do_recoverable_leak_check();
-#else
-    return 0;
-#endif
 }
 
 ParentReport::ParentReport()

@@ -3,8 +3,9 @@
 // resources.h - what a process holds, read from /proc and the allocator, so that the hygiene
 // tests can compare a rank process before and after hundreds of communicator lifetimes: open
 // descriptors (/proc/self/fd), threads (/proc/self/task), resident pages (/proc/self/statm),
-// malloc bytes in use (mallinfo2) and the shared-memory segments a process leads in /dev/shm.
-// It does not call loom. Used by tests/hygiene only.
+// malloc bytes in use (mallinfo2, or the sanitizer allocator's count in ASan and TSan builds) and
+// the shared-memory segments a process leads in /dev/shm. It does not call loom. Used by
+// tests/hygiene only.
 #ifndef LOOM_TESTS_HYGIENE_RESOURCES_H
 #define LOOM_TESTS_HYGIENE_RESOURCES_H
 
@@ -20,7 +21,7 @@ struct Resources {
     int fds = 0;              // entries of /proc/self/fd
     int threads = 0;          // entries of /proc/self/task
     size_t rss_bytes = 0;     // resident set (second field of /proc/self/statm, in pages)
-    size_t malloc_in_use = 0; // mallinfo2: uordblks + hblkhd (arena and mmapped chunks)
+    size_t malloc_in_use = 0; // mallinfo2 (arena + mmapped); the sanitizer allocator's count
     int shm_mappings = 0;     // lines of /proc/self/maps that map a loom segment ("/loom-")
     std::vector<std::string> fd_targets;   // readlink of every descriptor, for failure messages
     std::vector<std::string> thread_names; // tid and comm of every thread, for failure messages
@@ -39,17 +40,13 @@ int SettleThreads(int threads, int deadline_ms);
 std::vector<std::string> ShmSegmentsOf(pid_t pid);
 
 // True when built with AddressSanitizer or ThreadSanitizer: their allocators replace malloc
-// (mallinfo2 then says nothing) and keep freed memory in quarantine (RSS grows).
+// (Snapshot then asks theirs) and keep freed memory in quarantine and shadow (RSS grows).
 bool UnderSanitizer();
 
 // Starts and joins one thread. ThreadSanitizer starts a helper thread of its own at a process's
 // first pthread_create and keeps it; calling this before the first snapshot keeps that thread
 // out of the comparison.
 void StartRuntimeThreads();
-
-// A leak check of the calling process now (LeakSanitizer builds); 0 elsewhere. Returns nonzero
-// if LSan found leaks (it prints them to stderr).
-int LeakCheckNow();
 
 // Lines that rank processes send to the gtest process, which prints them after the run: the
 // rank logs are removed when a run succeeds, and the measured numbers belong in the test output.
