@@ -85,8 +85,12 @@ ucx_req_t *loom_ucx_req_get(ucx_ctx_t *ctx)
     return r;
 }
 
+static void list_del(ucx_req_t **head, ucx_req_t *r);
+
 void loom_ucx_req_put(ucx_ctx_t *ctx, ucx_req_t *r)
 {
+    if (r->done && r->comm != NULL)
+        list_del(&r->comm->done, r); /* a completed one waits on its connection's done list */
     r->prev = NULL;
     r->next = ctx->free_reqs;
     ctx->free_reqs = r;
@@ -130,6 +134,7 @@ static void req_complete(ucx_ctx_t *ctx, ucx_req_t *r, ucs_status_t status, size
         return;
     }
     list_del(&r->comm->pending, r);
+    list_add(&r->comm->done, r); /* a caller that closes without testing it frees it there */
     r->done = 1;
     r->status = status;
     r->nbytes = nbytes;
@@ -283,6 +288,8 @@ static loomResult_t comm_close(ucx_comm_t *c)
         sends_pending |= c->pending->is_send;
         loom_ucx_req_orphan(ctx, c->pending);
     }
+    while (c->done != NULL) /* completed, never tested: nobody will */
+        loom_ucx_req_put(ctx, c->done);
     pr->comms[c->is_send] = NULL;
     free(c);
     if (--pr->refs > 0 || pr->ep == NULL)

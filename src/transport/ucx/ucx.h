@@ -43,7 +43,7 @@ typedef struct {
 /* A request: ours, so that the table hands out stable pointers whatever UCP
  * does with its own (completes at once, or later through the callback). */
 struct ucx_req {
-    ucx_req_t *prev, *next; /* in its connection's pending list, or the free list */
+    ucx_req_t *prev, *next; /* in its connection's pending or done list, or the free list */
     ucx_ctx_t *ctx;
     ucx_comm_t *comm; /* NULL once orphaned (its connection closed first) */
     void *ucp;        /* UCP's request while in flight */
@@ -77,6 +77,7 @@ struct ucx_comm {
     int stamp_got_valid;
     uint8_t stamp_got[LOOM_TP_STAMP_BYTES];
     ucx_req_t *probe_rx;
+    ucx_req_t *done; /* completed, not yet tested: freed at close */
 };
 
 typedef struct {
