@@ -13,8 +13,12 @@
  * (LOOM_COLL_TRACE into a file of its own, then copied to stderr) and checks that every call of a
  * collective with a hierarchical row traced "algo hier", and that the hierarchy itself ran (its
  * buffer was allocated: "ran") or that it fell back to the flat algorithms ("fallback": hosts of
- * unequal sizes), rather than trusting the exit status alone.
+ * unequal sizes), rather than trusting the exit status alone; --expect-chain does the same for
+ * AllReduce's hier_chain (LOOM_ALGO=allreduce:hier_chain). With --order, AllReduce,
+ * ReduceScatter and Reduce of random floats at every size are checked bit for bit against the
+ * sum in rank order.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,7 +230,67 @@ static void rooted(loomComm_t c, size_t n)
     free(s), free(o);
 }
 
-/* ---- which algorithm ran (--expect-hier) ---- */
+/* ---- rank order ---- */
+
+/* splitmix64 */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Rank r's value at index i: a random sign, 24-bit mantissa and exponent in [-6, 6], so that
+ * float32 sums of such values round differently in every order but rank order. */
+static float rval(int r, size_t i)
+{
+    const uint64_t h = mix(((uint64_t)r << 48) ^ (uint64_t)i);
+    const float m = 1.0f + (float)(h >> 41) / 8388608.0f;
+    return ((h & 1) ? -m : m) * ldexpf(1.0f, (int)((h >> 4) % 13) - 6);
+}
+
+/* ((x0 + x1) + x2) ... + x[n-1] at index i, as include/loom.h promises. */
+static float rank_order_sum(size_t i)
+{
+    float acc = rval(0, i);
+    for (int r = 1; r < g_n; r++)
+        acc += rval(r, i);
+    return acc;
+}
+
+static void expect_bits(float got, float want, const char *what, size_t n, size_t i)
+{
+    g_checks++;
+    if (memcmp(&got, &want, sizeof(got)) != 0) {
+        fprintf(stderr, "rank %d: %s count %zu: element %zu is %.9g, the rank-order sum %.9g\n",
+                g_rank, what, n, i, got, want);
+        exit(1);
+    }
+}
+
+/* AllReduce, ReduceScatter and Reduce (root n-1) of random floats, bit for bit against the sum
+ * in rank order (--order): what LOOM_DETERMINISTIC=1 promises on every algorithm and layout. */
+static void rank_order(loomComm_t c, size_t n)
+{
+    const size_t all = n * (size_t)g_n;
+    float *s = malloc(all * 4), *o = malloc(all * 4);
+    for (size_t i = 0; i < all; i++)
+        s[i] = rval(g_rank, i);
+    CHECK(loomAllReduce(s, o, n, loomFloat32, loomSum, c, NULL));
+    for (size_t i = 0; i < n; i++)
+        expect_bits(o[i], rank_order_sum(i), "AllReduce in rank order", n, i);
+    CHECK(loomReduceScatter(s, o, n, loomFloat32, loomSum, c, NULL));
+    for (size_t i = 0; i < n; i++)
+        expect_bits(o[i], rank_order_sum((size_t)g_rank * n + i), "ReduceScatter in rank order", n,
+                    i);
+    CHECK(loomReduce(s, o, n, loomFloat32, loomSum, g_n - 1, c, NULL));
+    for (size_t i = 0; g_rank == g_n - 1 && i < n; i++)
+        expect_bits(o[i], rank_order_sum(i), "Reduce in rank order", n, i);
+    free(s), free(o);
+}
+
+/* ---- which algorithm ran (--expect-hier, --expect-chain) ---- */
 
 static char g_trace[256]; /* this rank's log file; "" when not tracing */
 
@@ -255,8 +319,10 @@ static int has_hier_row(const char *coll, size_t len)
     return 0;
 }
 
-/* Reads the trace back (copying it to stderr) and checks it; exits 1 on a wrong algorithm. */
-static void trace_check(int want_ran)
+/* Reads the trace back (copying it to stderr) and checks it; exits 1 on a wrong algorithm.
+ * chain: AllReduce alone must have run hier_chain (--expect-chain); else every collective with
+ * a hier row must have run hier. */
+static void trace_check(int want_ran, int chain)
 {
     FILE *f = fopen(g_trace, "r");
     if (f == NULL) {
@@ -270,37 +336,48 @@ static void trace_check(int want_ran)
         const char *info = strstr(line, "LOOM INFO "), *seq = strstr(line, " seq ");
         if (strstr(line, "hierarchical collective buffer is now") != NULL)
             buffers++;
-        if (info == NULL || seq == NULL || strstr(line, " algo ") == NULL ||
-            !has_hier_row(info + 10, (size_t)(seq - info - 10)))
+        if (info == NULL || seq == NULL || strstr(line, " algo ") == NULL)
             continue;
-        if (strstr(line, " algo hier ") != NULL) {
+        const char *coll = info + 10;
+        const size_t len = (size_t)(seq - coll);
+        if (chain ? len != 9 || strncmp(coll, "allreduce", 9) != 0 : !has_hier_row(coll, len))
+            continue;
+        if (strstr(line, chain ? " algo hier_chain " : " algo hier ") != NULL) {
             hier++;
         } else if (other++ == 0) {
-            fprintf(stderr, "rank %d: LOOM_ALGO=hier, but: %s", g_rank, line);
+            fprintf(stderr, "rank %d: LOOM_ALGO=%s, but: %s", g_rank,
+                    chain ? "allreduce:hier_chain" : "hier", line);
         }
     }
     fclose(f);
     unlink(g_trace);
     const int ok = hier > 0 && other == 0 && (want_ran ? buffers > 0 : buffers == 0);
     fprintf(stderr,
-            "rank %d: %ld calls traced hier, %ld another algorithm; the hierarchy's buffer "
+            "rank %d: %ld calls traced %s, %ld another algorithm; the hierarchy's buffer "
             "allocated %ld times (%s expected)\n",
-            g_rank, hier, other, buffers, want_ran ? "the hierarchy" : "the flat fallback");
+            g_rank, hier, chain ? "hier_chain" : "hier", other, buffers,
+            want_ran ? "the hierarchy" : "the flat fallback");
     if (!ok)
         exit(1);
 }
 
 int main(int argc, char **argv)
 {
-    int big = 0, expect_hier = -1; /* -1: not checked; 1: ran; 0: fell back */
+    int big = 0, order = 0, chain = 0, expect_hier = -1; /* -1: not checked; 1: ran; 0: fell back */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--big") == 0) {
             big = 1;
-        } else if (strcmp(argv[i], "--expect-hier") == 0 && i + 1 < argc &&
+        } else if (strcmp(argv[i], "--order") == 0) {
+            order = 1;
+        } else if ((strcmp(argv[i], "--expect-hier") == 0 ||
+                    strcmp(argv[i], "--expect-chain") == 0) &&
+                   i + 1 < argc &&
                    (strcmp(argv[i + 1], "ran") == 0 || strcmp(argv[i + 1], "fallback") == 0)) {
+            chain = strcmp(argv[i], "--expect-chain") == 0;
             expect_hier = strcmp(argv[++i], "ran") == 0;
         } else {
-            fprintf(stderr, "usage: hosts_grid [--big] [--expect-hier ran|fallback]\n");
+            fprintf(stderr, "usage: hosts_grid [--big] [--order] "
+                            "[--expect-hier|--expect-chain ran|fallback]\n");
             return 2;
         }
     }
@@ -316,12 +393,14 @@ int main(int argc, char **argv)
         allreduce(c, counts[k]);
         gather_scatter(c, counts[k] / (size_t)g_n + 1);
         rooted(c, counts[k]);
+        if (order)
+            rank_order(c, counts[k] + 1);
     }
     for (int salt = 0; salt < 3; salt++)
         alltoallv_mixed(c, salt);
     CHECK(loomCommDestroy(c));
     if (expect_hier >= 0)
-        trace_check(expect_hier);
+        trace_check(expect_hier, chain);
     if (g_rank == 0)
         printf("grid ok: %d ranks, %ld checks\n", g_n, g_checks);
     return 0;
