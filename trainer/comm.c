@@ -148,13 +148,25 @@ void tc_reduce_scatter(tcomm_t *c, int p, loomComm_t comm, const float *send, fl
         c->comm_s += tc_now() - t;
 }
 
+static void allgather(tcomm_t *c, int p, loomComm_t comm, const void *send, void *recv,
+                      size_t sendcount, loomDataType_t dt, size_t elem)
+{
+    count(c, p, K_ALLGATHER, sendcount * elem * (size_t)comm_size(comm));
+    double t = tc_now();
+    tc_check(loomAllGather(send, recv, sendcount, dt, comm, NULL), c, "loomAllGather");
+    c->comm_s += tc_now() - t;
+}
+
 void tc_allgather(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv,
                   size_t sendcount)
 {
-    count(c, p, K_ALLGATHER, sendcount * sizeof(float) * (size_t)comm_size(comm));
-    double t = tc_now();
-    tc_check(loomAllGather(send, recv, sendcount, loomFloat32, comm, NULL), c, "loomAllGather");
-    c->comm_s += tc_now() - t;
+    allgather(c, p, comm, send, recv, sendcount, loomFloat32, sizeof(float));
+}
+
+void tc_allgather_d(tcomm_t *c, int p, loomComm_t comm, const double *send, double *recv,
+                    size_t sendcount)
+{
+    allgather(c, p, comm, send, recv, sendcount, loomFloat64, sizeof(double));
 }
 
 void tc_tp_forward(tcomm_t *c, float *buf, size_t n, int eval)

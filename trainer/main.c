@@ -217,7 +217,7 @@ static const char *jnum(char *buf, double x)
 {
     if (!isfinite(x))
         return "null";
-    snprintf(buf, 32, "%.9g", x);
+    snprintf(buf, 32, "%.17g", x);
     return buf;
 }
 

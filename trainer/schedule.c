@@ -8,6 +8,8 @@
  */
 #include "train.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t io_len(const stage_t *s, const mb_acts_t *a)
@@ -51,14 +53,26 @@ static void bwd(stage_t *s, mb_acts_t *a, int last)
     stage_backward(s, a, s->dx, last);
 }
 
+/* The step's loss: every micro-batch's loss, added in the order one process adds them (data rank,
+ * then micro-batch). A sum over ranks would associate the parts differently (with dp 2 and 2
+ * micro-batches each, (l0 + l1) + (l2 + l3)); in this order a layout that computes the same
+ * micro-batch losses reports the same bits as one process. Each token's loss is counted once: on
+ * the last stage, by TP rank 0; the other ranks give zeros, which add exactly. */
 static double global_loss(stage_t *s, mb_acts_t *mbs, int nmb)
 {
-    double loss = 0;
-    /* Each token's loss is counted once: on the last stage, by TP rank 0. */
+    size_t n = (size_t)nmb, world = (size_t)s->c->size;
+    double *mine = calloc(n * (world + 1), sizeof(double)), *all = mine + n, loss = 0;
+    if (!mine) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        exit(1);
+    }
     if (s->lay->last && s->lay->g.tp_i == 0)
-        for (int i = 0; i < nmb; i++)
-            loss += mbs[i].loss;
-    tc_allreduce_d(s->c, P_MISC, s->c->world, &loss, 1);
+        for (size_t i = 0; i < n; i++)
+            mine[i] = mbs[i].loss;
+    tc_allgather_d(s->c, P_MISC, s->c->world, mine, all, n);
+    for (size_t i = 0; i < n * world; i++)
+        loss += all[i];
+    free(mine);
     return loss;
 }
 

@@ -72,6 +72,8 @@ void tc_reduce_scatter(tcomm_t *c, int p, loomComm_t comm, const float *send, fl
                        size_t recvcount, loomStream_t s);
 void tc_allgather(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv,
                   size_t sendcount);
+void tc_allgather_d(tcomm_t *c, int p, loomComm_t comm, const double *send, double *recv,
+                    size_t sendcount);
 /* The TP all-reduce of a row-parallel layer's output (fp32 or Echo) / of an input gradient. */
 void tc_tp_forward(tcomm_t *c, float *buf, size_t n, int eval);
 void tc_tp_backward(tcomm_t *c, float *buf, size_t n);
