@@ -485,32 +485,63 @@ TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
 
 // ---- Echo on the TP all-reduces -----------------------------------------------------------------
 
-TEST(Echo, TwoHundredStepsOfTp2EndWithinTwoPercentOfFp32)
+// 200 steps of tp2 (L2 C64 T32, batch 8, learning rate 1e-3) with Echo's 4-bit forward
+// all-reduces against the same with fp32 ones, for seeds 1..4: Echo must not end worse than fp32
+// by more than fp32 itself varies from seed to seed. The final validation loss (16 batches, 4096
+// tokens; validation runs exact all-reduces, so a model spoiled by a bad codec shows) per seed,
+// measured with OpenBLAS's Prescott, Haswell and Sandybridge kernels (seeds 1..6):
+//   fp32 from seed to seed:              sd 1.4 % (2.88 .. 2.98); the same seed with other
+//                                        kernels: within 0.015 %
+//   Echo - fp32, the same seed:          mean +0.4 .. +0.5 %, sd 0.5 .. 0.85 %, -0.9 .. +1.3 %;
+//                                        mean of seeds 1..4 +0.2 .. +0.4 %
+//   3 codec levels instead of 15:        +20 .. +24 %
+//   the decoder's scale halved:          +11 .. +15 %
+// The check is one-sided (Echo may end better), on the mean over the 4 seeds, with the bound
+// 2 %: 1.5 times fp32's seed-to-seed sd, and 3.7 sd of the 4-seed mean (0.85 % / 2) above Echo's
+// cost, so a correct Echo passes with any kernels while a broken codec fails by far. (Without
+// error feedback Echo costs about 1 % here, -0.8 .. +3.6 %: at 2 layers that is not reliably
+// visible; the echo suite's Echo.ResidualStreamErrorDoesNotGrowWithDepth checks the feedback.)
+// Not the trainer's default learning rate, 3e-3: 200 steps at this batch size are chaotic there,
+// and any perturbation, Echo or only another BLAS kernel rounding differently, ends on another
+// trajectory: Echo - fp32 from -4.2 % to +6.6 % per seed (sd 1.8 .. 4.3 %), fp32 from seed to
+// seed sd 1.8 .. 2.6 %; the single-seed check once written with a two-sided 2 % bound failed on
+// the next CPU.
+TEST(Echo, Tp2TrainsAsWellAsFp32OverFourSeeds)
 {
-    const std::string args = "--tp 2 --steps 200 --layers 2 --d 64 --ctx 32 --val-batches 4";
-    TrainRun fp = Train("echo-fp32", 2, args);
-    TrainRun ec = Train("echo-echo", 2, args + " --tp-allreduce echo");
-    ASSERT_EQ(fp.rc, 0) << fp.log;
-    ASSERT_EQ(ec.rc, 0) << ec.log;
-    ASSERT_EQ(fp.losses.size(), 200u);
-    ASSERT_EQ(ec.losses.size(), 200u);
+    constexpr int kSeeds = 4;
+    constexpr double kBound = 0.02;
+    const std::string args = "--tp 2 --steps 200 --layers 2 --d 64 --ctx 32 --lr 1e-3 "
+                             "--val-batches 16 --seed ";
     auto tail = [](const TrainRun &r) {
         double s = 0;
         for (size_t i = 180; i < 200; i++)
             s += r.losses[i];
         return s / 20;
     };
-    for (double l : ec.losses)
-        ASSERT_TRUE(std::isfinite(l) && l < 6.0) << "Echo diverged";
-    double vf = JsonNum(fp.summary, "val_loss"), ve = JsonNum(ec.summary, "val_loss");
-    double tf = tail(fp), te = tail(ec);
-    printf("[ measured ] 200 steps tp2: val loss fp32 %.4f echo %.4f (%+.2f%%); mean loss of the "
-           "last 20 steps fp32 %.4f echo %.4f (%+.2f%%)\n",
-           vf, ve, 100 * (ve - vf) / vf, tf, te, 100 * (te - tf) / tf);
-    EXPECT_LT(tf, 0.75 * fp.losses[0]) << "fp32 did not train";
-    EXPECT_LE(std::fabs(ve - vf) / vf, 0.02);
-    EXPECT_LE(std::fabs(te - tf) / tf, 0.02);
-    EXPECT_GT(Comm(ec, "tp.echo").first, 0);
+    double sum = 0;
+    for (int seed = 1; seed <= kSeeds; seed++) {
+        const std::string a = args + std::to_string(seed), tag = std::to_string(seed);
+        TrainRun fp = Train("echo-fp32-" + tag, 2, a);
+        TrainRun ec = Train("echo-echo-" + tag, 2, a + " --tp-allreduce echo");
+        ASSERT_EQ(fp.rc, 0) << fp.log;
+        ASSERT_EQ(ec.rc, 0) << ec.log;
+        ASSERT_EQ(fp.losses.size(), 200u);
+        ASSERT_EQ(ec.losses.size(), 200u);
+        for (double l : ec.losses)
+            ASSERT_TRUE(std::isfinite(l) && l < 6.0) << "Echo diverged with seed " << seed;
+        EXPECT_LT(tail(fp), 0.75 * fp.losses[0]) << "fp32 did not train with seed " << seed;
+        EXPECT_GT(Comm(ec, "tp.echo").first, 0);
+        double vf = JsonNum(fp.summary, "val_loss"), ve = JsonNum(ec.summary, "val_loss");
+        ASSERT_TRUE(std::isfinite(vf) && std::isfinite(ve)) << fp.summary << "\n" << ec.summary;
+        sum += (ve - vf) / vf;
+        printf("[ measured ] seed %d, 200 steps tp2: val loss fp32 %.4f echo %.4f (%+.2f%%); "
+               "mean loss of the last 20 steps fp32 %.4f echo %.4f\n",
+               seed, vf, ve, 100 * (ve - vf) / vf, tail(fp), tail(ec));
+    }
+    printf("[ measured ] Echo's validation loss against fp32, mean over %d seeds: %+.2f%% (bound "
+           "%+.1f%%)\n",
+           kSeeds, 100 * sum / kSeeds, 100 * kBound);
+    EXPECT_LE(sum / kSeeds, kBound);
 }
 
 // ---- The PyTorch reference --------------------------------------------------------------------
