@@ -73,12 +73,17 @@ struct TrainRun {
     std::string name;
 };
 
+// The number under key; NAN where it is absent or null (loom-train writes a non-finite loss as
+// null), never the 0 that strtod makes of "null", which would pass for a finite, low loss.
 double JsonNum(const std::string &line, const std::string &key)
 {
     size_t p = line.find("\"" + key + "\":");
     if (p == std::string::npos)
         return NAN;
-    return strtod(line.c_str() + p + key.size() + 3, nullptr);
+    const char *s = line.c_str() + p + key.size() + 3;
+    char *end;
+    double x = strtod(s, &end);
+    return end == s ? NAN : x;
 }
 
 // "purpose.kind":[calls,bytes] from the summary; {0, 0} when absent.
@@ -496,6 +501,7 @@ TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
 //                                        mean of seeds 1..4 +0.2 .. +0.4 %
 //   3 codec levels instead of 15:        +20 .. +24 %
 //   the decoder's scale halved:          +11 .. +15 %
+//   codes read unsigned:                 the loss becomes NaN (null in the log: JsonNum's NAN)
 // The check is one-sided (Echo may end better), on the mean over the 4 seeds, with the bound
 // 2 %: 1.5 times fp32's seed-to-seed sd, and 3.7 sd of the 4-seed mean (0.85 % / 2) above Echo's
 // cost, so a correct Echo passes with any kernels while a broken codec fails by far. (Without
