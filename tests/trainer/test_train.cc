@@ -498,7 +498,8 @@ TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
 //   fp32 from seed to seed:              sd 1.4 % (2.88 .. 2.98); the same seed with other
 //                                        kernels: within 0.015 %
 //   Echo - fp32, the same seed:          mean +0.4 .. +0.5 %, sd 0.5 .. 0.85 %, -0.9 .. +1.3 %;
-//                                        mean of seeds 1..4 +0.2 .. +0.4 %
+//                                        mean of seeds 1..4 +0.2 .. +0.4 %, also with Zen's,
+//                                        SkylakeX's and Cooperlake's kernels
 //   3 codec levels instead of 15:        +20 .. +24 %
 //   the decoder's scale halved:          +11 .. +15 %
 //   codes read unsigned:                 the loss becomes NaN (null in the log: JsonNum's NAN)
