@@ -213,7 +213,10 @@ loomResult_t loom_allreduce_hier_chain(loom_coll_ctx_t *ctx, const loom_coll_arg
     c.a = a;
     c.es = loom_dtype_size(a->dt);
     c.accsz = loom_acc_size(a->dt);
-    c.ce = loom_chunk_elems(ctx, c.accsz);
+    const size_t chunk_ce = loom_chunk_elems(ctx, c.accsz);
+    c.ce = chunk_ce;
+    loom_link_cost_t shared = ctx->link;
+    shared.beta_ns *= (double)h.L;
     const size_t L = (size_t)h.L;
     size_t round = LOOM_HIER_ROUND_BYTES / c.es;
     if (round < L)
@@ -238,7 +241,13 @@ loomResult_t loom_allreduce_hier_chain(loom_coll_ctx_t *ctx, const loom_coll_arg
             loom_split(rn, h.L, o, &spans[o].off, &spans[o].len);
         c.send = (const uint8_t *)a->sendbuff + base * c.es;
         c.out = (uint8_t *)a->recvbuff + base * c.es;
-        c.nseg = (spans[h.l].len + c.ce - 1) / c.ce;
+        /* Segments as the model finds fastest for a chain of 2H - 1 hops on the rail, whose
+         * link the host's L rails share: at most a chunk, shorter where the pipeline's fill
+         * costs more than the steps (loom_chain_segments). */
+        const size_t m = loom_chain_segments(&shared, (double)(spans[h.l].len * c.accsz),
+                                             2 * h.H - 1, ctx->chunk_bytes);
+        c.ce = spans[h.l].len ? (spans[h.l].len + m - 1) / m : chunk_ce;
+        c.nseg = spans[h.l].len ? (spans[h.l].len + c.ce - 1) / c.ce : 0;
         LOOM_CHECK_GOTO(gather_raw(&h, c.send, spans, buf, c.es, reqs), res, out);
         LOOM_CHECK_GOTO(rail_chain(&c), res, out);
         res = loom_hier_local_allgather(&h, c.out, spans, c.es, STEP_LOCAL_GATHER);

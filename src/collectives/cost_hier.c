@@ -71,21 +71,24 @@ double loom_cost_allreduce_hier(const loom_cost_call_t *c, const loom_link_cost_
 }
 
 /* The raw slices to their owners inside the host (who add them up), the
- * partials up the rail and the results down it in segments of a chunk (2(H-1)
- * hops to fill, one step per further segment), the slices all-gathered inside
- * the host. A host in the middle sends the slice up and down through its
- * link, the first and the last one of the two. */
+ * partials up the rail and the results down it in m segments
+ * (loom_chain_segments: 2(H-1) hops to fill, one step per further segment,
+ * each moving a segment), the slices all-gathered inside the host. A host in
+ * the middle sends the slice up and down through its link, the first and the
+ * last one of the two. */
 double loom_cost_allreduce_hier_chain(const loom_cost_call_t *c, const loom_link_cost_t *l)
 {
     if (!usable(c) || !c->contiguous)
         return LOOM_COST_NA;
     const double L = c->ppn, H = c->nhosts, ar = c->acc_ratio;
     const double k = hier_rounds(c->nbytes), s = c->nbytes / k, out = s * (L - 1) / L;
-    const double slice = s / L, m = fmax(1.0, slice * ar / (double)c->chunk_bytes);
+    const double slice = s / L;
     loom_link_cost_t shared = *l;
     shared.beta_ns *= L;
-    const double rail = loom_cost_eval(&shared, 2 * (H - 1) + m - 1, 4 * m,
-                                       H > 2 ? slice * (ar + 1) : slice * ar, 0.0);
+    const double m =
+        (double)loom_chain_segments(&shared, slice * ar, 2 * c->nhosts - 1, c->chunk_bytes);
+    const double hops = 2 * (H - 1) + m - 1, per_seg = slice * (H > 2 ? ar + 1 : ar) / m;
+    const double rail = loom_cost_eval(&shared, hops, 4 * m, per_seg * hops, 0.0);
     return k * (intra(c, out, s * ar, 2 * (L - 1)) + rail + intra(c, out, 0, 2 * (L - 1)));
 }
 
