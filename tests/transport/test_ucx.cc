@@ -320,7 +320,7 @@ TEST(Ucx, KilledPeerIsRemoteError)
         3,
         [](int rank, int, loomComm_t comm) {
             // The first all-reduce wires every endpoint up (UCX 1.13 can abort a process whose
-            // peer fails while an endpoint is still being wired up: docs/ARCHITECTURE.md).
+            // peer fails while an endpoint is still being wired up: docs/transports.md).
             // Rank 2 may leave it before the others finish, so they may already fail in it.
             std::vector<float> buf(1 << 16, 1.0f);
             loomResult_t first = loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32,

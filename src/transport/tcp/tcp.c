@@ -25,7 +25,7 @@
 #include "tcp_conn.h"
 #include "timer.h"
 
-/* Per-byte and per-message costs (measurements in docs/ARCHITECTURE.md):
+/* Per-byte and per-message costs (measurements in docs/PERFORMANCE.md):
  * - payloads go from the caller's buffer to the socket and from the socket
  *   into the caller's buffer (sendmsg/readv on iovecs): the kernel's copy is
  *   the only one (MSG_ZEROCOPY costs more CPU on loopback, so it is not used);
