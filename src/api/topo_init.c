@@ -174,7 +174,7 @@ loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
             LOOM_WARN("LOOM_TOPO_DUMP_FILE %s: cannot write it", dump);
             res = loomSystemError;
         } else {
-            LOOM_INFO(LOOM_LOG_INIT, "topology of %d ranks on %d hosts written to %s", c->nranks,
+            LOOM_INFO(LOOM_LOG_TOPO, "topology of %d ranks on %d hosts written to %s", c->nranks,
                       out->nhosts, dump);
         }
     }

@@ -47,11 +47,18 @@ static const struct {
     {"CALL", LOOM_LOG_CALL},
     {"P2P", LOOM_LOG_P2P},
     {"UCX", LOOM_LOG_UCX},
+    {"TOPO", LOOM_LOG_TOPO},
+    {"ECHO", LOOM_LOG_ECHO},
+    {"QUANT", LOOM_LOG_QUANT},
     {"ALL", LOOM_LOG_ALL},
 };
+#define NSUBSYS (sizeof(subsys_names) / sizeof(subsys_names[0]))
 
-static uint32_t parse_subsys(const char *s)
+/* The mask of a LOOM_DEBUG_SUBSYS list. The first name it does not know goes
+ * to unknown (empty if none): the caller warns once the logger is set up. */
+static uint32_t parse_subsys(const char *s, char *unknown, size_t unknown_len)
 {
+    unknown[0] = '\0';
     int negate = (*s == '^');
     if (negate)
         s++;
@@ -60,9 +67,13 @@ static uint32_t parse_subsys(const char *s)
     snprintf(buf, sizeof(buf), "%s", s);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
-            if (strcasecmp(tok, subsys_names[i].name) == 0)
-                mask |= subsys_names[i].bit;
+        size_t i = 0;
+        while (i < NSUBSYS && strcasecmp(tok, subsys_names[i].name) != 0)
+            i++;
+        if (i < NSUBSYS)
+            mask |= subsys_names[i].bit;
+        else if (unknown[0] == '\0')
+            snprintf(unknown, unknown_len, "%s", tok);
     }
     return negate ? ~mask : mask;
 }
@@ -90,6 +101,27 @@ static void open_log_file(const char *pattern)
     }
 }
 
+/* Writes one formatted line; the caller has decided it is enabled. */
+static void log_print(loom_log_level_t level, const char *file, int line, const char *msg)
+{
+    const char *lvl = level == LOOM_LOG_WARN    ? "WARN"
+                      : level == LOOM_LOG_INFO  ? "INFO"
+                      : level == LOOM_LOG_TRACE ? "TRACE"
+                                                : "VERSION";
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    pthread_mutex_lock(&log_lock);
+    FILE *out = log_file ? log_file : stderr;
+    if (level == LOOM_LOG_WARN)
+        fprintf(out, "%s:%d:%d [%d] %s:%d LOOM WARN %s\n", log_host, (int)getpid(),
+                (int)syscall(SYS_gettid), loom_debug_get_rank(), base, line, msg);
+    else
+        fprintf(out, "%s:%d:%d [%d] LOOM %s %s\n", log_host, (int)getpid(),
+                (int)syscall(SYS_gettid), loom_debug_get_rank(), lvl, msg);
+    fflush(out);
+    pthread_mutex_unlock(&log_lock);
+}
+
 static void log_init(void)
 {
     gethostname(log_host, sizeof(log_host) - 1);
@@ -108,10 +140,20 @@ static void log_init(void)
     else
         log_level = LOOM_LOG_WARN;
     __atomic_store_n(&loom_log_gate, (int)log_level, __ATOMIC_RELAXED);
-    log_subsys = parse_subsys(loom_param_DEBUG_SUBSYS());
+    char unknown[64];
+    log_subsys = parse_subsys(loom_param_DEBUG_SUBSYS(), unknown, sizeof(unknown));
     const char *file = loom_param_DEBUG_FILE();
     if (file && *file)
         open_log_file(file);
+    if (unknown[0] != '\0' && log_level >= LOOM_LOG_WARN) {
+        /* Printed here: loom_log would wait on the once this function runs under. */
+        char msg[LAST_ERROR_BYTES];
+        size_t o = (size_t)snprintf(
+            msg, sizeof(msg), "LOOM_DEBUG_SUBSYS: unknown subsystem '%s' ignored; known:", unknown);
+        for (size_t i = 0; i < NSUBSYS && o < sizeof(msg); i++)
+            o += (size_t)snprintf(msg + o, sizeof(msg) - o, " %s", subsys_names[i].name);
+        log_print(LOOM_LOG_WARN, __FILE__, __LINE__, msg);
+    }
 }
 
 void loom_debug_set_rank(int rank)
@@ -147,24 +189,8 @@ void loom_log(loom_log_level_t level, uint32_t subsys, const char *file, int lin
     va_end(ap);
     if (level == LOOM_LOG_WARN)
         snprintf(last_error, sizeof(last_error), "%s", msg);
-    if (!loom_log_enabled(level, subsys))
-        return;
-    const char *lvl = level == LOOM_LOG_WARN    ? "WARN"
-                      : level == LOOM_LOG_INFO  ? "INFO"
-                      : level == LOOM_LOG_TRACE ? "TRACE"
-                                                : "VERSION";
-    const char *base = strrchr(file, '/');
-    base = base ? base + 1 : file;
-    pthread_mutex_lock(&log_lock);
-    FILE *out = log_file ? log_file : stderr;
-    if (level == LOOM_LOG_WARN)
-        fprintf(out, "%s:%d:%d [%d] %s:%d LOOM WARN %s\n", log_host, (int)getpid(),
-                (int)syscall(SYS_gettid), loom_debug_get_rank(), base, line, msg);
-    else
-        fprintf(out, "%s:%d:%d [%d] LOOM %s %s\n", log_host, (int)getpid(),
-                (int)syscall(SYS_gettid), loom_debug_get_rank(), lvl, msg);
-    fflush(out);
-    pthread_mutex_unlock(&log_lock);
+    if (loom_log_enabled(level, subsys))
+        log_print(level, file, line, msg);
 }
 
 void loom_set_last_error(const char *fmt, ...)

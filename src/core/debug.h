@@ -19,7 +19,9 @@ typedef enum {
     LOOM_LOG_TRACE = 4
 } loom_log_level_t;
 
-/* Subsystems (bit flags) for LOOM_DEBUG_SUBSYS. */
+/* Subsystems (bit flags) for LOOM_DEBUG_SUBSYS: a line names the module it
+ * comes from. P2P is the point-to-point layer above the transports (src/transport/p2p*.c);
+ * TRANSPORT is which transport reaches which peer and the framing they share. */
 #define LOOM_LOG_INIT      (1u << 0)
 #define LOOM_LOG_BOOTSTRAP (1u << 1)
 #define LOOM_LOG_TRANSPORT (1u << 2)
@@ -31,6 +33,9 @@ typedef enum {
 #define LOOM_LOG_CALL      (1u << 8)
 #define LOOM_LOG_P2P       (1u << 9)
 #define LOOM_LOG_UCX       (1u << 10)
+#define LOOM_LOG_TOPO      (1u << 11)
+#define LOOM_LOG_ECHO      (1u << 12)
+#define LOOM_LOG_QUANT     (1u << 13)
 #define LOOM_LOG_ALL       (~0u)
 
 /* The rank printed in log lines of the calling thread (-1: none). */

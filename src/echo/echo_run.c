@@ -339,6 +339,10 @@ static loomResult_t carve(loom_echo_ctx_t *ctx, run_t *r)
             return loomSystemError;
         }
         ctx->ws_bytes = total;
+        LOOM_INFO(LOOM_LOG_ECHO,
+                  "rank %d: Echo workspace grown to %zu bytes: chunks of %zu values in %d "
+                  "segment(s) of %zu values",
+                  r->lay->rank, total, r->chunk, r->nseg, r->seg);
     }
     uint8_t *p = ctx->ws;
     void *parts[8];
@@ -432,6 +436,10 @@ loomResult_t loom_echo_ctx_create(const loom_peer_info_t *peers, int nranks, int
         free(ctx);
         return res;
     }
+    const loom_echo_layout_t *lay = &ctx->lay;
+    LOOM_INFO(LOOM_LOG_ECHO, "rank %d: Echo layout %s: %d host(s) x %d rank(s), host %d local %d",
+              rank, lay->local > 1 ? "hierarchical" : "flat", lay->hosts, lay->local, lay->host,
+              lay->lrank);
     *ctx_p = ctx;
     return loomSuccess;
 }

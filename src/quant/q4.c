@@ -10,6 +10,7 @@
  */
 #include "q4.h"
 
+#include "debug.h"
 #include "q4_impl.h"
 
 int loom_q4_dtype_ok(loomDataType_t dt)
@@ -114,15 +115,48 @@ const struct loom_q4_ops loom_q4_scalar_ops = {
 
 // ---- Dispatch ---------------------------------------------------------------
 
-static const struct loom_q4_ops *ops_of(loom_kernels_isa_t isa)
+/* The set that runs for a request: the scalar codec where the machine lacks it. */
+static loom_kernels_isa_t runnable(loom_kernels_isa_t isa)
 {
 #if defined(__x86_64__)
     if (isa != LOOM_KERNELS_SCALAR && loom_kernels_isa_available(isa))
-        return isa == LOOM_KERNELS_AVX512 ? &loom_q4_avx512_ops : &loom_q4_avx2_ops;
+        return isa;
+#else
+    (void)isa;
+#endif
+    return LOOM_KERNELS_SCALAR;
+}
+
+static const struct loom_q4_ops *ops_of(loom_kernels_isa_t isa)
+{
+#if defined(__x86_64__)
+    switch (runnable(isa)) {
+    case LOOM_KERNELS_AVX512:
+        return &loom_q4_avx512_ops;
+    case LOOM_KERNELS_AVX2:
+        return &loom_q4_avx2_ops;
+    default:
+        break;
+    }
 #else
     (void)isa;
 #endif
     return &loom_q4_scalar_ops;
+}
+
+/* The set the entry points below use. The QUANT log names it at the first
+ * call and whenever it changes (loom_kernels_use), so a log shows which codec
+ * produced the bytes; the check costs one relaxed load per call. */
+static int logged_isa = -1;
+
+static loom_kernels_isa_t active_isa(void)
+{
+    const loom_kernels_isa_t isa = runnable(loom_kernels_isa());
+    if (__atomic_load_n(&logged_isa, __ATOMIC_RELAXED) != (int)isa &&
+        __atomic_exchange_n(&logged_isa, (int)isa, __ATOMIC_RELAXED) != (int)isa)
+        LOOM_INFO(LOOM_LOG_QUANT, "q4 codec: %s (the reduction kernels' set, LOOM_KERNELS)",
+                  loom_kernels_isa_name(isa));
+    return isa;
 }
 
 void loom_q4_encode_isa(loom_kernels_isa_t isa, const void *src, loomDataType_t dt,
@@ -148,15 +182,15 @@ void loom_q4_decode_acc_isa(loom_kernels_isa_t isa, const uint8_t *src, size_t n
 void loom_q4_encode(const void *src, loomDataType_t dt, const float *err_in, float *err_out,
                     size_t n, uint8_t *dst)
 {
-    loom_q4_encode_isa(loom_kernels_isa(), src, dt, err_in, err_out, n, dst);
+    loom_q4_encode_isa(active_isa(), src, dt, err_in, err_out, n, dst);
 }
 
 void loom_q4_decode(const uint8_t *src, size_t n, void *dst, loomDataType_t dt)
 {
-    loom_q4_decode_isa(loom_kernels_isa(), src, n, dst, dt);
+    loom_q4_decode_isa(active_isa(), src, n, dst, dt);
 }
 
 void loom_q4_decode_acc(const uint8_t *src, size_t n, float *acc)
 {
-    loom_q4_decode_acc_isa(loom_kernels_isa(), src, n, acc);
+    loom_q4_decode_acc_isa(active_isa(), src, n, acc);
 }

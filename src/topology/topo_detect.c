@@ -474,7 +474,7 @@ void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
         h->packages = 1;
     if (h->cores <= 0)
         h->cores = h->cpus;
-    LOOM_INFO(LOOM_LOG_INIT, "topology: CPUs and NUMA from %s, RDMA from %s, GPUs from %s",
+    LOOM_INFO(LOOM_LOG_TOPO, "topology: CPUs and NUMA from %s, RDMA from %s, GPUs from %s",
               cpu_lib ? "hwloc" : "sysfs", rdma_lib ? "libibverbs" : "sysfs",
               gpu_lib ? "NVML" : "sysfs");
 }

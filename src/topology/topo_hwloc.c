@@ -126,7 +126,7 @@ static int load(hwloc_topology_t *topo_p, const char *synthetic)
 {
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo)) {
-        LOOM_INFO(LOOM_LOG_INIT, "hwloc: cannot initialize a topology; CPUs from sysfs");
+        LOOM_INFO(LOOM_LOG_TOPO, "hwloc: cannot initialize a topology; CPUs from sysfs");
         return -1;
     }
     int rc;
@@ -146,7 +146,7 @@ static int load(hwloc_topology_t *topo_p, const char *synthetic)
     if (!rc)
         rc = hwloc_topology_load(topo);
     if (rc) {
-        LOOM_INFO(LOOM_LOG_INIT, "hwloc: cannot load the %s topology; CPUs from sysfs",
+        LOOM_INFO(LOOM_LOG_TOPO, "hwloc: cannot load the %s topology; CPUs from sysfs",
                   synthetic ? "synthetic" : "host's");
         hwloc_topology_destroy(topo);
         return -1;
@@ -162,7 +162,7 @@ int loom_topo_hwloc_detect(loom_topo_host_t *h, const char *synthetic)
         return -1;
     int pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
     if (pus <= 0) {
-        LOOM_INFO(LOOM_LOG_INIT, "hwloc: the topology has no CPUs; CPUs from sysfs");
+        LOOM_INFO(LOOM_LOG_TOPO, "hwloc: the topology has no CPUs; CPUs from sysfs");
         hwloc_topology_destroy(topo);
         return -1;
     }

@@ -94,7 +94,7 @@ static void add_device(loom_topo_host_t *h, struct ibv_device *dev)
     const char *name = ibv_get_device_name(dev);
     struct ibv_context *ctx = ibv_open_device(dev);
     if (!ctx) {
-        LOOM_INFO(LOOM_LOG_INIT, "libibverbs: cannot open %s: %s", name ? name : "?",
+        LOOM_INFO(LOOM_LOG_TOPO, "libibverbs: cannot open %s: %s", name ? name : "?",
                   strerror(errno));
         return;
     }
@@ -102,7 +102,7 @@ static void add_device(loom_topo_host_t *h, struct ibv_device *dev)
     int rc = ibv_query_device(ctx, &da);
     if (rc) {
         /* verbs return an errno value, not -1 */
-        LOOM_INFO(LOOM_LOG_INIT, "libibverbs: cannot query %s: %s", name ? name : "?",
+        LOOM_INFO(LOOM_LOG_TOPO, "libibverbs: cannot query %s: %s", name ? name : "?",
                   strerror(rc));
         da.phys_port_cnt = 0;
     }
@@ -111,7 +111,7 @@ static void add_device(loom_topo_host_t *h, struct ibv_device *dev)
         memset(&pa, 0, sizeof(pa));
         rc = ibv_query_port(ctx, (uint8_t)port, &pa);
         if (rc) {
-            LOOM_INFO(LOOM_LOG_INIT, "libibverbs: cannot query %s port %d: %s", name ? name : "?",
+            LOOM_INFO(LOOM_LOG_TOPO, "libibverbs: cannot query %s port %d: %s", name ? name : "?",
                       port, strerror(rc));
             continue;
         }
@@ -125,7 +125,7 @@ static void add_device(loom_topo_host_t *h, struct ibv_device *dev)
         r->numa = -1;
     }
     if (ibv_close_device(ctx))
-        LOOM_INFO(LOOM_LOG_INIT, "libibverbs: cannot close %s: %s", name ? name : "?",
+        LOOM_INFO(LOOM_LOG_TOPO, "libibverbs: cannot close %s: %s", name ? name : "?",
                   strerror(errno));
 }
 
@@ -139,7 +139,7 @@ int loom_topo_ibv_detect(loom_topo_host_t *h)
          * an answer, not a failure */
         if (errno == ENOSYS)
             return 0;
-        LOOM_INFO(LOOM_LOG_INIT, "libibverbs: cannot list RDMA devices: %s", strerror(errno));
+        LOOM_INFO(LOOM_LOG_TOPO, "libibverbs: cannot list RDMA devices: %s", strerror(errno));
         return -1;
     }
     for (int i = 0; i < ndev && h->nrdma < LOOM_TOPO_MAX_RDMA; i++)

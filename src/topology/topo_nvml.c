@@ -178,7 +178,7 @@ int loom_topo_nvml_detect(loom_topo_host_t *h, const char *lib)
     void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!dl) {
         const char *why = dlerror();
-        LOOM_INFO(LOOM_LOG_INIT, "NVML not loaded (%s); GPUs from the PCI bus", why ? why : lib);
+        LOOM_INFO(LOOM_LOG_TOPO, "NVML not loaded (%s); GPUs from the PCI bus", why ? why : lib);
         return -1;
     }
     nvml_api_t api;
@@ -189,17 +189,17 @@ int loom_topo_nvml_detect(loom_topo_host_t *h, const char *lib)
     loom_topo_gpu_t gpus[LOOM_TOPO_MAX_GPUS];
     memset(&api, 0, sizeof(api));
     if (api_load(dl, &api, &missing)) {
-        LOOM_INFO(LOOM_LOG_INIT, "NVML: %s lacks %s; GPUs from the PCI bus", lib, missing);
+        LOOM_INFO(LOOM_LOG_TOPO, "NVML: %s lacks %s; GPUs from the PCI bus", lib, missing);
         goto err_close;
     }
     nvml_return_t st = api.init();
     if (st != NVML_OK) {
-        LOOM_INFO(LOOM_LOG_INIT, "NVML: nvmlInit_v2 failed with %d; GPUs from the PCI bus", st);
+        LOOM_INFO(LOOM_LOG_TOPO, "NVML: nvmlInit_v2 failed with %d; GPUs from the PCI bus", st);
         goto err_close;
     }
     st = api.count(&count);
     if (st != NVML_OK) {
-        LOOM_INFO(LOOM_LOG_INIT,
+        LOOM_INFO(LOOM_LOG_TOPO,
                   "NVML: nvmlDeviceGetCount_v2 failed with %d; GPUs from the PCI bus", st);
         goto err_shutdown;
     }
@@ -208,7 +208,7 @@ int loom_topo_nvml_detect(loom_topo_host_t *h, const char *lib)
         st = api.handle(i, &dev);
         if (st != NVML_OK) {
             /* e.g. a GPU the process may not access; the others are still described */
-            LOOM_INFO(LOOM_LOG_INIT, "NVML: no handle for GPU %u (error %d)", i, st);
+            LOOM_INFO(LOOM_LOG_TOPO, "NVML: no handle for GPU %u (error %d)", i, st);
             continue;
         }
         switched += gpu_fill(&api, dev, i, &gpus[n]);
@@ -221,7 +221,7 @@ int loom_topo_nvml_detect(loom_topo_host_t *h, const char *lib)
 err_shutdown:
     st = api.shutdown();
     if (st != NVML_OK)
-        LOOM_INFO(LOOM_LOG_INIT, "NVML: nvmlShutdown failed with %d", st);
+        LOOM_INFO(LOOM_LOG_TOPO, "NVML: nvmlShutdown failed with %d", st);
 err_close:
     dlclose(dl);
     return rc;

@@ -158,6 +158,6 @@ void loom_p2p_notices_send(loom_p2p_t *p, int kind, const cause_t *cause, int sk
                 (void)p->tps[t]->wait(p->ctx[t], 1000);
     }
     if (pending > 0)
-        LOOM_INFO(LOOM_LOG_TRANSPORT, "rank %d: %d notice(s) (%s) could not be sent within %llu ms",
+        LOOM_INFO(LOOM_LOG_P2P, "rank %d: %d notice(s) (%s) could not be sent within %llu ms",
                   p->rank, pending, loom_p2p_kind_name(kind), NOTICE_FLUSH_NS / 1000000ull);
 }

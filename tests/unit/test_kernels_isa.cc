@@ -19,11 +19,8 @@
  */
 #include <gtest/gtest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,7 +28,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -45,6 +41,7 @@ extern "C" {
 }
 #include "dtype.h"
 #include "kernels.h"
+#include "rerun_self.h"
 
 namespace {
 
@@ -674,27 +671,10 @@ TEST(KernelsIsaChild, ReportsTheActiveSet)
 
 int run_child(const char *request)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("LOOM_KERNELS", request, 1);
-        setenv(child_flag, "1", 1);
-        setenv("LOOM_DEBUG", "NONE", 1);
-        execl("/proc/self/exe", "test_unit", "--gtest_filter=KernelsIsaChild.*", (char *)nullptr);
-        _exit(127);
-    }
-    if (pid < 0)
-        return -1;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -2;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) - 10 : -3;
+    const int st =
+        loomtest::RerunSelf("KernelsIsaChild.*",
+                            {{"LOOM_KERNELS", request}, {child_flag, "1"}, {"LOOM_DEBUG", "NONE"}});
+    return st < 0 ? st : st - 10;
 }
 
 TEST(KernelsIsa, EnvironmentPicksTheSet)
