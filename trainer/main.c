@@ -239,191 +239,292 @@ static double validate(stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, 
     return o->val_batches ? sum / o->val_batches : NAN;
 }
 
-int main(int argc, char **argv)
-{
+// ---- One run ---------------------------------------------------------------------------
+
+/* Everything a run holds from set-up to tear-down. The engine and the stage keep pointers to o
+ * and c, so a run_t stays where main put it. */
+typedef struct {
     opts_t o;
-    if (parse(argc, argv, &o))
-        return 2;
+    tcomm_t c;
+    grid_pos_t g;
+    corpus_t corpus;
+    engine_t e;
+    stage_t s;
+    mb_acts_t *mbs;
+    int nmb, bl, bm;   /* micro-batches per step; sequences per rank and per micro-batch */
+    size_t act_floats; /* activations of all micro-batches */
+    FILE *log;         /* --log-json, rank 0 only */
+    double scale;      /* 1 / tokens of the global batch */
+    const char *sched;
+    /* Totals over the timed steps: all but the run's first, which pays for connections and
+     * page faults. */
+    double t_total, comm_total, wait_total;
+    int timed;
+    int64_t first_step;
+    double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
+} run_t;
+
+/* The communicator, the grid checks and the corpus; 0, or the exit code. */
+static int setup_comm(run_t *r)
+{
     /* Ranks share the host's cores: one BLAS thread each, unless the user says otherwise. */
     if (!getenv("OPENBLAS_NUM_THREADS"))
         openblas_set_num_threads(1);
-    tcomm_t c;
-    memset(&c, 0, sizeof(c));
-    if (tc_init(&c, &o))
+    memset(&r->c, 0, sizeof(r->c));
+    if (tc_init(&r->c, &r->o))
         return 2;
     char err[512];
-    grid_pos_t g = c.g;
-    int bad = layout_check(&o.model, &g, err, sizeof(err));
-    if (!bad && o.batch % (g.dp * o.micro)) {
-        snprintf(err, sizeof(err), "--batch %d must be a multiple of dp %d x --micro %d", o.batch,
-                 g.dp, o.micro);
+    r->g = r->c.g;
+    int bad = layout_check(&r->o.model, &r->g, err, sizeof(err));
+    if (!bad && r->o.batch % (r->g.dp * r->o.micro)) {
+        snprintf(err, sizeof(err), "--batch %d must be a multiple of dp %d x --micro %d",
+                 r->o.batch, r->g.dp, r->o.micro);
         bad = 1;
     }
-    corpus_t corpus = {0};
-    if (!bad && corpus_load(&corpus, o.data, o.val_frac, o.model.ctx, err, sizeof(err)))
+    if (!bad && corpus_load(&r->corpus, r->o.data, r->o.val_frac, r->o.model.ctx, err, sizeof(err)))
         bad = 1;
     if (bad) {
         /* every rank says it: the launcher may stop the others as soon as one exits */
-        fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
-        tc_free(&c);
+        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+        tc_free(&r->c);
         return 2;
     }
-    engine_t e;
-    if (eng_init(&e, &o, &c)) {
+    return 0;
+}
+
+/* The engine, the stage and the activations of every micro-batch; 0, or the exit code. */
+static int setup_model(run_t *r)
+{
+    if (eng_init(&r->e, &r->o, &r->c)) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
-    int nmb = o.micro, bl = o.batch / g.dp, bm = bl / nmb, tl = o.model.ctx / g.cp;
-    stage_t s;
-    stage_init(&s, &e, &c, &o, bm);
-    mb_acts_t *mbs = calloc((size_t)nmb, sizeof(mb_acts_t));
-    if (!mbs) {
+    r->nmb = r->o.micro;
+    r->bl = r->o.batch / r->g.dp;
+    r->bm = r->bl / r->nmb;
+    const int tl = r->o.model.ctx / r->g.cp;
+    r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
+    r->sched = r->o.schedule == SCHED_GPIPE ? "gpipe" : "1f1b";
+    stage_init(&r->s, &r->e, &r->c, &r->o, r->bm);
+    r->mbs = calloc((size_t)r->nmb, sizeof(mb_acts_t));
+    if (!r->mbs) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
-    size_t act_floats = 0;
-    for (int i = 0; i < nmb; i++) {
-        mb_alloc(&mbs[i], &e.lay, bm, tl);
-        act_floats += mbs[i].floats;
+    for (int i = 0; i < r->nmb; i++) {
+        mb_alloc(&r->mbs[i], &r->e.lay, r->bm, tl);
+        r->act_floats += r->mbs[i].floats;
     }
-    if (o.resume) {
-        /* Every rank learns whether every rank could load, so that all stop together. */
-        double failed = eng_load(&e, o.resume, err, sizeof(err)) ? 1 : 0;
-        if (failed)
-            fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
-        tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomSum, c.world, NULL), &c,
-                 "loomAllReduce");
-        if (failed > 0) {
-            tc_free(&c);
-            return 1;
-        }
-    }
-    if (o.dump_batch && c.rank == 0 &&
-        corpus_dump_batch(&corpus, &o, (uint64_t)e.step, o.dump_batch)) {
-        fprintf(stderr, "loom-train: cannot write %s\n", o.dump_batch);
+    return 0;
+}
+
+/* --resume: every rank learns whether every rank could load, so that all stop together. */
+static int resume(run_t *r)
+{
+    if (!r->o.resume)
+        return 0;
+    char err[512];
+    double failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
+    if (failed)
+        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+    tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomSum, r->c.world, NULL), &r->c,
+             "loomAllReduce");
+    if (failed > 0) {
+        tc_free(&r->c);
         return 1;
     }
-    FILE *log = NULL;
-    if (o.log_json && c.rank == 0 && !(log = fopen(o.log_json, "w"))) {
-        fprintf(stderr, "loom-train: cannot write %s\n", o.log_json);
+    return 0;
+}
+
+/* Rank 0's --dump-batch and --log-json files, and its banner; 0, or the exit code. */
+static int open_outputs(run_t *r)
+{
+    const opts_t *o = &r->o;
+    if (o->dump_batch && r->c.rank == 0 &&
+        corpus_dump_batch(&r->corpus, o, (uint64_t)r->e.step, o->dump_batch)) {
+        fprintf(stderr, "loom-train: cannot write %s\n", o->dump_batch);
         return 1;
     }
-    const double scale = 1.0 / ((double)o.batch * (double)o.model.ctx);
-    const char *sched = o.schedule == SCHED_GPIPE ? "gpipe" : "1f1b";
-    if (c.rank == 0 && !o.quiet)
+    if (o->log_json && r->c.rank == 0 && !(r->log = fopen(o->log_json, "w"))) {
+        fprintf(stderr, "loom-train: cannot write %s\n", o->log_json);
+        return 1;
+    }
+    if (r->c.rank == 0 && !o->quiet)
         printf("loom-train: %d ranks = dp %d x tp %d x pp %d x cp %d, zero %d, %s, tp all-reduce "
                "%s; model L%d C%d H%d T%d, %zu parameters; batch %d x %d tokens, %d "
                "micro-batches\n",
-               c.size, g.dp, g.tp, g.pp, g.cp, o.zero, sched,
-               o.tp_reduce == TP_ECHO ? "echo" : "fp32", o.model.layers, o.model.d, o.model.heads,
-               o.model.ctx, e.lay.global_len, o.batch, o.model.ctx, nmb);
+               r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->sched,
+               o->tp_reduce == TP_ECHO ? "echo" : "fp32", o->model.layers, o->model.d,
+               o->model.heads, o->model.ctx, r->e.lay.global_len, o->batch, o->model.ctx, r->nmb);
+    return 0;
+}
+
+/* What one step measured, for its report line. */
+typedef struct {
+    int64_t step;
+    double lr, dt, dc, dw; /* learning rate; seconds of the step, of communication, of pipeline
+                              waits */
+    int validated;         /* r->val is this step's validation loss */
+} step_stats_t;
+
+/* Rank 0's line and JSON line of one step. */
+static void report_step(const run_t *r, const step_stats_t *st)
+{
+    const opts_t *o = &r->o;
+    const double tps = (double)o->batch * o->model.ctx / st->dt;
     char b1[32], b2[32];
-    double t_total = 0, comm_total = 0, wait_total = 0, loss = NAN, val = NAN;
-    int timed = 0;
-    int64_t first_step = e.step;
-    for (int64_t step = e.step; step < o.steps; step++) {
-        double t0 = tc_now(), c0 = c.comm_s, w0 = c.pp_wait_s;
-        eng_zero_grads(&e);
-        for (int i = 0; i < nmb; i++)
-            corpus_fill(&corpus, &o, &s, &mbs[i], (uint64_t)step, g.dp_i * bl + i * bm, 0);
-        loss = schedule_run(&s, mbs, nmb, 1, scale);
-        double lr = lr_at(&o, step);
-        eng_step(&e, lr);
-        double dt = tc_now() - t0, dc = c.comm_s - c0, dw = c.pp_wait_s - w0;
-        if (step > first_step) { /* the first step pays for connections and page faults */
-            t_total += dt, comm_total += dc, wait_total += dw;
-            timed++;
-        }
-        double tps = (double)o.batch * o.model.ctx / dt;
-        int do_val = o.val_every > 0 && (step + 1) % o.val_every == 0;
-        if (do_val)
-            val = validate(&s, &corpus, mbs, nmb, scale);
-        if (c.rank == 0) {
-            if (!o.quiet) {
-                printf("step %4lld/%d | loss %.6f | lr %.2e | norm %.3f | %8.0f tok/s | %7.2f ms | "
-                       "comm %4.1f%%",
-                       (long long)step + 1, o.steps, loss, lr, e.last_norm, tps, dt * 1e3,
-                       100.0 * dc / dt);
-                if (g.pp > 1)
-                    printf(" | pipeline wait %4.1f%%", 100.0 * dw / dt);
-                if (do_val)
-                    printf(" | val %.4f", val);
-                printf("\n");
-                fflush(stdout);
-            }
-            if (log) {
-                fprintf(log,
-                        "{\"step\":%lld,\"loss\":%s,\"lr\":%.6g,\"norm\":%s,\"ms\":%.4f,"
-                        "\"tok_s\":%.1f,\"comm_share\":%.4f,\"pp_wait_share\":%.4f",
-                        (long long)step + 1, jnum(b1, loss), lr, jnum(b2, e.last_norm), dt * 1e3,
-                        tps, dc / dt, dw / dt);
-                if (do_val)
-                    fprintf(log, ",\"val_loss\":%s", jnum(b1, val));
-                fprintf(log, "}\n");
-                fflush(log);
-            }
-        }
+    if (!o->quiet) {
+        printf("step %4lld/%d | loss %.6f | lr %.2e | norm %.3f | %8.0f tok/s | %7.2f ms | "
+               "comm %4.1f%%",
+               (long long)st->step + 1, o->steps, r->loss, st->lr, r->e.last_norm, tps,
+               st->dt * 1e3, 100.0 * st->dc / st->dt);
+        if (r->g.pp > 1)
+            printf(" | pipeline wait %4.1f%%", 100.0 * st->dw / st->dt);
+        if (st->validated)
+            printf(" | val %.4f", r->val);
+        printf("\n");
+        fflush(stdout);
     }
-    if (o.val_batches > 0 && o.val_every == 0)
-        val = validate(&s, &corpus, mbs, nmb, scale);
-    /* Per-rank memory, gathered so that rank 0 can report every rank's share. */
-    double mem[6] = {(double)e.pn * 4,       (double)(e.gn + (e.gshard ? e.on : 0)) * 4,
-                     (double)e.on * 8,       (double)e.peak_tmp * 4,
-                     (double)act_floats * 4, (double)e.lay.total};
-    double *all = calloc((size_t)c.size * 6, sizeof(double));
+    if (r->log) {
+        fprintf(r->log,
+                "{\"step\":%lld,\"loss\":%s,\"lr\":%.6g,\"norm\":%s,\"ms\":%.4f,"
+                "\"tok_s\":%.1f,\"comm_share\":%.4f,\"pp_wait_share\":%.4f",
+                (long long)st->step + 1, jnum(b1, r->loss), st->lr, jnum(b2, r->e.last_norm),
+                st->dt * 1e3, tps, st->dc / st->dt, st->dw / st->dt);
+        if (st->validated)
+            fprintf(r->log, ",\"val_loss\":%s", jnum(b1, r->val));
+        fprintf(r->log, "}\n");
+        fflush(r->log);
+    }
+}
+
+/* One optimizer step on the global batch `step`, then --val-every's validation. */
+static void train_step(run_t *r, int64_t step)
+{
+    const opts_t *o = &r->o;
+    step_stats_t st = {.step = step};
+    double t0 = tc_now(), c0 = r->c.comm_s, w0 = r->c.pp_wait_s;
+    eng_zero_grads(&r->e);
+    for (int i = 0; i < r->nmb; i++)
+        corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step, r->g.dp_i * r->bl + i * r->bm,
+                    0);
+    r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
+    st.lr = lr_at(o, step);
+    eng_step(&r->e, st.lr);
+    st.dt = tc_now() - t0, st.dc = r->c.comm_s - c0, st.dw = r->c.pp_wait_s - w0;
+    if (step > r->first_step) {
+        r->t_total += st.dt, r->comm_total += st.dc, r->wait_total += st.dw;
+        r->timed++;
+    }
+    st.validated = o->val_every > 0 && (step + 1) % o->val_every == 0;
+    if (st.validated)
+        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+    if (r->c.rank == 0)
+        report_step(r, &st);
+}
+
+/* The steps left (all of them unless --resume), then the end-of-run validation. */
+static void train(run_t *r)
+{
+    r->loss = NAN, r->val = NAN;
+    r->first_step = r->e.step;
+    for (int64_t step = r->e.step; step < r->o.steps; step++)
+        train_step(r, step);
+    if (r->o.val_batches > 0 && r->o.val_every == 0)
+        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+}
+
+/* Rank 0's summary JSON line: the run's shape and totals, every rank's memory (mem: 6 numbers a
+ * rank) and its collective counters, which let a test check what each mode calls. */
+static void summary_json(const run_t *r, const double *mem, double tps)
+{
+    const opts_t *o = &r->o;
+    char b1[32], b2[32];
+    fprintf(r->log,
+            "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
+            "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
+            "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
+            "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"mem\":[",
+            r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->nmb, r->sched,
+            o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step), jnum(b1, r->loss),
+            jnum(b2, r->val), tps, r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
+            r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len);
+    for (int k = 0; k < r->c.size; k++)
+        fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[6 * k],
+                mem[6 * k + 1], mem[6 * k + 2], mem[6 * k + 3], mem[6 * k + 4], mem[6 * k + 5]);
+    fprintf(r->log, "],");
+    json_counters(r->log, &r->c);
+    fprintf(r->log, "}\n");
+}
+
+/* The summary: every rank's memory is gathered so that rank 0 can report each one's share;
+ * 0, or the exit code. */
+static int report_summary(const run_t *r)
+{
+    const opts_t *o = &r->o;
+    const engine_t *e = &r->e;
+    double mem[6] = {(double)e->pn * 4,         (double)(e->gn + (e->gshard ? e->on : 0)) * 4,
+                     (double)e->on * 8,         (double)e->peak_tmp * 4,
+                     (double)r->act_floats * 4, (double)e->lay.total};
+    double *all = calloc((size_t)r->c.size * 6, sizeof(double));
     if (!all) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
-    tc_check(loomAllGather(mem, all, 6, loomFloat64, c.world, NULL), &c, "loomAllGather");
-    /* Rank 0 reports; its collective counters let a test check what each mode calls. */
-    if (c.rank == 0) {
-        double tps = timed ? (double)o.batch * o.model.ctx * timed / t_total : 0;
-        if (!o.quiet)
+    tc_check(loomAllGather(mem, all, 6, loomFloat64, r->c.world, NULL), &r->c, "loomAllGather");
+    if (r->c.rank == 0) {
+        double tps = r->timed ? (double)o->batch * o->model.ctx * r->timed / r->t_total : 0;
+        if (!o->quiet)
             printf("loom-train: done: %lld steps, loss %.4f, val loss %.4f, %.0f tok/s, "
                    "comm %.1f%% of step time\n",
-                   (long long)(o.steps - first_step), loss, val, tps,
-                   t_total > 0 ? 100.0 * comm_total / t_total : 0.0);
-        if (g.pp > 1 && !o.quiet)
+                   (long long)(o->steps - r->first_step), r->loss, r->val, tps,
+                   r->t_total > 0 ? 100.0 * r->comm_total / r->t_total : 0.0);
+        if (r->g.pp > 1 && !o->quiet)
             printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; 1F1B's "
                    "ideal bubble is (pp-1)/(m+pp-1) = %.1f%%\n",
-                   t_total > 0 ? 100.0 * wait_total / t_total : 0.0,
-                   100.0 * (g.pp - 1) / (nmb + g.pp - 1));
-        if (log) {
-            fprintf(log,
-                    "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
-                    "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
-                    "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
-                    "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"mem\":[",
-                    c.size, g.dp, g.tp, g.pp, g.cp, o.zero, nmb, sched, o.tp_reduce == TP_ECHO,
-                    (long long)(o.steps - first_step), jnum(b1, loss), jnum(b2, val), tps,
-                    t_total > 0 ? comm_total / t_total : 0.0,
-                    t_total > 0 ? wait_total / t_total : 0.0, e.lay.global_len);
-            for (int r = 0; r < c.size; r++)
-                fprintf(log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", r ? "," : "", all[6 * r],
-                        all[6 * r + 1], all[6 * r + 2], all[6 * r + 3], all[6 * r + 4],
-                        all[6 * r + 5]);
-            fprintf(log, "],");
-            json_counters(log, &c);
-            fprintf(log, "}\n");
-        }
+                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0,
+                   100.0 * (r->g.pp - 1) / (r->nmb + r->g.pp - 1));
+        if (r->log)
+            summary_json(r, all, tps);
     }
     free(all);
+    return 0;
+}
+
+/* --save and --dump-params, then everything released; the exit code. */
+static int finish(run_t *r)
+{
     int rc = 0;
-    if (o.save && eng_save(&e, o.save, err, sizeof(err))) {
-        fprintf(stderr, "loom-train: rank %d: %s\n", c.rank, err);
+    char err[512];
+    if (r->o.save && eng_save(&r->e, r->o.save, err, sizeof(err))) {
+        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
         rc = 1;
     }
-    if (o.dump_params && eng_dump(&e, o.dump_params, 0))
+    if (r->o.dump_params && eng_dump(&r->e, r->o.dump_params, 0))
         rc = 1;
-    if (log)
-        fclose(log);
-    for (int i = 0; i < nmb; i++)
-        mb_free(&mbs[i]);
-    free(mbs);
-    stage_free(&s);
-    eng_free(&e);
-    corpus_free(&corpus);
-    tc_free(&c);
+    if (r->log)
+        fclose(r->log);
+    for (int i = 0; i < r->nmb; i++)
+        mb_free(&r->mbs[i]);
+    free(r->mbs);
+    stage_free(&r->s);
+    eng_free(&r->e);
+    corpus_free(&r->corpus);
+    tc_free(&r->c);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static run_t run; /* zeroed, and alive as long as the engine's and stage's pointers into it */
+    run_t *r = &run;
+    int rc;
+    if (parse(argc, argv, &r->o))
+        return 2;
+    if ((rc = setup_comm(r)) || (rc = setup_model(r)) || (rc = resume(r)) || (rc = open_outputs(r)))
+        return rc;
+    train(r);
+    if ((rc = report_summary(r)))
+        return rc;
+    return finish(r);
 }
