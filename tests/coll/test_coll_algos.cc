@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "coll_kind.h"
 #include "loom.h"
 #include "mp_fixture.h"
 #include "verify.h"
@@ -28,31 +29,6 @@
 namespace {
 
 using loomtest::GuardedBuffer;
-
-enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
-
-const char *CollName(Coll c)
-{
-    switch (c) {
-    case Coll::kAllReduce:
-        return "allreduce";
-    case Coll::kAllGather:
-        return "allgather";
-    case Coll::kReduceScatter:
-        return "reducescatter";
-    case Coll::kBroadcast:
-        return "broadcast";
-    case Coll::kReduce:
-        return "reduce";
-    default:
-        return "alltoall";
-    }
-}
-
-bool Reducing(Coll c)
-{
-    return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce;
-}
 
 // ---- Reduction order, as docs/ALGORITHMS.md states it -----------------------------------------
 
@@ -273,26 +249,27 @@ struct Case {
     int root;
     uint64_t seed;
 
-    std::string Name(Coll coll) const
+    std::string Name(loomCollective_t coll) const
     {
-        return std::string(CollName(coll)) + " " + loomtest::TypeName(PairType(pair)) + " " +
-               loomtest::OpName(PairOp(pair)) + " count " + std::to_string(count) +
-               (inplace ? " in-place" : " out-of-place") + " root " + std::to_string(root);
+        return std::string(loomtest::CollSpelling(coll)) + " " +
+               loomtest::TypeName(PairType(pair)) + " " + loomtest::OpName(PairOp(pair)) +
+               " count " + std::to_string(count) + (inplace ? " in-place" : " out-of-place") +
+               " root " + std::to_string(root);
     }
 };
 
 // A few MiB of data in all: the per-rank count of the collective for about 2 MiB (1 MiB above
 // 4 ranks, where every rank computes the expected values of more inputs on the same cores).
-size_t BigCount(Coll coll, Pair pair, int n)
+size_t BigCount(loomCollective_t coll, Pair pair, int n)
 {
     const size_t mib = n > 4 ? 1 : 2;
     const size_t elems = (mib << 20) / loomtest::TypeSize(PairType(pair)) + 3;
     const bool per_rank =
-        coll == Coll::kAllGather || coll == Coll::kReduceScatter || coll == Coll::kAllToAll;
+        coll == loomCollAllGather || coll == loomCollReduceScatter || coll == loomCollAllToAll;
     return per_rank ? elems / static_cast<size_t>(n) + 1 : elems;
 }
 
-std::vector<Case> MakeCases(Coll coll, int n)
+std::vector<Case> MakeCases(loomCollective_t coll, int n)
 {
     std::vector<size_t> counts{0, 1, 2, 7, 13, 1031};
     if (n > 3)
@@ -300,7 +277,7 @@ std::vector<Case> MakeCases(Coll coll, int n)
     std::vector<Case> cases;
     uint64_t k = 0;
     auto add = [&](Pair pair, size_t count, bool inplace) {
-        if (inplace && coll == Coll::kAllToAll)
+        if (inplace && coll == loomCollAllToAll)
             inplace = false;
         int root = static_cast<int>(loomtest::Mix64(k) % static_cast<uint64_t>(n));
         cases.push_back({pair, count, inplace, root, loomtest::Mix64(k * 977 + 5)});
@@ -359,7 +336,7 @@ std::vector<const void *> Pointers(const std::vector<std::vector<unsigned char>>
     return p;
 }
 
-Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank, int n,
+Outcome RunReducing(loomCollective_t coll, const std::string &algo, const Case &c, int rank, int n,
                     loomComm_t comm)
 {
     Outcome o;
@@ -367,7 +344,7 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
     const loomRedOp_t op = PairOp(c.pair);
     const size_t es = loomtest::TypeSize(dt);
     const size_t un = static_cast<size_t>(n), ur = static_cast<size_t>(rank);
-    const size_t in_count = coll == Coll::kReduceScatter ? un * c.count : c.count;
+    const size_t in_count = coll == loomCollReduceScatter ? un * c.count : c.count;
     const auto inputs = AllInputs(c, n, in_count);
     const auto ptrs = Pointers(inputs);
     const auto &mine = inputs[ur];
@@ -376,9 +353,9 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
         memcpy(send.data(), mine.data(), mine.size());
 
     // Which elements this rank checks, and the tree of each.
-    const size_t first = coll == Coll::kReduceScatter ? ur * c.count : 0;
+    const size_t first = coll == loomCollReduceScatter ? ur * c.count : 0;
     std::vector<unsigned char> want(c.count * es);
-    const bool checks = coll != Coll::kReduce || rank == c.root;
+    const bool checks = coll != loomCollReduce || rank == c.root;
     if (checks) {
         Program fixed;
         if (algo == "direct" || algo == "reduce_bcast" || algo == "rd" || algo == "chain")
@@ -387,14 +364,14 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
             fixed = Butterfly(n);
         else if (algo == "binomial")
             fixed = Binomial(n, c.root);
-        else if (coll == Coll::kReduceScatter) // ring: the block is this rank's
+        else if (coll == loomCollReduceScatter) // ring: the block is this rank's
             fixed = RingChain(n, rank);
         int block = -1;
         size_t block_end = 0;
         Program ring;
         for (size_t j = 0; j < c.count; j++) {
             const Program *prog = &fixed;
-            if (algo == "ring" && coll == Coll::kAllReduce) {
+            if (algo == "ring" && coll == loomCollAllReduce) {
                 if (j >= block_end) { // next block of loom_split(count, n)
                     size_t off = 0, len = 0;
                     do
@@ -411,11 +388,11 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
 
     void *out = nullptr;
     switch (coll) {
-    case Coll::kAllReduce:
+    case loomCollAllReduce:
         out = c.inplace ? send.data() : recv.data();
         XT_CHECK_LOOM(loomAllReduce(send.data(), out, c.count, dt, op, comm, nullptr));
         break;
-    case Coll::kReduceScatter:
+    case loomCollReduceScatter:
         out = c.inplace ? send.bytes() + ur * c.count * es : recv.data();
         XT_CHECK_LOOM(loomReduceScatter(send.data(), out, c.count, dt, op, comm, nullptr));
         break;
@@ -428,20 +405,20 @@ Outcome RunReducing(Coll coll, const std::string &algo, const Case &c, int rank,
         Check(o, out, want.data(), c.count, dt, "wrong result");
         o.checksum = loomtest::Checksum(out, c.count * es);
     }
-    if (!c.inplace || (coll == Coll::kReduce && rank != c.root))
+    if (!c.inplace || (coll == loomCollReduce && rank != c.root))
         Check(o, send.data(), mine.data(), in_count, dt, "send buffer changed");
     CheckTrue(o, send.GuardsIntact() && recv.GuardsIntact(), "write outside the buffers");
     return o;
 }
 
-Outcome RunMoving(Coll coll, const Case &c, int rank, int n, loomComm_t comm)
+Outcome RunMoving(loomCollective_t coll, const Case &c, int rank, int n, loomComm_t comm)
 {
     Outcome o;
     const loomDataType_t dt = PairType(c.pair);
     const size_t es = loomtest::TypeSize(dt), bytes = c.count * es;
     const size_t un = static_cast<size_t>(n), ur = static_cast<size_t>(rank);
     switch (coll) {
-    case Coll::kAllGather: {
+    case loomCollAllGather: {
         std::vector<unsigned char> want(un * bytes);
         for (int r = 0; r < n; r++)
             loomtest::FillPattern(want.data() + static_cast<size_t>(r) * bytes, bytes, r, c.seed);
@@ -460,7 +437,7 @@ Outcome RunMoving(Coll coll, const Case &c, int rank, int n, loomComm_t comm)
         o.checksum = loomtest::Checksum(recv.data(), un * bytes);
         break;
     }
-    case Coll::kBroadcast: {
+    case loomCollBroadcast: {
         std::vector<unsigned char> data(bytes);
         loomtest::FillPattern(data.data(), bytes, c.root, c.seed);
         GuardedBuffer send(bytes), recv(bytes);
@@ -493,18 +470,20 @@ Outcome RunMoving(Coll coll, const Case &c, int rank, int n, loomComm_t comm)
     return o;
 }
 
-Outcome RunCase(Coll coll, const std::string &algo, const Case &c, int rank, int n, loomComm_t comm)
+Outcome RunCase(loomCollective_t coll, const std::string &algo, const Case &c, int rank, int n,
+                loomComm_t comm)
 {
-    return Reducing(coll) ? RunReducing(coll, algo, c, rank, n, comm)
-                          : RunMoving(coll, c, rank, n, comm);
+    return loomtest::Reducing(coll) ? RunReducing(coll, algo, c, rank, n, comm)
+                                    : RunMoving(coll, c, rank, n, comm);
 }
 
 // Every trace line of the forced collective names the forced algorithm; returns how many.
-int CountTraced(const std::string &path, Coll coll, const std::string &algo, std::string *bad)
+int CountTraced(const std::string &path, loomCollective_t coll, const std::string &algo,
+                std::string *bad)
 {
     std::ifstream f(path);
     std::string line;
-    const std::string head = std::string(" ") + CollName(coll) + " seq ";
+    const std::string head = std::string(" ") + loomtest::CollSpelling(coll) + " seq ";
     int count = 0;
     while (std::getline(f, line)) {
         if (line.find(head) == std::string::npos)
@@ -516,7 +495,7 @@ int CountTraced(const std::string &path, Coll coll, const std::string &algo, std
     return count;
 }
 
-void RunAlgo(Coll coll, const std::string &algo, int rank, int n, loomComm_t comm)
+void RunAlgo(loomCollective_t coll, const std::string &algo, int rank, int n, loomComm_t comm)
 {
     const std::vector<Case> cases = MakeCases(coll, n);
     std::vector<uint64_t> sums;
@@ -540,7 +519,7 @@ void RunAlgo(Coll coll, const std::string &algo, int rank, int n, loomComm_t com
         sums.push_back(first.checksum);
     }
     // Identical results on every rank where the collective gives every rank the same output.
-    if (coll == Coll::kAllReduce || coll == Coll::kAllGather || coll == Coll::kBroadcast) {
+    if (coll == loomCollAllReduce || coll == loomCollAllGather || coll == loomCollBroadcast) {
         loomtest::SetContext("comparing checksums across ranks");
         std::vector<uint64_t> all(sums.size() * static_cast<size_t>(n));
         XT_CHECK_LOOM(
@@ -562,7 +541,7 @@ void RunAlgo(Coll coll, const std::string &algo, int rank, int n, loomComm_t com
 // ---- The gtest grid ---------------------------------------------------------------------------
 
 struct AlgoParam {
-    Coll coll;
+    loomCollective_t coll;
     const char *algo;
     int nranks;
     const char *net; // LOOM_NET: the point-to-point transport under the algorithm
@@ -570,7 +549,8 @@ struct AlgoParam {
 
 std::string ParamName(const AlgoParam &p)
 {
-    return std::string(CollName(p.coll)) + "_" + p.algo + "_" + std::to_string(p.nranks) + "ranks" +
+    return std::string(loomtest::CollSpelling(p.coll)) + "_" + p.algo + "_" +
+           std::to_string(p.nranks) + "ranks" +
            (std::string(p.net) == "shm" ? "" : std::string("_") + p.net);
 }
 
@@ -581,25 +561,26 @@ void PrintTo(const AlgoParam &p, std::ostream *os)
 
 std::vector<AlgoParam> AllParams()
 {
-    const std::pair<Coll, const char *> algos[] = {{Coll::kAllReduce, "rd"},
-                                                   {Coll::kAllReduce, "rhd"},
-                                                   {Coll::kAllReduce, "ring"},
-                                                   {Coll::kAllReduce, "direct"},
-                                                   {Coll::kAllReduce, "reduce_bcast"},
-                                                   {Coll::kAllGather, "rd"},
-                                                   {Coll::kAllGather, "ring"},
-                                                   {Coll::kAllGather, "direct"},
-                                                   {Coll::kReduceScatter, "rhd"},
-                                                   {Coll::kReduceScatter, "ring"},
-                                                   {Coll::kReduceScatter, "direct"},
-                                                   {Coll::kBroadcast, "binomial"},
-                                                   {Coll::kBroadcast, "scatter_allgather"},
-                                                   {Coll::kBroadcast, "direct"},
-                                                   {Coll::kReduce, "binomial"},
-                                                   {Coll::kReduce, "chain"},
-                                                   {Coll::kReduce, "direct"},
-                                                   {Coll::kAllToAll, "bruck"},
-                                                   {Coll::kAllToAll, "pairwise"}};
+    const std::pair<loomCollective_t, const char *> algos[] = {
+        {loomCollAllReduce, "rd"},
+        {loomCollAllReduce, "rhd"},
+        {loomCollAllReduce, "ring"},
+        {loomCollAllReduce, "direct"},
+        {loomCollAllReduce, "reduce_bcast"},
+        {loomCollAllGather, "rd"},
+        {loomCollAllGather, "ring"},
+        {loomCollAllGather, "direct"},
+        {loomCollReduceScatter, "rhd"},
+        {loomCollReduceScatter, "ring"},
+        {loomCollReduceScatter, "direct"},
+        {loomCollBroadcast, "binomial"},
+        {loomCollBroadcast, "scatter_allgather"},
+        {loomCollBroadcast, "direct"},
+        {loomCollReduce, "binomial"},
+        {loomCollReduce, "chain"},
+        {loomCollReduce, "direct"},
+        {loomCollAllToAll, "bruck"},
+        {loomCollAllToAll, "pairwise"}};
     std::vector<AlgoParam> params;
     for (const auto &a : algos)
         for (int n : {1, 2, 3, 4, 5, 8})
@@ -619,11 +600,13 @@ TEST_P(Algos, ForcedAlgorithm)
     loomtest::RunOptions opts;
     // A small chunk makes the larger cases use several pipeline segments and rounds. Every
     // algorithm runs, also those with an order of their own (LOOM_DETERMINISTIC=0).
-    opts.env = {
-        {"LOOM_NET", "shm"},          {"LOOM_ALGO", std::string(CollName(p.coll)) + ":" + p.algo},
-        {"LOOM_DETERMINISTIC", "0"},  {"LOOM_CHUNK_BYTES", "65536"},
-        {"LOOM_COLL_TRACE", "1"},     {"LOOM_DEBUG", "INFO"},
-        {"LOOM_DEBUG_SUBSYS", "COLL"}};
+    opts.env = {{"LOOM_NET", "shm"},
+                {"LOOM_ALGO", std::string(loomtest::CollSpelling(p.coll)) + ":" + p.algo},
+                {"LOOM_DETERMINISTIC", "0"},
+                {"LOOM_CHUNK_BYTES", "65536"},
+                {"LOOM_COLL_TRACE", "1"},
+                {"LOOM_DEBUG", "INFO"},
+                {"LOOM_DEBUG_SUBSYS", "COLL"}};
     opts.rank_env = [](int rank) {
         return loomtest::EnvList{
             {"LOOM_DEBUG_FILE", loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log"}};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "coll_kind.h"
 #include "loom.h"
 #include "mp_fixture.h"
 #include "verify.h"
@@ -20,46 +21,16 @@ namespace {
 
 using loomtest::GuardedBuffer;
 
-enum class Coll { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
-
-const char *CollName(Coll c)
-{
-    switch (c) {
-    case Coll::kAllReduce:
-        return "AllReduce";
-    case Coll::kAllGather:
-        return "AllGather";
-    case Coll::kReduceScatter:
-        return "ReduceScatter";
-    case Coll::kBroadcast:
-        return "Broadcast";
-    case Coll::kReduce:
-        return "Reduce";
-    default:
-        return "AllToAll";
-    }
-}
-
-bool Reducing(Coll c)
-{
-    return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce;
-}
-
-bool Rooted(Coll c)
-{
-    return c == Coll::kBroadcast || c == Coll::kReduce;
-}
-
 // Outputs that the contract makes identical on every rank.
-bool SameOnAllRanks(Coll c)
+bool SameOnAllRanks(loomCollective_t c)
 {
-    return c == Coll::kAllReduce || c == Coll::kAllGather || c == Coll::kBroadcast;
+    return c == loomCollAllReduce || c == loomCollAllGather || c == loomCollBroadcast;
 }
 
 constexpr size_t kBigCount = (size_t{1} << 20) + 3;
 
 struct Case {
-    Coll coll;
+    loomCollective_t coll;
     loomDataType_t dt;
     loomRedOp_t op;
     size_t count; // per-rank count as the call takes it (recvcount for ReduceScatter)
@@ -71,23 +42,23 @@ struct Case {
 
     std::string Name() const
     {
-        std::string s = std::string(CollName(coll)) + " " + loomtest::TypeName(dt);
-        if (Reducing(coll))
+        std::string s = std::string(loomtest::CollName(coll)) + " " + loomtest::TypeName(dt);
+        if (loomtest::Reducing(coll))
             s += std::string(" ") + loomtest::OpName(op);
         s += " count " + std::to_string(count) + (inplace ? " in-place" : " out-of-place");
-        if (Rooted(coll))
+        if (loomtest::Rooted(coll))
             s += " root " + std::to_string(root) + (null_ignored ? " (NULL ignored buffer)" : "");
         return s;
     }
 };
 
-std::vector<Case> MakeCases(Coll coll, int nranks)
+std::vector<Case> MakeCases(loomCollective_t coll, int nranks)
 {
     std::vector<Case> cases;
     int k = 0;
     auto add = [&](loomDataType_t dt, loomRedOp_t op, size_t count, bool inplace) {
-        Case c{coll, dt, op, count, inplace && coll != Coll::kAllToAll, 0, false, false, 0};
-        if (Rooted(coll)) {
+        Case c{coll, dt, op, count, inplace && coll != loomCollAllToAll, 0, false, false, 0};
+        if (loomtest::Rooted(coll)) {
             // Pseudo-random over k / 2: an out-of-place/in-place pair shares its root, and both
             // roots meet every datatype and count.
             const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(k / 2));
@@ -98,7 +69,7 @@ std::vector<Case> MakeCases(Coll coll, int nranks)
         k++;
         cases.push_back(c);
     };
-    if (Reducing(coll)) {
+    if (loomtest::Reducing(coll)) {
         for (loomDataType_t dt : loomtest::kAllTypes) {
             for (loomRedOp_t op : loomtest::kAllOps) {
                 add(dt, op, 7, false);
@@ -129,7 +100,7 @@ std::vector<Case> MakeCases(Coll coll, int nranks)
         for (loomDataType_t dt : loomtest::kAllTypes)
             for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}})
                 for (bool inplace : {false, true})
-                    if (!inplace || coll != Coll::kAllToAll)
+                    if (!inplace || coll != loomCollAllToAll)
                         add(dt, loomSum, count, inplace);
         if (nranks <= 4) {
             const loomDataType_t big[] = {loomInt8, loomFloat16, loomFloat32, loomFloat64};
@@ -140,7 +111,8 @@ std::vector<Case> MakeCases(Coll coll, int nranks)
     // Determinism: one mid-size case and the first large one (or a second mid-size one).
     bool marked_mid = false, marked_big = false;
     for (Case &c : cases) {
-        const bool narrow_avg = c.dt == loomBfloat16 && (c.op == loomAvg || !Reducing(coll));
+        const bool narrow_avg =
+            c.dt == loomBfloat16 && (c.op == loomAvg || !loomtest::Reducing(coll));
         if (!marked_mid && c.count == 4097 && narrow_avg) {
             c.twice = marked_mid = true;
         } else if (!marked_big && (c.count == kBigCount ||
@@ -202,7 +174,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
     const size_t nsz = static_cast<size_t>(n);
     const size_t urank = static_cast<size_t>(rank);
     switch (c.coll) {
-    case Coll::kAllReduce: {
+    case loomCollAllReduce: {
         const auto in = ReduceInput(c, rank, c.count);
         std::vector<unsigned char> want(bytes);
         loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, 0, c.count);
@@ -216,7 +188,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         res.checksum = loomtest::Checksum(out.data(), bytes);
         break;
     }
-    case Coll::kAllGather: {
+    case loomCollAllGather: {
         const auto mine = Pattern(c, rank, bytes);
         std::vector<unsigned char> want(nsz * bytes);
         for (int r = 0; r < n; r++)
@@ -236,7 +208,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         res.checksum = loomtest::Checksum(recv.data(), nsz * bytes);
         break;
     }
-    case Coll::kReduceScatter: {
+    case loomCollReduceScatter: {
         const auto in = ReduceInput(c, rank, nsz * c.count);
         std::vector<unsigned char> want(bytes);
         loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, urank * c.count, c.count);
@@ -250,7 +222,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         res.checksum = loomtest::Checksum(outp, bytes);
         break;
     }
-    case Coll::kBroadcast: {
+    case loomCollBroadcast: {
         const auto data = Pattern(c, c.root, bytes);
         const auto other = Pattern(c, rank + 1000, bytes); // a non-root's unused send buffer
         GuardedBuffer send = Filled(rank == c.root ? data : other), recv(bytes);
@@ -269,7 +241,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         res.checksum = loomtest::Checksum(recvp, bytes);
         break;
     }
-    case Coll::kReduce: {
+    case loomCollReduce: {
         const auto in = ReduceInput(c, rank, c.count);
         std::vector<unsigned char> want(bytes);
         if (rank == c.root)
@@ -294,7 +266,7 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         Expect(res, send.GuardsIntact() && recv.GuardsIntact(), "write outside the buffers");
         break;
     }
-    case Coll::kAllToAll: {
+    case loomCollAllToAll: {
         const auto mine = Pattern(c, rank, nsz * bytes);
         std::vector<unsigned char> want(nsz * bytes);
         for (int j = 0; j < n; j++)
@@ -308,13 +280,16 @@ CaseResult RunCase(const Case &c, int rank, int n, loomComm_t comm)
         res.checksum = loomtest::Checksum(recv.data(), nsz * bytes);
         break;
     }
+    case loomNumCollectives: // not a collective
+        Expect(res, false, "no such collective");
+        break;
     }
     return res;
 }
 
 // Runs every case of one collective on one rank; failures are printed and counted so that one
 // run reports all of them (the checks are local, so the ranks stay in step).
-void RunGrid(Coll coll, int rank, int n, loomComm_t comm)
+void RunGrid(loomCollective_t coll, int rank, int n, loomComm_t comm)
 {
     const std::vector<Case> cases = MakeCases(coll, n);
     std::vector<uint64_t> sums;
@@ -361,14 +336,15 @@ void RunGrid(Coll coll, int rank, int n, loomComm_t comm)
 // ---- The gtest grid -------------------------------------------------------------------------
 
 struct GridParam {
-    Coll coll;
+    loomCollective_t coll;
     int nranks;
     const char *net;
 };
 
 std::string ParamName(const GridParam &p)
 {
-    return std::string(CollName(p.coll)) + "_" + std::to_string(p.nranks) + "ranks_" + p.net;
+    return std::string(loomtest::CollName(p.coll)) + "_" + std::to_string(p.nranks) + "ranks_" +
+           p.net;
 }
 
 void PrintTo(const GridParam &p, std::ostream *os)
@@ -381,8 +357,8 @@ void PrintTo(const GridParam &p, std::ostream *os)
 std::vector<GridParam> AllParams()
 {
     std::vector<GridParam> params;
-    for (Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter, Coll::kBroadcast,
-                      Coll::kReduce, Coll::kAllToAll}) {
+    for (loomCollective_t coll : {loomCollAllReduce, loomCollAllGather, loomCollReduceScatter,
+                                  loomCollBroadcast, loomCollReduce, loomCollAllToAll}) {
         for (const char *net : {"shm", "tcp"})
             for (int nranks : {1, 2, 3, 4, 5, 8})
                 params.push_back({coll, nranks, net});

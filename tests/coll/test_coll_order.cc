@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "coll_kind.h"
 #include "loom.h"
 #include "mp_fixture.h"
 #include "verify.h"
@@ -34,13 +35,6 @@ constexpr loomRedOp_t kOps[] = {loomSum, loomProd, loomAvg};
 // Counts: one element, fewer than the ranks, and several pipeline segments of 4 KiB.
 constexpr size_t kCounts[] = {1, 3, 3001};
 constexpr size_t kLongCount = 70001;
-
-const char *Spelling(loomCollective_t c)
-{
-    return c == loomCollAllReduce       ? "allreduce"
-           : c == loomCollReduceScatter ? "reducescatter"
-                                        : "reduce";
-}
 
 uint64_t Hash(uint64_t seed, int rank, size_t i)
 {
@@ -129,7 +123,8 @@ int CountRankOrder(const std::string &path, std::string *bad)
     while (std::getline(f, line)) {
         bool reducing = false;
         for (loomCollective_t c : kReducing)
-            reducing |= line.find(std::string(" ") + Spelling(c) + " seq ") != std::string::npos;
+            reducing |= line.find(std::string(" ") + loomtest::CollSpelling(c) + " seq ") !=
+                        std::string::npos;
         if (!reducing)
             continue;
         if (line.find(" order rank ") == std::string::npos && bad->empty())
@@ -148,8 +143,9 @@ void RunCases(int rank, int n, loomComm_t comm)
         const std::string what = RunOne(coll, dt, op, count, seed, rank, n, comm);
         calls++;
         if (!what.empty() && failures++ < 12)
-            fprintf(stderr, "rank %d: FAIL %s %s %s count %zu: %s\n", rank, Spelling(coll),
-                    loomtest::TypeName(dt), loomtest::OpName(op), count, what.c_str());
+            fprintf(stderr, "rank %d: FAIL %s %s %s count %zu: %s\n", rank,
+                    loomtest::CollSpelling(coll), loomtest::TypeName(dt), loomtest::OpName(op),
+                    count, what.c_str());
     };
     for (loomCollective_t coll : kReducing) {
         for (loomDataType_t dt : kTypes)
@@ -252,7 +248,7 @@ std::string AlgoSpec(const Layout &s, size_t run)
     std::string spec;
     for (size_t c = 0; c < 3; c++) {
         const auto &list = s.algos[c];
-        spec += std::string(c ? "," : "") + Spelling(kReducing[c]) + ":" +
+        spec += std::string(c ? "," : "") + loomtest::CollSpelling(kReducing[c]) + ":" +
                 list[std::min(run, list.size() - 1)];
     }
     return spec;

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "coll_kind.h"
 #include "loom.h"
 #include "mp_fixture.h"
 #include "verify.h"
@@ -86,22 +87,12 @@ loomtest::EnvList FamilyEnv(Family f)
     return env;
 }
 
-enum class Coll { kAllReduce, kReduceScatter, kReduce, kAllGather, kBroadcast, kAllToAll };
-
-const char *CollName(Coll c)
-{
-    static const char *const names[] = {"AllReduce", "ReduceScatter", "Reduce",
-                                        "AllGather", "Broadcast",     "AllToAll"};
-    return names[static_cast<int>(c)];
-}
-
-bool Reducing(Coll c)
-{
-    return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce;
-}
+// The reducing collectives first: MakeCases and BackToBack pick from this order.
+constexpr loomCollective_t kOrder[] = {loomCollAllReduce, loomCollReduceScatter, loomCollReduce,
+                                       loomCollAllGather, loomCollBroadcast,     loomCollAllToAll};
 
 struct Case {
-    Coll coll;
+    loomCollective_t coll;
     loomDataType_t dt;
     loomRedOp_t op;
     size_t count; // the call's count argument
@@ -111,8 +102,8 @@ struct Case {
 
     std::string Name() const
     {
-        std::string s = std::string(CollName(coll)) + " " + loomtest::TypeName(dt);
-        if (Reducing(coll))
+        std::string s = std::string(loomtest::CollName(coll)) + " " + loomtest::TypeName(dt);
+        if (loomtest::Reducing(coll))
             s += std::string(" ") + loomtest::OpName(op);
         return s + " count " + std::to_string(count) + (inplace ? " in-place" : "") + " root " +
                std::to_string(root);
@@ -131,14 +122,14 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
             fail = std::string(what) + ": " + d;
     };
     const size_t sn =
-        c.coll == Coll::kReduceScatter || c.coll == Coll::kAllToAll ? un * c.count : c.count;
+        c.coll == loomCollReduceScatter || c.coll == loomCollAllToAll ? un * c.count : c.count;
     const size_t rn =
-        c.coll == Coll::kAllGather || c.coll == Coll::kAllToAll ? un * c.count : c.count;
+        c.coll == loomCollAllGather || c.coll == loomCollAllToAll ? un * c.count : c.count;
     Bytes in(sn * es);
-    if (Reducing(c.coll))
+    if (loomtest::Reducing(c.coll))
         loomtest::FillReduceInput(in.data(), c.dt, c.op, rank, c.seed, 0, sn);
     else
-        loomtest::FillPattern(in.data(), in.size(), c.coll == Coll::kBroadcast ? c.root : rank,
+        loomtest::FillPattern(in.data(), in.size(), c.coll == loomCollBroadcast ? c.root : rank,
                               c.seed);
     GuardedBuffer send(in.size()), recv(rn * es);
     if (!in.empty())
@@ -147,22 +138,22 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
     loomResult_t r = loomInternalError;
     unsigned char *out = recv.bytes();
     switch (c.coll) {
-    case Coll::kAllReduce:
+    case loomCollAllReduce:
         out = c.inplace ? send.bytes() : recv.bytes();
         loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, 0, c.count);
         r = loomAllReduce(send.data(), out, c.count, c.dt, c.op, comm, nullptr);
         break;
-    case Coll::kReduceScatter:
+    case loomCollReduceScatter:
         out = c.inplace ? send.bytes() + ur * bytes : recv.bytes();
         loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, ur * c.count, c.count);
         r = loomReduceScatter(send.data(), out, c.count, c.dt, c.op, comm, nullptr);
         break;
-    case Coll::kReduce:
+    case loomCollReduce:
         out = c.inplace ? send.bytes() : recv.bytes();
         loomtest::FillReduceExpected(want.data(), c.dt, c.op, n, c.seed, 0, c.count);
         r = loomReduce(send.data(), out, c.count, c.dt, c.op, c.root, comm, nullptr);
         break;
-    case Coll::kAllGather: {
+    case loomCollAllGather: {
         const void *sp = send.data();
         if (c.inplace) {
             if (bytes > 0)
@@ -174,7 +165,7 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
         r = loomAllGather(sp, recv.data(), c.count, c.dt, comm, nullptr);
         break;
     }
-    case Coll::kBroadcast:
+    case loomCollBroadcast:
         out = c.inplace ? send.bytes() : recv.bytes();
         if (c.inplace && rank != c.root && bytes > 0)
             memset(send.data(), 0xcd, bytes);
@@ -182,16 +173,18 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
             memcpy(want.data(), in.data(), bytes);
         r = loomBroadcast(send.data(), out, c.count, c.dt, c.root, comm, nullptr);
         break;
-    case Coll::kAllToAll:
+    case loomCollAllToAll:
         for (int j = 0; j < n; j++)
             loomtest::FillPattern(want.data() + static_cast<size_t>(j) * bytes, bytes, j, c.seed,
                                   ur * bytes);
         r = loomAllToAll(send.data(), recv.data(), c.count, c.dt, comm, nullptr);
         break;
+    case loomNumCollectives: // not a collective: stays loomInternalError
+        break;
     }
     if (r != loomSuccess)
         return std::string("returned ") + loomGetErrorString(r) + ": " + loomGetLastError(nullptr);
-    const bool has_output = c.coll != Coll::kReduce || rank == c.root;
+    const bool has_output = c.coll != loomCollReduce || rank == c.root;
     if (has_output)
         expect_eq(out, want.data(), rn, "wrong result");
     if (!c.inplace)
@@ -203,11 +196,11 @@ std::string RunCase(const Case &c, int rank, int n, loomComm_t comm)
 
 // Counts (the call's count argument) that put the bytes around the boundaries of the family's
 // rounds: a half, a cico sub-block (a half per rank), the 128 KiB reduction block.
-std::vector<size_t> Counts(Coll coll, size_t es, int n)
+std::vector<size_t> Counts(loomCollective_t coll, size_t es, int n)
 {
     const size_t un = static_cast<size_t>(n);
     const size_t per =
-        coll == Coll::kReduceScatter || coll == Coll::kAllGather || coll == Coll::kAllToAll
+        coll == loomCollReduceScatter || coll == loomCollAllGather || coll == loomCollAllToAll
             ? 1
             : un; // AllReduce/Reduce/Broadcast: the vector is split n ways
     const size_t half = kHalf / es, sub = kHalf / un / es, block = 131072 / es;
@@ -219,7 +212,7 @@ std::vector<size_t> Counts(Coll coll, size_t es, int n)
     // Around one tiny-call cell (48 bytes of input per rank; reduce-scatter and all-to-all
     // send n blocks of count).
     const size_t cell =
-        48 / es / (coll == Coll::kReduceScatter || coll == Coll::kAllToAll ? un : 1);
+        48 / es / (coll == loomCollReduceScatter || coll == loomCollAllToAll ? un : 1);
     for (size_t k : {cell - 1, cell, cell + 1})
         if (cell > 0 && k > 1 && k != 7)
             v.push_back(k);
@@ -235,14 +228,14 @@ std::vector<Case> MakeCases(int n)
     const loomDataType_t moves[] = {loomUint8, loomFloat16, loomFloat64};
     std::vector<Case> cases;
     uint64_t k = 0;
-    for (Coll coll : {Coll::kAllReduce, Coll::kReduceScatter, Coll::kReduce, Coll::kAllGather,
-                      Coll::kBroadcast, Coll::kAllToAll}) {
+    for (int ci = 0; ci < 6; ci++) {
+        const loomCollective_t coll = kOrder[ci];
         int j = 0;
         for (int t = 0; t < 3; t++) {
-            const auto p = Reducing(coll) ? reds[(t + 3 * static_cast<int>(coll)) % 6]
-                                          : std::make_pair(moves[t], loomSum);
+            const auto p = loomtest::Reducing(coll) ? reds[(t + 3 * ci) % 6]
+                                                    : std::make_pair(moves[t], loomSum);
             for (size_t count : Counts(coll, loomtest::TypeSize(p.first), n)) {
-                const bool inplace = coll != Coll::kAllToAll && (j++ % 2) == 1;
+                const bool inplace = coll != loomCollAllToAll && (j++ % 2) == 1;
                 const int root = (j / 2) % n;
                 cases.push_back({coll, p.first, p.second, count, inplace, root, ++k * 977});
             }
@@ -265,12 +258,12 @@ void RunAll(int rank, int n, loomComm_t comm)
     const struct {
         int nranks;
         Case c;
-    } large[] = {{2, {Coll::kAllReduce, loomFloat32, loomSum, big, false, 0, 11}},
-                 {2, {Coll::kAllGather, loomFloat32, loomSum, big / 2, true, 0, 12}},
-                 {2, {Coll::kAllToAll, loomFloat32, loomSum, big / 2, false, 0, 16}},
-                 {3, {Coll::kAllReduce, loomBfloat16, loomSum, big, true, 0, 13}},
-                 {3, {Coll::kReduceScatter, loomFloat32, loomSum, big / 2, false, 0, 14}},
-                 {3, {Coll::kBroadcast, loomUint8, loomSum, big * 6, false, 2, 15}}};
+    } large[] = {{2, {loomCollAllReduce, loomFloat32, loomSum, big, false, 0, 11}},
+                 {2, {loomCollAllGather, loomFloat32, loomSum, big / 2, true, 0, 12}},
+                 {2, {loomCollAllToAll, loomFloat32, loomSum, big / 2, false, 0, 16}},
+                 {3, {loomCollAllReduce, loomBfloat16, loomSum, big, true, 0, 13}},
+                 {3, {loomCollReduceScatter, loomFloat32, loomSum, big / 2, false, 0, 14}},
+                 {3, {loomCollBroadcast, loomUint8, loomSum, big * 6, false, 2, 15}}};
     for (const auto &l : large) {
         if (l.nranks != n)
             continue;
@@ -483,16 +476,16 @@ void BackToBack(int rank, int n, loomComm_t comm)
     int failures = 0;
     for (int i = 0; i < 300; i++) {
         const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(i));
-        Case c{static_cast<Coll>(h % 6),
+        Case c{kOrder[h % 6],
                loomFloat32,
                loomSum,
                sizes[(h >> 8) % 6],
                ((h >> 16) & 1) != 0,
                static_cast<int>((h >> 24) % static_cast<uint64_t>(n)),
                h};
-        if (c.coll == Coll::kAllToAll)
+        if (c.coll == loomCollAllToAll)
             c.inplace = false;
-        if (c.coll != Coll::kAllReduce && c.count > 70000)
+        if (c.coll != loomCollAllReduce && c.count > 70000)
             c.count /= static_cast<size_t>(n); // keep gathered buffers moderate
         if (i % 7 == 3) {
             c.dt = loomBfloat16;
@@ -568,7 +561,7 @@ void TinyRunAhead(int rank, int n, loomComm_t comm)
     int failures = 0;
     for (int i = 0; i < 3000; i++) {
         const uint64_t h = loomtest::Mix64(static_cast<uint64_t>(i) + 77);
-        Case c{Coll::kBroadcast,
+        Case c{loomCollBroadcast,
                loomFloat32,
                loomSum,
                1 + (h >> 8) % 12,
@@ -577,15 +570,15 @@ void TinyRunAhead(int rank, int n, loomComm_t comm)
                h};
         const unsigned kind = static_cast<unsigned>((h >> 32) % 16);
         if (kind >= 8 && kind < 12) {
-            c.coll = Coll::kReduce;
+            c.coll = loomCollReduce;
             c.dt = loomInt32;
         } else if (kind == 12) {
-            c.coll = Coll::kAllReduce;
+            c.coll = loomCollAllReduce;
             c.count = 300; // flat
         } else if (kind == 13) {
             c.count = 0;
         } else if (kind == 14) {
-            c.coll = Coll::kAllToAll;
+            c.coll = loomCollAllToAll;
             c.count = 1;
             c.inplace = false;
         } else if (kind == 15) {
@@ -730,9 +723,9 @@ TEST(ShmDisabled, ForcedShmAlgorithmFallsBack)
     XT_ASSERT_RUN(loomtest::RunRanks(
         3,
         [](int rank, int n, loomComm_t comm) {
-            Case c{Coll::kAllReduce, loomFloat32, loomSum, 100000, false, 0, 5};
+            Case c{loomCollAllReduce, loomFloat32, loomSum, 100000, false, 0, 5};
             XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "allreduce");
-            c = {Coll::kAllToAll, loomFloat32, loomSum, 1000, false, 0, 6};
+            c = {loomCollAllToAll, loomFloat32, loomSum, 1000, false, 0, 6};
             XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "alltoall");
         },
         opts));
@@ -750,9 +743,9 @@ TEST(ShmDisabled, OnOneRankOnlyMeansNoArenaAnywhere)
     XT_ASSERT_RUN(loomtest::RunRanks(
         3,
         [](int rank, int n, loomComm_t comm) {
-            Case c{Coll::kAllReduce, loomFloat32, loomSum, 5000, true, 0, 7};
+            Case c{loomCollAllReduce, loomFloat32, loomSum, 5000, true, 0, 7};
             XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "allreduce");
-            c = {Coll::kBroadcast, loomInt8, loomSum, 300, false, 1, 8};
+            c = {loomCollBroadcast, loomInt8, loomSum, 300, false, 1, 8};
             XT_CHECK_MSG(RunCase(c, rank, n, comm).empty(), "broadcast");
         },
         opts));
