@@ -11,7 +11,6 @@
 // it. Run by meson's 'fault' suite.
 
 #include <signal.h>
-#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +25,7 @@
 #include "fault_util.h"
 #include "loom.h"
 #include "mp_fixture.h"
+#include "shm_watch.h"
 #include "tripwire.h"
 #include "verify.h"
 #include "within.h"
@@ -46,27 +46,6 @@ bool MentionsRank(const std::string &msg, int n)
             return true;
     }
     return false;
-}
-
-// Kills this process (SIGKILL) as soon as a file named prefix* appears in /dev/shm.
-void KillWhenShmAppears(const std::string &prefix)
-{
-    const int fd = inotify_init1(IN_CLOEXEC);
-    XT_CHECK_MSG(fd >= 0, std::string("inotify_init1: ") + strerror(errno));
-    XT_CHECK_MSG(inotify_add_watch(fd, "/dev/shm", IN_CREATE) >= 0,
-                 std::string("inotify_add_watch /dev/shm: ") + strerror(errno));
-    std::thread([fd, prefix] {
-        alignas(inotify_event) char buf[4096];
-        for (;;) {
-            const ssize_t n = read(fd, buf, sizeof(buf));
-            for (ssize_t o = 0; o < n;) {
-                const auto *e = reinterpret_cast<const inotify_event *>(buf + o);
-                if (e->len > 0 && strncmp(e->name, prefix.c_str(), prefix.size()) == 0)
-                    raise(SIGKILL);
-                o += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
-            }
-        }
-    }).detach();
 }
 
 loomResult_t SmallAllReduce(loomComm_t comm, loomStream_t stream = nullptr)
@@ -124,7 +103,7 @@ void KilledWhileMapping(int victim)
             loomUniqueId id;
             loomtest::ShareUniqueId(&id); // rank 0's pid file exists from here on
             if (rank == victim)
-                KillWhenShmAppears("loom-" + std::to_string(loomtest::RankPid(0)) + "-");
+                loomtest::KillWhenShmAppears("loom-" + std::to_string(loomtest::RankPid(0)) + "-");
             loomComm_t comm = nullptr;
             const double t0 = NowSec();
             loomResult_t r = loomCommInitRank(&comm, n, id, rank);

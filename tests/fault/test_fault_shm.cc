@@ -15,7 +15,6 @@
 // being created must leave no segment. Run by meson's 'fault' suite.
 
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -30,6 +29,7 @@
 #include "fault_util.h"
 #include "loom.h"
 #include "mp_fixture.h"
+#include "shm_watch.h"
 #include "tripwire.h"
 #include "verify.h"
 
@@ -441,27 +441,6 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmAbort,
 
 // ---- SIGKILL while the arena is created ------------------------------------------------------
 
-// Kills this process as soon as the arena segment of the communicator appears in /dev/shm.
-void KillWhenArenaAppears(const std::string &prefix)
-{
-    const int fd = inotify_init1(IN_CLOEXEC);
-    XT_CHECK_MSG(fd >= 0, std::string("inotify_init1: ") + strerror(errno));
-    XT_CHECK_MSG(inotify_add_watch(fd, "/dev/shm", IN_CREATE) >= 0,
-                 std::string("inotify_add_watch /dev/shm: ") + strerror(errno));
-    std::thread([fd, prefix] {
-        alignas(inotify_event) char buf[4096];
-        for (;;) {
-            const ssize_t n = read(fd, buf, sizeof(buf));
-            for (ssize_t o = 0; o < n;) {
-                const auto *e = reinterpret_cast<const inotify_event *>(buf + o);
-                if (e->len > 0 && strncmp(e->name, prefix.c_str(), prefix.size()) == 0)
-                    raise(SIGKILL);
-                o += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
-            }
-        }
-    }).detach();
-}
-
 class ShmCreationKill : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmCreationKill, LeavesNoSegment)
@@ -480,7 +459,8 @@ TEST_P(ShmCreationKill, LeavesNoSegment)
             loomUniqueId id;
             loomtest::ShareUniqueId(&id);
             if (rank == victim)
-                KillWhenArenaAppears("loom-" + std::to_string(loomtest::RankPid(0)) + "-arena-");
+                loomtest::KillWhenShmAppears("loom-" + std::to_string(loomtest::RankPid(0)) +
+                                             "-arena-");
             loomComm_t comm = nullptr;
             const double t0 = NowSec();
             loomResult_t r = loomCommInitRank(&comm, n, id, rank);
