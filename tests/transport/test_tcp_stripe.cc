@@ -33,6 +33,7 @@
 #include "../fault/tripwire.h"
 #include "mp_fixture.h"
 #include "tp_pattern.h"
+#include "tp_rank.h"
 
 extern "C" {
 #include "debug.h"
@@ -50,10 +51,10 @@ using loomtest::RunRanks;
 
 namespace {
 
-constexpr int kMaxRanks = 3;
-constexpr int kTpTimeoutMs = 10000; // the transport's own bound
-constexpr int kWaitMs = 20000;      // a rank's bound on one exchange
-constexpr size_t kPiece = 4096;     // small pieces: many of them in modest messages
+using loomtest::kTpTimeoutMs;
+constexpr int kMaxRanks = loomtest::kTpMaxRanks;
+constexpr int kWaitMs = loomtest::kTpWaitMs; // a rank's bound on one exchange
+constexpr size_t kPiece = 4096;              // small pieces: many of them in modest messages
 
 // Wire constants of tcp_conn.c (the hand-written peer speaks them).
 constexpr uint32_t kTcpRole = 0x20504354u;          // "TCP ": handshake role of data sockets
@@ -87,60 +88,14 @@ struct Mesh {
     int n_ = 0;
 };
 
-// One rank's tcp context, listener and connections.
-struct Rank {
-    int rank = -1;
-    int n = 0;
-    const Mesh *mesh = nullptr;
-    void *ctx = nullptr;
-    void *listen = nullptr;
-    void *send[kMaxRanks] = {};
-    void *recv[kMaxRanks] = {};
-    loom_peer_info_t peers[kMaxRanks] = {};
-    uint8_t handles[kMaxRanks][LOOM_TP_HANDLE_MAX] = {};
-};
-
-bool IoFull(int fd, void *buf, size_t len, bool writing)
-{
-    char *p = static_cast<char *>(buf);
-    const uint64_t deadline = loom_deadline_ms(kWaitMs);
-    while (len > 0) {
-        pollfd pfd = {fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
-        const int64_t left = static_cast<int64_t>(deadline - loom_now_ns()) / 1000000;
-        XT_CHECK(left > 0);
-        if (poll(&pfd, 1, static_cast<int>(left)) <= 0)
-            continue;
-        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        len -= static_cast<size_t>(n);
-    }
-    return true;
-}
-
-// Every rank's len bytes of mine, in rank order, into all (over the mesh, not loom).
-void Allgather(Rank &r, const void *mine, size_t len, void *all)
-{
-    char *out = static_cast<char *>(all);
-    for (int j = 0; j < r.n; j++)
-        if (j != r.rank)
-            XT_CHECK(IoFull(r.mesh->To(r.rank, j), const_cast<void *>(mine), len, true));
-    for (int j = 0; j < r.n; j++) {
-        if (j == r.rank)
-            memcpy(out + j * len, mine, len);
-        else
-            XT_CHECK(IoFull(r.mesh->To(r.rank, j), out + j * len, len, false));
-    }
-}
-
-void Barrier(Rank &r)
-{
-    char b = 1, all[kMaxRanks];
-    Allgather(r, &b, 1, all);
-}
+using Rank = loomtest::TpRank;
+using Op = loomtest::TpOp;
+using loomtest::TpBarrier;
+using loomtest::TpCloseAll;
+using loomtest::TpConnectAll;
+using loomtest::TpRecv;
+using loomtest::TpSend;
+using loomtest::TpWaitAll;
 
 // Sets this rank's striping (0: leave the default) and reads it afresh.
 void SetStriping(int nsocks, size_t piece, size_t sockbuf = 0)
@@ -154,120 +109,20 @@ void SetStriping(int nsocks, size_t piece, size_t sockbuf = 0)
     loom_param_reset_cache();
 }
 
+// This rank's tcp transport, listening, with every rank's handle (over the mesh).
 void Init(Rank &r, int rank, int n, const Mesh &mesh, const uint8_t *secret)
 {
     r.rank = rank;
     r.n = n;
-    r.mesh = &mesh;
+    r.tp = &loom_tp_tcp;
     loom_debug_set_rank(rank);
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n; j++) {
         r.peers[j].rank = j;
-    loom_tp_init_args_t args = {};
-    args.rank = rank;
-    args.nranks = n;
-    args.peers = r.peers;
-    args.secret = secret;
-    args.timeout_ms = kTpTimeoutMs;
-    XT_CHECK_LOOM(loom_tp_tcp.init(&args, &r.ctx));
-    uint8_t handle[LOOM_TP_HANDLE_MAX] = {};
-    XT_CHECK_LOOM(loom_tp_tcp.listen(r.ctx, handle, &r.listen));
-    Allgather(r, handle, sizeof(handle), r.handles);
-}
-
-// Connects to every other rank and accepts every other rank, as p2p.c does.
-void ConnectAll(Rank &r)
-{
-    const uint64_t deadline = loom_deadline_ms(kWaitMs);
-    for (;;) {
-        int pending = 0;
-        for (int j = 0; j < r.n; j++) {
-            if (j == r.rank || r.send[j] != nullptr)
-                continue;
-            XT_CHECK_LOOM(loom_tp_tcp.connect(r.ctx, r.handles[j], j, &r.send[j]));
-            pending += r.send[j] == nullptr;
-        }
-        for (;;) {
-            void *rc = nullptr;
-            int from = -1;
-            XT_CHECK_LOOM(loom_tp_tcp.accept(r.listen, &rc, &from));
-            if (rc == nullptr)
-                break;
-            XT_CHECK(from >= 0 && from < r.n && from != r.rank && r.recv[from] == nullptr);
-            r.recv[from] = rc;
-        }
-        for (int j = 0; j < r.n; j++)
-            pending += j != r.rank && r.recv[j] == nullptr;
-        if (pending == 0)
-            return;
-        XT_CHECK(loom_now_ns() < deadline);
-        XT_CHECK_LOOM(loom_tp_tcp.wait(r.ctx, 1000));
+        if (j != rank)
+            r.mesh[j] = mesh.To(rank, j);
     }
-}
-
-void CloseAll(Rank &r)
-{
-    for (int j = 0; j < r.n; j++) {
-        if (r.send[j] != nullptr)
-            XT_CHECK_LOOM(loom_tp_tcp.close_send(r.send[j]));
-        if (r.recv[j] != nullptr)
-            XT_CHECK_LOOM(loom_tp_tcp.close_recv(r.recv[j]));
-        r.send[j] = r.recv[j] = nullptr;
-    }
-    XT_CHECK_LOOM(loom_tp_tcp.close_listen(r.listen));
-    XT_CHECK_LOOM(loom_tp_tcp.finalize(r.ctx));
-}
-
-struct Op {
-    void *req = nullptr;
-    size_t nbytes = 0;
-    bool done = false;
-};
-
-// Tests ops until all are complete or one fails; returns the first failure.
-loomResult_t WaitAll(void *ctx, std::vector<Op> &ops, int timeout_ms = kWaitMs)
-{
-    const uint64_t deadline = loom_deadline_ms(timeout_ms);
-    for (;;) {
-        bool all = true, progress = false;
-        for (Op &op : ops) {
-            if (op.done)
-                continue;
-            int done = 0;
-            size_t nb = 0;
-            const loomResult_t res = loom_tp_tcp.test(op.req, &done, &nb);
-            if (res != loomSuccess) {
-                op.done = true;
-                return res;
-            }
-            if (done) {
-                op.done = true;
-                op.nbytes = nb;
-                progress = true;
-            } else {
-                all = false;
-            }
-        }
-        if (all)
-            return loomSuccess;
-        if (loom_now_ns() >= deadline)
-            return loomTimeout;
-        if (!progress)
-            XT_CHECK_LOOM(loom_tp_tcp.wait(ctx, 1000));
-    }
-}
-
-Op Send(Rank &r, int to, const void *buf, size_t len, uint32_t tag)
-{
-    Op op;
-    XT_CHECK_LOOM(loom_tp_tcp.isend(r.send[to], buf, len, tag, &op.req));
-    return op;
-}
-
-Op Recv(Rank &r, int from, void *buf, size_t len, uint32_t tag)
-{
-    Op op;
-    XT_CHECK_LOOM(loom_tp_tcp.irecv(r.recv[from], buf, len, tag, &op.req));
-    return op;
+    memcpy(r.secret, secret, sizeof(r.secret));
+    loomtest::TpInit(r);
 }
 
 using loomtest::TpFill;
@@ -309,18 +164,18 @@ void Exchange(Rank &r, const std::vector<std::pair<size_t, size_t>> &sizes, uint
         rbuf[j].resize(m);
         for (size_t k = 0; k < m; k++) {
             rbuf[j][k].assign(sizes[k].first + sizes[k].second + 1, 0xee);
-            ops.push_back(Recv(r, j, rbuf[j][k].data() + sizes[k].second, sizes[k].first,
-                               static_cast<uint32_t>(k % ntags)));
+            ops.push_back(TpRecv(r, j, rbuf[j][k].data() + sizes[k].second, sizes[k].first,
+                                 static_cast<uint32_t>(k % ntags)));
         }
     }
     std::vector<size_t> send_len;
     for (int j = 0; j < r.n; j++)
         for (size_t k = 0; k < m && j != r.rank; k++) {
-            ops.push_back(Send(r, j, sbuf[k].data() + sizes[k].second, sizes[k].first,
-                               static_cast<uint32_t>(k % ntags)));
+            ops.push_back(TpSend(r, j, sbuf[k].data() + sizes[k].second, sizes[k].first,
+                                 static_cast<uint32_t>(k % ntags)));
             send_len.push_back(sizes[k].first);
         }
-    XT_CHECK_LOOM(WaitAll(r.ctx, ops));
+    XT_CHECK_LOOM(TpWaitAll(r, ops));
     size_t o = 0;
     for (int j = 0; j < r.n; j++) {
         if (j == r.rank)
@@ -369,10 +224,10 @@ TEST(TcpStripe, SizesAroundPieceBoundariesBothWays)
             SetStriping(4, kPiece);
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             Exchange(r, BoundarySizes(), 1);
-            Barrier(r);
-            CloseAll(r);
+            TpBarrier(r);
+            TpCloseAll(r);
         },
         Opts()));
 }
@@ -389,13 +244,13 @@ TEST(TcpStripe, ManyInFlightMixedTagsThreeRanks)
             SetStriping(3, kPiece);
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             std::vector<std::pair<size_t, size_t>> sizes;
             for (size_t k = 0; k < 300; k++)
                 sizes.push_back({(k * 7919) % (11 * kPiece), k % 5});
             Exchange(r, sizes, 5);
-            Barrier(r);
-            CloseAll(r);
+            TpBarrier(r);
+            TpCloseAll(r);
         },
         Opts()));
 }
@@ -418,10 +273,10 @@ TEST(TcpStripe, EachDirectionFollowsItsSender)
                 SetStriping(2, 65536);
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             Exchange(r, {{0, 0}, {kPiece + 1, 1}, {65537, 2}, {(3u << 20) + 5, 3}}, 2);
-            Barrier(r);
-            CloseAll(r);
+            TpBarrier(r);
+            TpCloseAll(r);
         },
         Opts()));
 }
@@ -439,7 +294,7 @@ TEST(TcpStripe, StripedFrameParksUntilItsReceiveIsPosted)
             SetStriping(4, kPiece);
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             const uint32_t kA = 0x80000011u, kB = 5;
             const size_t la1 = 9 * kPiece + 5, lb = 6 * kPiece, la2 = 30;
             if (rank == 0) {
@@ -447,33 +302,34 @@ TEST(TcpStripe, StripedFrameParksUntilItsReceiveIsPosted)
                 TpFill(a1.data(), la1, 0, 1);
                 TpFill(b.data(), lb, 0, 2);
                 TpFill(a2.data(), la2, 0, 3);
-                std::vector<Op> ops = {Send(r, 1, a1.data(), la1, kA), Send(r, 1, b.data(), lb, kB),
-                                       Send(r, 1, a2.data(), la2, kA), Send(r, 1, nullptr, 0, kA)};
-                XT_CHECK_LOOM(WaitAll(r.ctx, ops));
+                std::vector<Op> ops = {
+                    TpSend(r, 1, a1.data(), la1, kA), TpSend(r, 1, b.data(), lb, kB),
+                    TpSend(r, 1, a2.data(), la2, kA), TpSend(r, 1, nullptr, 0, kA)};
+                XT_CHECK_LOOM(TpWaitAll(r, ops));
             } else {
                 std::vector<uint8_t> ra1(la1), rb(lb), ra2(64), ra3(8);
-                std::vector<Op> first = {Recv(r, 0, rb.data(), lb, kB)};
-                Barrier(r); // rank 0 posted everything
+                std::vector<Op> first = {TpRecv(r, 0, rb.data(), lb, kB)};
+                TpBarrier(r); // rank 0 posted everything
                 for (int i = 0; i < 200; i++) {
                     int done = 0;
                     size_t nb = 0;
                     XT_CHECK_LOOM(loom_tp_tcp.test(first[0].req, &done, &nb));
                     XT_CHECK(!done);
                 }
-                std::vector<Op> rest = {Recv(r, 0, ra1.data(), la1, kA),
-                                        Recv(r, 0, ra2.data(), ra2.size(), kA),
-                                        Recv(r, 0, ra3.data(), ra3.size(), kA)};
-                XT_CHECK_LOOM(WaitAll(r.ctx, first));
-                XT_CHECK_LOOM(WaitAll(r.ctx, rest));
+                std::vector<Op> rest = {TpRecv(r, 0, ra1.data(), la1, kA),
+                                        TpRecv(r, 0, ra2.data(), ra2.size(), kA),
+                                        TpRecv(r, 0, ra3.data(), ra3.size(), kA)};
+                XT_CHECK_LOOM(TpWaitAll(r, first));
+                XT_CHECK_LOOM(TpWaitAll(r, rest));
                 XT_CHECK(first[0].nbytes == lb && TpFirstWrong(rb.data(), lb, 0, 2) == lb);
                 XT_CHECK(rest[0].nbytes == la1 && TpFirstWrong(ra1.data(), la1, 0, 1) == la1);
                 XT_CHECK(rest[1].nbytes == la2 && TpFirstWrong(ra2.data(), la2, 0, 3) == la2);
                 XT_CHECK(rest[2].nbytes == 0);
             }
             if (rank == 0)
-                Barrier(r);
-            Barrier(r);
-            CloseAll(r);
+                TpBarrier(r);
+            TpBarrier(r);
+            TpCloseAll(r);
         },
         Opts()));
 }
@@ -490,24 +346,25 @@ TEST(TcpStripe, WaitReturnsWhenTheReadAheadHoldsTheFrame)
         [&](int rank, int n, loomComm_t) {
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             uint64_t a = 0xa11ce, b = 0xb0b;
             if (rank == 0) {
-                std::vector<Op> ops = {Send(r, 1, &a, sizeof(a), 1), Send(r, 1, &b, sizeof(b), 2)};
-                XT_CHECK_LOOM(WaitAll(r.ctx, ops));
-                Barrier(r);
+                std::vector<Op> ops = {TpSend(r, 1, &a, sizeof(a), 1),
+                                       TpSend(r, 1, &b, sizeof(b), 2)};
+                XT_CHECK_LOOM(TpWaitAll(r, ops));
+                TpBarrier(r);
             } else {
-                Barrier(r); // both frames are in rank 1's socket
+                TpBarrier(r); // both frames are in rank 1's socket
                 uint64_t got_a = 0, got_b = 0;
-                std::vector<Op> first = {Recv(r, 0, &got_a, sizeof(got_a), 1)};
-                XT_CHECK_LOOM(WaitAll(r.ctx, first));
-                std::vector<Op> second = {Recv(r, 0, &got_b, sizeof(got_b), 2)};
+                std::vector<Op> first = {TpRecv(r, 0, &got_a, sizeof(got_a), 1)};
+                XT_CHECK_LOOM(TpWaitAll(r, first));
+                std::vector<Op> second = {TpRecv(r, 0, &got_b, sizeof(got_b), 2)};
                 XT_CHECK_LOOM(loom_tp_tcp.wait(r.ctx, 60 * 1000 * 1000));
-                XT_CHECK_LOOM(WaitAll(r.ctx, second));
+                XT_CHECK_LOOM(TpWaitAll(r, second));
                 XT_CHECK(got_a == a && got_b == b);
             }
-            Barrier(r);
-            CloseAll(r);
+            TpBarrier(r);
+            TpCloseAll(r);
         },
         Opts(20)));
 }
@@ -526,14 +383,14 @@ TEST(TcpStripe, PeerKilledMidStripe)
             SetStriping(4, 65536, 65536);
             Rank r;
             Init(r, rank, n, mesh, secret.data());
-            ConnectAll(r);
+            TpConnectAll(r);
             std::vector<uint8_t> buf(16u << 20, 0x5a);
             std::vector<Op> ops;
             if (rank == 0)
-                ops.push_back(Recv(r, 1, buf.data(), buf.size(), 1));
-            Barrier(r);
+                ops.push_back(TpRecv(r, 1, buf.data(), buf.size(), 1));
+            TpBarrier(r);
             if (rank == 1) {
-                ops.push_back(Send(r, 0, buf.data(), buf.size(), 1));
+                ops.push_back(TpSend(r, 0, buf.data(), buf.size(), 1));
                 int done = 0;
                 size_t nb = 0;
                 XT_CHECK_LOOM(loom_tp_tcp.test(ops[0].req, &done, &nb)); // some pieces leave
@@ -541,11 +398,11 @@ TEST(TcpStripe, PeerKilledMidStripe)
                 raise(SIGKILL);
             }
             const double t0 = static_cast<double>(loom_now_ns());
-            XT_CHECK_LOOM_RES(WaitAll(r.ctx, ops), loomRemoteError);
+            XT_CHECK_LOOM_RES(TpWaitAll(r, ops), loomRemoteError);
             XT_CHECK((static_cast<double>(loom_now_ns()) - t0) / 1e9 < kTpTimeoutMs / 2000.0);
             XT_CHECK_MSG(strstr(loom_last_error(), "lost its connection from rank 1") != nullptr,
                          loom_last_error());
-            CloseAll(r);
+            TpCloseAll(r);
         },
         opts));
 }
@@ -719,7 +576,7 @@ TEST(TcpStripe, ExtraSocketsProveTheSecretAndTheLayoutIsProtocol)
             std::vector<Op> ops(2);
             ops[0].req = r1;
             ops[1].req = r2;
-            XT_CHECK_LOOM(WaitAll(ctx, ops));
+            XT_CHECK_LOOM(TpWaitAll(&loom_tp_tcp, ctx, ops));
             XT_CHECK(ops[0].nbytes == len && TpFirstWrong(got.data(), len, 1, 1) == len);
             XT_CHECK(got[len] == 0xee);
             XT_CHECK(ops[1].nbytes == 100 && TpFirstWrong(got_small.data(), 100, 1, 2) == 100);

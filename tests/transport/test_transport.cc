@@ -35,6 +35,7 @@
 
 #include "leak_check.h"
 #include "tp_pattern.h"
+#include "tp_rank.h"
 
 extern "C" {
 #include "debug.h"
@@ -47,10 +48,9 @@ extern "C" {
 
 namespace {
 
-constexpr int kMaxRanks = 3;
-constexpr int kTpTimeoutMs = 10000;     // the transports' own bound
-constexpr int kChildDeadlineMs = 30000; // the parent's watchdog
-constexpr int kWaitMs = 20000;          // a child's bound on one exchange
+constexpr int kMaxRanks = loomtest::kTpMaxRanks;
+constexpr int kChildDeadlineMs = 30000;      // the parent's watchdog
+constexpr int kWaitMs = loomtest::kTpWaitMs; // a child's bound on one exchange
 
 int g_rank = -1;
 
@@ -77,119 +77,17 @@ int g_rank = -1;
 
 // ---- one child's view --------------------------------------------------------
 
-struct Rank {
-    int rank = -1;
-    int n = 0;
-    const loom_tp_t *tp = nullptr;
-    void *ctx = nullptr;
-    void *listen = nullptr;
-    void *send[kMaxRanks] = {};
-    void *recv[kMaxRanks] = {};
-    int mesh[kMaxRanks] = {-1, -1, -1}; // socket to each sibling
-    uint8_t secret[16] = {};
-    loom_peer_info_t peers[kMaxRanks] = {};
-    uint8_t handles[kMaxRanks][LOOM_TP_HANDLE_MAX] = {};
-};
-
-bool io_full(int fd, void *buf, size_t len, bool writing)
-{
-    char *p = static_cast<char *>(buf);
-    uint64_t deadline = loom_deadline_ms(kWaitMs);
-    while (len > 0) {
-        struct pollfd pfd = {fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
-        int64_t left = static_cast<int64_t>(deadline - loom_now_ns()) / 1000000;
-        XT_CHECK(left > 0);
-        if (poll(&pfd, 1, static_cast<int>(left)) <= 0)
-            continue;
-        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        len -= static_cast<size_t>(n);
-    }
-    return true;
-}
-
-// Every rank's `len` bytes of mine, in rank order, into all.
-void Allgather(Rank &r, const void *mine, size_t len, void *all)
-{
-    char *out = static_cast<char *>(all);
-    for (int j = 0; j < r.n; j++)
-        if (j != r.rank)
-            XT_CHECK(io_full(r.mesh[j], const_cast<void *>(mine), len, true));
-    for (int j = 0; j < r.n; j++) {
-        if (j == r.rank)
-            memcpy(out + j * len, mine, len);
-        else
-            XT_CHECK(io_full(r.mesh[j], out + j * len, len, false));
-    }
-}
-
-void Barrier(Rank &r)
-{
-    char b = 1, all[kMaxRanks];
-    Allgather(r, &b, 1, all);
-}
-
-void Init(Rank &r)
-{
-    loom_tp_init_args_t args = {};
-    args.rank = r.rank;
-    args.nranks = r.n;
-    args.peers = r.peers;
-    args.secret = r.secret;
-    args.timeout_ms = kTpTimeoutMs;
-    args.abort_flag = nullptr;
-    XT_OK(r.tp->init(&args, &r.ctx));
-    uint8_t handle[LOOM_TP_HANDLE_MAX] = {};
-    XT_OK(r.tp->listen(r.ctx, handle, &r.listen));
-    Allgather(r, handle, sizeof(handle), r.handles);
-}
-
-// Connects to every sibling and accepts every sibling, as p2p.c does.
-void ConnectAll(Rank &r)
-{
-    uint64_t deadline = loom_deadline_ms(kWaitMs);
-    for (;;) {
-        int pending = 0;
-        for (int j = 0; j < r.n; j++) {
-            if (j == r.rank || r.send[j] != nullptr)
-                continue;
-            XT_OK(r.tp->connect(r.ctx, r.handles[j], j, &r.send[j]));
-            pending += r.send[j] == nullptr;
-        }
-        for (;;) {
-            void *rc = nullptr;
-            int from = -1;
-            XT_OK(r.tp->accept(r.listen, &rc, &from));
-            if (rc == nullptr)
-                break;
-            XT_CHECK(from >= 0 && from < r.n && from != r.rank && r.recv[from] == nullptr);
-            r.recv[from] = rc;
-        }
-        for (int j = 0; j < r.n; j++)
-            pending += j != r.rank && r.recv[j] == nullptr;
-        if (pending == 0)
-            return;
-        XT_CHECK(loom_now_ns() < deadline);
-        XT_OK(r.tp->wait(r.ctx, 1000));
-    }
-}
-
-void CloseAll(Rank &r)
-{
-    for (int j = 0; j < r.n; j++) {
-        if (r.send[j] != nullptr)
-            XT_OK(r.tp->close_send(r.send[j]));
-        if (r.recv[j] != nullptr)
-            XT_OK(r.tp->close_recv(r.recv[j]));
-        r.send[j] = r.recv[j] = nullptr;
-    }
-    XT_OK(r.tp->close_listen(r.listen));
-    XT_OK(r.tp->finalize(r.ctx));
-}
+using Rank = loomtest::TpRank;
+using Op = loomtest::TpOp;
+using loomtest::TpAllgather;
+using loomtest::TpBarrier;
+using loomtest::TpCloseAll;
+using loomtest::TpConnectAll;
+using loomtest::TpInit;
+using loomtest::TpIoFull;
+using loomtest::TpRecv;
+using loomtest::TpSend;
+using loomtest::TpWaitAll;
 
 // Entries of dir whose name starts with prefix.
 int CountFiles(const char *dir, const std::string &prefix)
@@ -207,60 +105,6 @@ int CountFiles(const char *dir, const std::string &prefix)
 int ShmSegments(Rank &r)
 {
     return CountFiles("/dev/shm", "loom-" + std::to_string(r.peers[0].pid) + "-");
-}
-
-struct Op {
-    void *req;
-    size_t nbytes;
-    bool done;
-    loomResult_t res;
-};
-
-// Tests ops until all are complete or one fails; returns the first failure.
-loomResult_t WaitAll(Rank &r, std::vector<Op> &ops, int timeout_ms = kWaitMs)
-{
-    uint64_t deadline = loom_deadline_ms(timeout_ms);
-    for (;;) {
-        bool all = true, progress = false;
-        for (Op &op : ops) {
-            if (op.done)
-                continue;
-            int done = 0;
-            size_t nb = 0;
-            op.res = r.tp->test(op.req, &done, &nb);
-            if (op.res != loomSuccess) {
-                op.done = true;
-                return op.res;
-            }
-            if (done) {
-                op.done = true;
-                op.nbytes = nb;
-                progress = true;
-            } else {
-                all = false;
-            }
-        }
-        if (all)
-            return loomSuccess;
-        if (loom_now_ns() >= deadline)
-            return loomTimeout;
-        if (!progress)
-            XT_OK(r.tp->wait(r.ctx, 1000));
-    }
-}
-
-Op Send(Rank &r, int to, const void *buf, size_t len, uint32_t tag)
-{
-    Op op = {nullptr, 0, false, loomSuccess};
-    XT_OK(r.tp->isend(r.send[to], buf, len, tag, &op.req));
-    return op;
-}
-
-Op Recv(Rank &r, int from, void *buf, size_t len, uint32_t tag)
-{
-    Op op = {nullptr, 0, false, loomSuccess};
-    XT_OK(r.tp->irecv(r.recv[from], buf, len, tag, &op.req));
-    return op;
 }
 
 using loomtest::TpFill;
@@ -343,7 +187,7 @@ void RunRanks(const char *tp_name, int n, const std::function<void(Rank &)> &bod
             }
             loom_debug_set_rank(i);
             int32_t pid_all[kMaxRanks], me = getpid();
-            Allgather(r, &me, sizeof(me), pid_all);
+            TpAllgather(r, &me, sizeof(me), pid_all);
             for (int j = 0; j < n; j++) {
                 r.peers[j].rank = j;
                 r.peers[j].pid = pid_all[j];
@@ -438,8 +282,8 @@ class TransportTest : public ::testing::TestWithParam<const char *> {
 TEST_P(TransportTest, SizesBothWays)
 {
     Run(2, [](Rank &r) {
-        Init(r);
-        ConnectAll(r);
+        TpInit(r);
+        TpConnectAll(r);
         const int peer = 1 - r.rank;
         // {length, buffer offset}: empty, tiny, unaligned, 1 MiB, odd MiB, 64 MiB.
         const std::vector<std::pair<size_t, size_t>> msgs = {
@@ -452,10 +296,10 @@ TEST_P(TransportTest, SizesBothWays)
             TpFill(sbuf[m].data() + msgs[m].second, msgs[m].first, r.rank, static_cast<int>(m));
         }
         for (size_t m = 0; m < msgs.size(); m++) {
-            ops.push_back(Send(r, peer, sbuf[m].data() + msgs[m].second, msgs[m].first, 7));
-            ops.push_back(Recv(r, peer, rbuf[m].data() + msgs[m].second, msgs[m].first, 7));
+            ops.push_back(TpSend(r, peer, sbuf[m].data() + msgs[m].second, msgs[m].first, 7));
+            ops.push_back(TpRecv(r, peer, rbuf[m].data() + msgs[m].second, msgs[m].first, 7));
         }
-        XT_OK(WaitAll(r, ops));
+        XT_OK(TpWaitAll(r, ops));
         for (size_t m = 0; m < msgs.size(); m++) {
             XT_CHECK(ops[2 * m].nbytes == msgs[m].first);
             XT_CHECK(ops[2 * m + 1].nbytes == msgs[m].first);
@@ -468,20 +312,20 @@ TEST_P(TransportTest, SizesBothWays)
         // A receive larger than the message reports the message's size.
         std::vector<uint8_t> small(50), big(100, 0);
         TpFill(small.data(), small.size(), r.rank, 99);
-        std::vector<Op> more = {Send(r, peer, small.data(), small.size(), 9),
-                                Recv(r, peer, big.data(), big.size(), 9)};
-        XT_OK(WaitAll(r, more));
+        std::vector<Op> more = {TpSend(r, peer, small.data(), small.size(), 9),
+                                TpRecv(r, peer, big.data(), big.size(), 9)};
+        XT_OK(TpWaitAll(r, more));
         XT_CHECK(more[1].nbytes == 50 && Matches(big.data(), 50, peer, 99) && big[50] == 0);
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
 }
 
 TEST_P(TransportTest, ManySmallInOrderThreeRanks)
 {
     Run(3, [](Rank &r) {
-        Init(r);
-        ConnectAll(r);
+        TpInit(r);
+        TpConnectAll(r);
         constexpr int kMsgs = 3000;
         constexpr size_t kMax = 61;
         std::vector<uint8_t> sbuf(kMsgs * kMax), rbuf[kMaxRanks];
@@ -493,11 +337,12 @@ TEST_P(TransportTest, ManySmallInOrderThreeRanks)
                 continue;
             rbuf[j].assign(kMsgs * kMax, 0);
             for (int k = 0; k < kMsgs; k++) {
-                ops.push_back(Send(r, j, &sbuf[k * kMax], k % kMax, static_cast<uint32_t>(k % 3)));
-                ops.push_back(Recv(r, j, &rbuf[j][k * kMax], kMax, static_cast<uint32_t>(k % 3)));
+                ops.push_back(
+                    TpSend(r, j, &sbuf[k * kMax], k % kMax, static_cast<uint32_t>(k % 3)));
+                ops.push_back(TpRecv(r, j, &rbuf[j][k * kMax], kMax, static_cast<uint32_t>(k % 3)));
             }
         }
-        XT_OK(WaitAll(r, ops));
+        XT_OK(TpWaitAll(r, ops));
         size_t o = 0;
         for (int j = 0; j < r.n; j++) {
             if (j == r.rank)
@@ -507,8 +352,8 @@ TEST_P(TransportTest, ManySmallInOrderThreeRanks)
                 XT_CHECK(Matches(&rbuf[j][k * kMax], k % kMax, j, k));
             }
         }
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
 }
 
@@ -518,8 +363,8 @@ TEST_P(TransportTest, TagMatchingWithParkedFrames)
     // its own, so there B may complete at once. Equal tags still match in posting order.
     const bool parks = strcmp(GetParam(), "ucx") != 0;
     Run(2, [parks](Rank &r) {
-        Init(r);
-        ConnectAll(r);
+        TpInit(r);
+        TpConnectAll(r);
         const uint32_t kA = 0x80000011u, kB = 5;
         std::vector<uint8_t> a1(1000), b(2000), a2(30), a3(0);
         if (r.rank == 0) {
@@ -528,13 +373,13 @@ TEST_P(TransportTest, TagMatchingWithParkedFrames)
             TpFill(a2.data(), a2.size(), 0, 3);
             // On the wire: A1, B, A2, A3(empty).
             std::vector<Op> ops = {
-                Send(r, 1, a1.data(), a1.size(), kA), Send(r, 1, b.data(), b.size(), kB),
-                Send(r, 1, a2.data(), a2.size(), kA), Send(r, 1, nullptr, 0, kA)};
-            XT_OK(WaitAll(r, ops));
+                TpSend(r, 1, a1.data(), a1.size(), kA), TpSend(r, 1, b.data(), b.size(), kB),
+                TpSend(r, 1, a2.data(), a2.size(), kA), TpSend(r, 1, nullptr, 0, kA)};
+            XT_OK(TpWaitAll(r, ops));
         } else {
             std::vector<uint8_t> ra1(1000), rb(2000), ra2(64), ra3(8);
             // B first: A1's frame comes first and parks, so B cannot complete yet.
-            std::vector<Op> first = {Recv(r, 0, rb.data(), rb.size(), kB)};
+            std::vector<Op> first = {TpRecv(r, 0, rb.data(), rb.size(), kB)};
             for (int i = 0; i < 100 && !first[0].done; i++) {
                 int done = 0;
                 size_t nb = 0;
@@ -544,38 +389,38 @@ TEST_P(TransportTest, TagMatchingWithParkedFrames)
                 first[0].nbytes = nb;
             }
             // Posting A1 releases the parked frame; equal tags match in posting order.
-            std::vector<Op> rest = {Recv(r, 0, ra1.data(), ra1.size(), kA),
-                                    Recv(r, 0, ra2.data(), ra2.size(), kA),
-                                    Recv(r, 0, ra3.data(), ra3.size(), kA)};
-            XT_OK(WaitAll(r, first));
-            XT_OK(WaitAll(r, rest));
+            std::vector<Op> rest = {TpRecv(r, 0, ra1.data(), ra1.size(), kA),
+                                    TpRecv(r, 0, ra2.data(), ra2.size(), kA),
+                                    TpRecv(r, 0, ra3.data(), ra3.size(), kA)};
+            XT_OK(TpWaitAll(r, first));
+            XT_OK(TpWaitAll(r, rest));
             XT_CHECK(first[0].nbytes == 2000 && Matches(rb.data(), 2000, 0, 2));
             XT_CHECK(rest[0].nbytes == 1000 && Matches(ra1.data(), 1000, 0, 1));
             XT_CHECK(rest[1].nbytes == 30 && Matches(ra2.data(), 30, 0, 3));
             XT_CHECK(rest[2].nbytes == 0);
         }
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
 }
 
 TEST_P(TransportTest, LongerThanPostedIsInvalidUsage)
 {
     Run(2, [](Rank &r) {
-        Init(r);
-        ConnectAll(r);
+        TpInit(r);
+        TpConnectAll(r);
         std::vector<uint8_t> buf(100, 1);
         if (r.rank == 0) {
-            std::vector<Op> ops = {Send(r, 1, buf.data(), 100, 3)};
-            XT_OK(WaitAll(r, ops));
+            std::vector<Op> ops = {TpSend(r, 1, buf.data(), 100, 3)};
+            XT_OK(TpWaitAll(r, ops));
         } else {
-            std::vector<Op> ops = {Recv(r, 0, buf.data(), 50, 3)};
-            XT_CHECK(WaitAll(r, ops) == loomInvalidUsage);
+            std::vector<Op> ops = {TpRecv(r, 0, buf.data(), 50, 3)};
+            XT_CHECK(TpWaitAll(r, ops) == loomInvalidUsage);
             XT_CHECK(strstr(loom_last_error(), "100-byte") != nullptr);
             XT_CHECK(strstr(loom_last_error(), "50-byte") != nullptr);
         }
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
 }
 
@@ -590,12 +435,12 @@ TEST_P(TransportTest, PeerKilledMidTransfer)
     Run(
         2,
         [shm](Rank &r) {
-            Init(r);
-            ConnectAll(r);
-            Barrier(r);
+            TpInit(r);
+            TpConnectAll(r);
+            TpBarrier(r);
             std::vector<uint8_t> buf(64u << 20, 0x5a);
             if (r.rank == 1) {
-                std::vector<Op> ops = {Send(r, 0, buf.data(), buf.size(), 1)};
+                std::vector<Op> ops = {TpSend(r, 0, buf.data(), buf.size(), 1)};
                 int done = 0;
                 size_t nb = 0;
                 XT_OK(r.tp->test(ops[0].req, &done, &nb)); // some bytes leave, not all
@@ -604,17 +449,17 @@ TEST_P(TransportTest, PeerKilledMidTransfer)
             }
             // Rank 1's mesh socket reads EOF once it is dead.
             char c;
-            XT_CHECK(!io_full(r.mesh[1], &c, 1, false));
-            std::vector<Op> ops = {Recv(r, 1, buf.data(), buf.size(), 1)};
+            XT_CHECK(!TpIoFull(r.mesh[1], &c, 1, false));
+            std::vector<Op> ops = {TpRecv(r, 1, buf.data(), buf.size(), 1)};
             if (shm) {
                 // A ring cannot tell a dead writer from a slow one (p2p.c checks pids):
                 // the receive must simply not complete, and nothing may crash.
-                XT_CHECK(WaitAll(r, ops, 300) == loomTimeout);
+                XT_CHECK(TpWaitAll(r, ops, 300) == loomTimeout);
             } else {
-                XT_CHECK(WaitAll(r, ops) == loomRemoteError);
+                XT_CHECK(TpWaitAll(r, ops) == loomRemoteError);
                 XT_CHECK(strstr(loom_last_error(), "rank 1") != nullptr);
             }
-            CloseAll(r);
+            TpCloseAll(r);
         },
         1);
 }
@@ -626,7 +471,7 @@ TEST_P(TransportTest, WrongSecretIsRefusedAndListenerKeepsServing)
     Run(3, [](Rank &r) {
         if (r.rank == 2)
             r.secret[0] ^= 0xff; // an impostor
-        Init(r);
+        TpInit(r);
         char go = 1;
         if (r.rank == 2) {
             void *comm = nullptr;
@@ -638,9 +483,9 @@ TEST_P(TransportTest, WrongSecretIsRefusedAndListenerKeepsServing)
                     XT_OK(r.tp->wait(r.ctx, 1000));
             }
             XT_CHECK(comm == nullptr && res == loomRemoteError);
-            XT_CHECK(io_full(r.mesh[1], &go, 1, true)); // now the honest rank may connect
+            XT_CHECK(TpIoFull(r.mesh[1], &go, 1, true)); // now the honest rank may connect
         } else if (r.rank == 1) {
-            XT_CHECK(io_full(r.mesh[2], &go, 1, false));
+            XT_CHECK(TpIoFull(r.mesh[2], &go, 1, false));
             uint64_t deadline = loom_deadline_ms(kWaitMs);
             while (r.send[0] == nullptr) {
                 XT_OK(r.tp->connect(r.ctx, r.handles[0], 0, &r.send[0]));
@@ -649,8 +494,8 @@ TEST_P(TransportTest, WrongSecretIsRefusedAndListenerKeepsServing)
                     XT_OK(r.tp->wait(r.ctx, 1000));
             }
             const char msg[] = "honest";
-            std::vector<Op> ops = {Send(r, 0, msg, sizeof(msg), 4)};
-            XT_OK(WaitAll(r, ops));
+            std::vector<Op> ops = {TpSend(r, 0, msg, sizeof(msg), 4)};
+            XT_OK(TpWaitAll(r, ops));
         } else {
             uint64_t deadline = loom_deadline_ms(kWaitMs);
             void *rc = nullptr;
@@ -665,12 +510,12 @@ TEST_P(TransportTest, WrongSecretIsRefusedAndListenerKeepsServing)
             r.recv[1] = rc;
             XT_CHECK(strstr(loom_last_error(), "did not prove the job secret") != nullptr);
             char got[16] = {};
-            std::vector<Op> ops = {Recv(r, 1, got, sizeof(got), 4)};
-            XT_OK(WaitAll(r, ops));
+            std::vector<Op> ops = {TpRecv(r, 1, got, sizeof(got), 4)};
+            XT_OK(TpWaitAll(r, ops));
             XT_CHECK(ops[0].nbytes == 7 && strcmp(got, "honest") == 0);
         }
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
 }
 
@@ -678,9 +523,9 @@ TEST_P(TransportTest, NoShmFileLeftAfterMappingOrFinalize)
 {
     const bool shm = IsShm();
     Run(3, [shm](Rank &r) {
-        Init(r);
-        ConnectAll(r);
-        Barrier(r); // every rank has mapped: the last one removed the name
+        TpInit(r);
+        TpConnectAll(r);
+        TpBarrier(r); // every rank has mapped: the last one removed the name
         if (r.rank == 0)
             XT_CHECK(ShmSegments(r) == 0);
         uint32_t v = 0x1234u + static_cast<uint32_t>(r.rank), got[kMaxRanks] = {};
@@ -688,15 +533,15 @@ TEST_P(TransportTest, NoShmFileLeftAfterMappingOrFinalize)
         for (int j = 0; j < r.n; j++) {
             if (j == r.rank)
                 continue;
-            ops.push_back(Send(r, j, &v, sizeof(v), 0));
-            ops.push_back(Recv(r, j, &got[j], sizeof(got[j]), 0));
+            ops.push_back(TpSend(r, j, &v, sizeof(v), 0));
+            ops.push_back(TpRecv(r, j, &got[j], sizeof(got[j]), 0));
         }
-        XT_OK(WaitAll(r, ops));
+        XT_OK(TpWaitAll(r, ops));
         for (int j = 0; j < r.n; j++)
             XT_CHECK(j == r.rank || got[j] == 0x1234u + static_cast<uint32_t>(j));
-        Barrier(r);
-        CloseAll(r);
-        Barrier(r);
+        TpBarrier(r);
+        TpCloseAll(r);
+        TpBarrier(r);
         if (r.rank == 0 && shm)
             XT_CHECK(ShmSegments(r) == 0);
     });
@@ -714,15 +559,15 @@ TEST_P(TransportTest, ShmDirOutsideDevShmAndSmallRings)
     Run(2, [d](Rank &r) {
         XT_CHECK(setenv("LOOM_SHM_DIR", d.c_str(), 1) == 0);
         XT_CHECK(setenv("LOOM_SHM_RING_BYTES", "5000", 1) == 0); // rounds up to 8 KiB
-        Init(r);
-        ConnectAll(r);
-        Barrier(r);
+        TpInit(r);
+        TpConnectAll(r);
+        TpBarrier(r);
         XT_CHECK(CountFiles(d.c_str(), "loom-") == 0);
         std::vector<uint8_t> s(100000), g(100000);
         TpFill(s.data(), s.size(), r.rank, 1);
-        std::vector<Op> ops = {Send(r, 1 - r.rank, s.data(), s.size(), 2),
-                               Recv(r, 1 - r.rank, g.data(), g.size(), 2)};
-        XT_OK(WaitAll(r, ops));
+        std::vector<Op> ops = {TpSend(r, 1 - r.rank, s.data(), s.size(), 2),
+                               TpRecv(r, 1 - r.rank, g.data(), g.size(), 2)};
+        XT_OK(TpWaitAll(r, ops));
         XT_CHECK(Matches(g.data(), g.size(), 1 - r.rank, 1));
         constexpr int kMsgs = 2000;
         constexpr size_t kMax = 61;
@@ -730,15 +575,15 @@ TEST_P(TransportTest, ShmDirOutsideDevShmAndSmallRings)
         ops.clear();
         for (int k = 0; k < kMsgs; k++) {
             TpFill(&small[k * kMax], k % kMax, r.rank, k);
-            ops.push_back(Send(r, 1 - r.rank, &small[k * kMax], k % kMax, 3));
-            ops.push_back(Recv(r, 1 - r.rank, &got[k * kMax], kMax, 3));
+            ops.push_back(TpSend(r, 1 - r.rank, &small[k * kMax], k % kMax, 3));
+            ops.push_back(TpRecv(r, 1 - r.rank, &got[k * kMax], kMax, 3));
         }
-        XT_OK(WaitAll(r, ops));
+        XT_OK(TpWaitAll(r, ops));
         for (int k = 0; k < kMsgs; k++)
             XT_CHECK(ops[2 * k + 1].nbytes == k % kMax &&
                      Matches(&got[k * kMax], k % kMax, 1 - r.rank, k));
-        Barrier(r);
-        CloseAll(r);
+        TpBarrier(r);
+        TpCloseAll(r);
     });
     EXPECT_EQ(rmdir(dir), 0) << "segment file left in " << d;
 }
@@ -806,14 +651,14 @@ TEST_P(TransportTest, MessageOver4GiB)
                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
                 XT_CHECK(buf != MAP_FAILED);
             }
-            Init(r);
-            ConnectAll(r);
+            TpInit(r);
+            TpConnectAll(r);
             std::vector<Op> ops;
             if (r.rank == 0)
-                ops.push_back(Send(r, 1, buf, kOver4GiB, 8));
+                ops.push_back(TpSend(r, 1, buf, kOver4GiB, 8));
             else
-                ops.push_back(Recv(r, 0, buf, rbytes, 8));
-            XT_OK(WaitAll(r, ops, 150000));
+                ops.push_back(TpRecv(r, 0, buf, rbytes, 8));
+            XT_OK(TpWaitAll(r, ops, 150000));
             XT_CHECK(ops[0].nbytes == kOver4GiB);
             if (r.rank == 1) {
                 std::vector<uint8_t> period(kPeriod);
@@ -831,8 +676,8 @@ TEST_P(TransportTest, MessageOver4GiB)
                 for (size_t i = kOver4GiB; i < rbytes; i++)
                     XT_CHECK(buf[i] == 0); // nothing written past the message
             }
-            Barrier(r);
-            CloseAll(r);
+            TpBarrier(r);
+            TpCloseAll(r);
             munmap(buf, r.rank == 0 ? maps * kPeriod : rbytes);
         },
         240000);
