@@ -3,7 +3,7 @@
 #
 # check_includes.py - enforces who may include whom (docs/ARCHITECTURE.md):
 # core sees only core; transport sees core and transport; collectives see
-# core, collectives and the transport layer's p2p.h/transport.h (never a
+# core, collectives and the transport layer's p2p.h/transport.h/arena.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer;
 # topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
@@ -40,7 +40,7 @@ def header_index():
                 if f.endswith(".h") or f.endswith(".def"):
                     owner = mod
                     if mod == "transport" and dirpath == os.path.join(ROOT, "src", "transport") \
-                            and f in ("p2p.h", "transport.h"):
+                            and f in ("p2p.h", "transport.h", "arena.h"):
                         owner = "transport-api"
                     idx[f] = owner
     return idx

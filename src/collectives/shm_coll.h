@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "coll.h"
 #include "p2p.h"
 

@@ -126,7 +126,7 @@ const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);
 int loom_p2p_rank(const loom_p2p_t *p2p);
 int loom_p2p_nranks(const loom_p2p_t *p2p);
 
-/* Bounds for a wait that is not on requests (the arena's flags below), with
+/* Bounds for a wait that is not on requests (the arena's flags, arena.h), with
  * the causes and messages of loom_p2p_wait_all; the wait shows in messages and
  * the timeout dump as a receive from `waited` with the collective tag of
  * `step` (none if waited < 0 or is this rank). Events:
@@ -157,39 +157,9 @@ int loom_p2p_failure_seen(loom_p2p_t *p2p);
 loomResult_t loom_p2p_wait_event(loom_p2p_t *p2p, int ev, int peer, int waited, unsigned step,
                                  loomResult_t res, uint64_t start_ns, const char *detail);
 
-// ---- the shared-memory arena of the shm collectives (shm/shm_arena*.c) ----------
-/* When every rank of the communicator reaches every other over shm, the layer
- * also maps one arena for all of them (LOOM_SHM_COLL, docs/shm-collectives.md):
- * per rank a progress flag that only the rank writes (monotonic, compared
- * with >=), a call descriptor (double-buffered by call) and a data slot of
- * LOOM_SHM_COLL_BYTES in two halves (double-buffered by round); and, when the
- * ranks agreed at creation that process_vm_readv works between them, reads
- * straight from a peer's memory. Every wait is bounded as loom_p2p_wait_all's.
- * The shm collectives (src/collectives/shm_*.c) are its only users; one call
- * at a time per communicator, like every collective. */
+// ---- the shm arena's copy modes (the arena itself: arena.h) ----------------------
 typedef struct loom_arena loom_arena_t;
 
-/* A flag value: the call's sequence number and a step within it (< 2^24).
- * Creation uses seq 0; a later call's flags exceed every flag of an earlier one. */
-#define LOOM_ARENA_STEP_MAX 0xFFFFFFu
-static inline uint64_t loom_arena_mkflag(uint64_t seq, uint64_t step)
-{
-    return (seq << 24) | step;
-}
-
-/* What a rank says about its call; peers compare it with theirs. */
-typedef struct {
-    uint64_t seq;  /* collective sequence number */
-    uint32_t kind; /* loom_coll_kind_t */
-    uint32_t algo; /* the algorithm's id (shm collectives) */
-    int32_t dt, op, root;
-    uint32_t round; /* rounds handed out before this call (a consistency check) */
-    uint64_t count;
-    uint64_t send, recv; /* buffer addresses in the rank's process (single copy) */
-} loom_arena_desc_t;
-
-/* The communicator's arena, or NULL when it has none. */
-loom_arena_t *loom_p2p_arena(loom_p2p_t *p2p);
 /* 0 unless every rank can read every other's memory (process_vm_readv); then
  * the smallest LOOM_SHM_COLL_CMA among the ranks (1 or 2), agreed at creation. */
 int loom_arena_single_copy(const loom_arena_t *a);
@@ -233,86 +203,5 @@ int loom_arena_copies_slow(const loom_arena_t *a);
 /* LOOM_SHM_STREAM_IN: 0 copies in past the cache where that measured faster,
  * 1 always, -1 never. */
 int loom_arena_stream_in_mode(const loom_arena_t *a);
-/* Bytes of one slot half. */
-size_t loom_arena_half_bytes(const loom_arena_t *a);
-/* Starts call seq: waits until every peer is past the call that last used
- * this rank's descriptor buffer, then publishes d (its round is filled in).
- * The first flag a rank posts in a call must come after this. */
-loomResult_t loom_arena_begin(loom_arena_t *a, loom_arena_desc_t *d);
-/* Copy of rank's descriptor of the current call (valid once its flag shows
- * it began the call). */
-void loom_arena_peer_desc(const loom_arena_t *a, int rank, loom_arena_desc_t *d);
-/* Publishes this rank's flag (release) and wakes sleeping peers. */
-void loom_arena_post(loom_arena_t *a, uint64_t flag);
-uint64_t loom_arena_flag(const loom_arena_t *a, int rank);
-/* Waits until rank's flag (every other rank's if rank < 0) is >= flag. */
-loomResult_t loom_arena_wait(loom_arena_t *a, int rank, uint64_t flag);
-/* The half of the next round (every rank takes one per round, writers or not). */
-unsigned loom_arena_next_half(loom_arena_t *a);
-/* Rank's slot half h. */
-uint8_t *loom_arena_half(loom_arena_t *a, int rank, unsigned h);
-/* Before writing half h: waits until every peer posted the flag given at its
- * last release (they finished reading it). */
-loomResult_t loom_arena_half_acquire(loom_arena_t *a, unsigned h);
-/* After the round that wrote half h: peers are done with it once they post a
- * flag >= need (a later call's flags always are). */
-void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need);
-// Tiny calls: each rank also owns a ring of LOOM_ARENA_CELLS one-line cells,
-// indexed by sequence number, that carry a packed descriptor and up to
-// LOOM_ARENA_CELL_BYTES of data; a peer waiting for a cell gets all of it with
-// one cache miss, and a rank that does not wait for its peers runs ahead by
-// up to LOOM_ARENA_CELLS - 1 calls. Tiny calls take no descriptor buffer and
-// no slot half, so they do not count in the rounds and calls above.
-#define LOOM_ARENA_CELL_BYTES 48u
-/* The packed descriptor of a tiny call: what loom_arena_desc_t says minus
- * the buffers and rounds (count < 256 because the data fits a cell). */
-static inline uint64_t loom_arena_tiny_desc(uint32_t kind, int32_t dt, int32_t op, uint64_t count,
-                                            int32_t root)
-{
-    return (uint64_t)(kind & 0xffu) | (uint64_t)(dt & 0xff) << 8 | (uint64_t)(op & 0xff) << 16 |
-           (uint64_t)(count & 0xffu) << 24 | (uint64_t)(uint32_t)root << 32;
-}
-/* Starts tiny call seq. Every rank ends it with loom_arena_tiny_end. */
-void loom_arena_tiny_begin(loom_arena_t *a, uint64_t seq);
-/* Writes this rank's cell of the current call (desc and bytes <= 48 of
- * data), then posts the call's flag (seq, 1). Waits first (rarely) until
- * every peer ended the call that last wrote the cell. */
-loomResult_t loom_arena_cell_publish(loom_arena_t *a, uint64_t desc, const void *data,
-                                     size_t bytes);
-/* Posts the call's flag (seq, 2): this rank reads no more cells of the call. */
-void loom_arena_tiny_end(loom_arena_t *a);
-/* Waits for rank's cell of the current call; *data_p points at its data (valid
- * until this rank posts a flag of a later call) and *desc_p is its packed
- * descriptor. InvalidUsage if rank posted the call without a cell (it runs
- * another collective or size: mismatched calls). */
-loomResult_t loom_arena_cell_wait(loom_arena_t *a, int rank, const uint8_t **data_p,
-                                  uint64_t *desc_p);
-/* 1 and *desc_p if rank's cell of call seq holds that call (for messages about
- * mismatched calls). */
-int loom_arena_peer_cell(const loom_arena_t *a, int rank, uint64_t seq, uint64_t *desc_p);
-
-/* Single copy: nbytes from address addr of rank's process into dst. */
-loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
-/* Fails the call (and breaks the layer) with res; the message is detail. */
-loomResult_t loom_arena_fail(loom_arena_t *a, loomResult_t res, const char *detail);
-/* rank's descriptor `theirs` of the current call differs from this rank's:
- * where it differs in a field every rank must pass alike (loom_p2p_set_call),
- * fails the call as a difference found in a message does (InvalidUsage on
- * every rank, naming the field); otherwise (the algorithm, the rounds) as
- * loom_arena_fail(a, InvalidUsage, detail). */
-loomResult_t loom_arena_mismatch(loom_arena_t *a, int rank, const loom_arena_desc_t *theirs,
-                                 const char *detail);
-/* A peer ran the current call without the cell this rank waited for: the
- * first peer whose descriptor or cell of the call shows a field that differs
- * from this rank's call fails it as loom_arena_mismatch does; if none does,
- * loom_arena_fail(a, InvalidUsage, detail). */
-loomResult_t loom_arena_mismatch_any(loom_arena_t *a, const char *detail);
-/* rank's descriptor of call seq, if it published one (it runs that call
- * without a tiny-call cell): 1 and *d. */
-int loom_arena_peer_desc_of(const loom_arena_t *a, int rank, uint64_t seq, loom_arena_desc_t *d);
-/* RemoteError (through the layer) if a peer broke during the call; used after
- * the last single-copy read, so a peer that failed and may have released its
- * buffers is never read from silently. */
-loomResult_t loom_arena_check_peers(loom_arena_t *a);
 
 #endif

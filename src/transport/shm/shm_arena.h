@@ -5,7 +5,7 @@
  * communicator reaches every other over shm), its teardown, and the state
  * every arena operation shares (shm_arena.c creates and maps, shm_arena_sync.c
  * waits, publishes and copies). The operations the collectives call are
- * declared in p2p.h; this header is for the transport layer only.
+ * declared in arena.h; this header is for the transport layer only.
  */
 #ifndef LOOM_SHM_ARENA_H
 #define LOOM_SHM_ARENA_H
@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "loom.h"
-#include "p2p.h"
 #include "shm_seg.h"
 
 #define LOOM_ARENA_NAME_MAX 64
@@ -63,7 +63,7 @@ typedef struct {
     loom_arena_desc_line_t desc[2]; /* the call descriptor, by call parity */
 } loom_arena_ctl_t;
 
-/* A cell of a rank's ring for tiny calls (p2p.h): one cache line, so that a
+/* A cell of a rank's ring for tiny calls (arena.h): one cache line, so that a
  * peer spinning on seq gets the descriptor and the data with it. */
 typedef struct {
     _Atomic uint64_t seq; /* the call whose data the cell holds; stored last */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * shm_arena_sync.c - the operations of the shm collectives' arena (p2p.h):
+ * shm_arena_sync.c - the operations of the shm collectives' arena (arena.h):
  * posting and waiting on the ranks' progress flags, the double-buffered call
  * descriptors and slot halves, and single-copy reads of a peer's memory.
  * It does not create or map the arena (shm_arena.c) and decides nothing
- * about algorithms. Callers: the shm collectives, through p2p.h.
+ * about algorithms. Callers: the shm collectives, through arena.h.
  *
  * Flags: each rank owns one 64-bit counter that only it writes, always
  * upwards ((seq << 24) | step), with a release store after the data it
