@@ -40,7 +40,7 @@
  * recv are addresses in the rank's process, for single copy.
  *
  * One call at a time per communicator, like every collective. The layer that
- * creates and breaks the arena is the point-to-point layer (p2p.c), because
+ * creates and breaks the arena is the point-to-point layer (p2p_setup.c), because
  * the arena's failure must follow the layer's notices and precede its close.
  */
 #ifndef LOOM_ARENA_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * dump_text.c - the text helpers of dump_text.h: JSON appended to a bounded
- * buffer and the timeout dump's path pattern. Caller: p2p.c.
+ * buffer and the timeout dump's path pattern. Caller: p2p_report.c.
  */
 #include "dump_text.h"
 

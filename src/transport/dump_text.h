@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * dump_text.h - bounded text building for p2p.c's timeout dump: JSON pieces
+ * dump_text.h - bounded text building for the timeout dump (p2p_report.c): JSON pieces
  * appended to a fixed buffer (never past its end, silently truncated) and the
  * %h/%p/%r expansion of LOOM_DUMP_ON_TIMEOUT's path. No state of its own.
  */

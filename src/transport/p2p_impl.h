@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * p2p_impl.h - the point-to-point layer's private state, shared by its own
- * files only: p2p.c (setup, notices, messages to self, posting, waiting,
- * breaking) and p2p_report.c (the messages and the timeout dump of a
- * failure). Everyone else uses p2p.h.
+ * files only: p2p_setup.c (create, break, destroy), p2p.c (posting, messages
+ * to self), p2p_wait.c (waits and how a failed one ends), p2p_notice.c (the
+ * notices), p2p_stamp.c (call stamps), p2p_arena.c (the arena's calls) and
+ * p2p_report.c (the messages and the timeout dump of a failure). Everyone
+ * else uses p2p.h (and the shm collectives arena.h).
  */
 #ifndef LOOM_TRANSPORT_P2P_IMPL_H
 #define LOOM_TRANSPORT_P2P_IMPL_H
@@ -153,6 +155,29 @@ struct loom_p2p {
     void **probes; /* [nranks] probe sends in flight */
 };
 
+static inline int loom_p2p_aborted(const loom_p2p_t *p)
+{
+    return p->abort_flag != NULL && __atomic_load_n(p->abort_flag, __ATOMIC_ACQUIRE) != 0;
+}
+
+static inline int loom_p2p_same_machine(const loom_p2p_t *p, int peer)
+{
+    return p->peers[peer].machine_hash == p->peers[p->rank].machine_hash;
+}
+
+// ---- p2p_setup.c -------------------------------------------------------------------
+/* Breaks the layer (once): every peer gets the cause, then every connection
+ * closes; reqs[n] are abandoned (their transport requests go with them). */
+void loom_p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs, int n);
+
+// ---- p2p_wait.c --------------------------------------------------------------------
+/* 1 if pid no longer runs: gone, or a zombie its parent has not reaped yet. */
+int loom_p2p_pid_gone(int pid);
+/* A transport call for a request to or from peer failed with res: finds the
+ * cause, breaks the layer and returns what to return. */
+loomResult_t loom_p2p_request_failed(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, int peer,
+                                     int is_send, loomResult_t res, uint64_t start_ns);
+
 /* ---- p2p_report.c ---- */
 /* The name of a notice kind (N_*). */
 const char *loom_p2p_kind_name(int kind);
@@ -187,6 +212,14 @@ void loom_p2p_stamp_init(loom_p2p_t *p);
 /* Sends the current call's stamp to every peer that reqs[n] still wait to
  * receive from, unless a probe to it is in flight (a stalled wait). */
 void loom_p2p_probe_peers(loom_p2p_t *p, const loom_p2p_req_t *reqs, int n);
+/* The fields (MM_*) in which call t differs from call m of the same number. */
+unsigned loom_p2p_call_diff(const call_state_t *t, const call_state_t *m);
+/* Records and WARNs a mismatch with peer's call t (mine: this rank's call it
+ * differs from); `late`: t's message was meant for this rank's call `mine`
+ * (a receive's tag) but belongs to another call of the peer. Returns
+ * InvalidUsage. */
+loomResult_t loom_p2p_mismatch(loom_p2p_t *p, int peer, unsigned diff, const call_state_t *t,
+                               const call_state_t *mine, int late);
 /* The words of a mismatch a notice reported (N_MISMATCH, via >= 0). */
 void loom_p2p_mismatch_text(const loom_p2p_t *p, const cause_t *c, char *buf, size_t len);
 

@@ -4,8 +4,8 @@
  * fixed-size message each rank sends every peer when its communicator breaks,
  * is aborted or is destroyed, saying why; their encoding, the bounds checks on
  * what arrives, polling for them without blocking, and sending them with a
- * bounded flush. It decides nothing about failures (p2p.c does) and words no
- * message (p2p_report.c). Caller: p2p.c.
+ * bounded flush. It decides nothing about failures (p2p_wait.c does) and words no
+ * message (p2p_report.c). Callers: p2p_setup.c, p2p_wait.c.
  */
 #include <stdint.h>
 

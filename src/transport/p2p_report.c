@@ -4,7 +4,7 @@
  * message shape of every failure (the rank at fault with its host and pid,
  * who reported it, the operation and its sequence number, the pending
  * requests) and the timeout dump (INFO lines and the LOOM_DUMP_ON_TIMEOUT
- * file). It decides nothing; p2p.c calls it from its failure path.
+ * file). It decides nothing; p2p_wait.c calls it from its failure path.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * the comparison of an arriving stamp with this rank's own call, the probes
  * a stalled wait sends so that ranks that wait on one another still compare
  * calls, and the words of a mismatch. The transports only carry stamps and
- * hand them back (the contract in transport.h); p2p.c turns what is found
- * here into the failure of every rank (notices). Callers: p2p.c, the
+ * hand them back (the contract in transport.h); p2p_wait.c turns what is found
+ * here into the failure of every rank (notices). Callers: p2p.c, p2p_wait.c, the
  * transports through p2p->stamp_ops, and loom_coll_run (set_call).
  */
 #include <stdio.h>
@@ -245,7 +245,7 @@ void loom_p2p_mismatch_text(const loom_p2p_t *p, const cause_t *c, char *buf, si
 
 // ---- comparing ------------------------------------------------------------------
 
-static unsigned call_diff(const call_state_t *t, const call_state_t *m)
+unsigned loom_p2p_call_diff(const call_state_t *t, const call_state_t *m)
 {
     if (t->c.kind != m->c.kind)
         return MM_KIND; /* the other fields of two kinds do not compare */
@@ -257,11 +257,8 @@ static unsigned call_diff(const call_state_t *t, const call_state_t *m)
     return d;
 }
 
-/* Records and WARNs a mismatch with peer's call t (mine: this rank's call it
- * differs from); `late`: t's message was meant for this rank's call `mine`
- * (a receive's tag) but belongs to another call of the peer. */
-static loomResult_t mismatch(loom_p2p_t *p, int peer, unsigned diff, const call_state_t *t,
-                             const call_state_t *mine, int late)
+loomResult_t loom_p2p_mismatch(loom_p2p_t *p, int peer, unsigned diff, const call_state_t *t,
+                               const call_state_t *mine, int late)
 {
     char who[160], tt[200], mt[200], fields[64];
     found_t *fd = &p->found;
@@ -316,121 +313,21 @@ static loomResult_t stamp_check(void *arg, int peer, uint32_t tag, const uint8_t
     const call_state_t *mine = ahead == 0                                      ? &p->call
                                : (uint32_t)t.seq == (uint32_t)p->call_prev.seq ? &p->call_prev
                                                                                : NULL;
-    const unsigned diff = mine != NULL ? call_diff(&t, mine) : 0u;
+    const unsigned diff = mine != NULL ? loom_p2p_call_diff(&t, mine) : 0u;
     /* A message for a receive of another call (transports that match first): the
      * fields of the peer's call and this rank's call of that number, if they differ. */
     if (!probe && ((tag >> 7) & 0xFFFFFFu) != (t.seq & 0xFFFFFFu))
-        return diff != 0 ? mismatch(p, peer, diff, &t, mine, 0)
-                         : mismatch(p, peer, MM_SEQ, &t, &p->call, 1);
+        return diff != 0 ? loom_p2p_mismatch(p, peer, diff, &t, mine, 0)
+                         : loom_p2p_mismatch(p, peer, MM_SEQ, &t, &p->call, 1);
     if (ahead > 0) /* the peer is in a later call; probes come again */
         return probe ? loomSuccess : loomInProgress;
     if (diff != 0)
-        return mismatch(p, peer, diff, &t, mine, 0);
+        return loom_p2p_mismatch(p, peer, diff, &t, mine, 0);
     /* A message of a call this rank has finished was never taken by it: the
      * calls of that number differ (a probe from a rank still in it says nothing). */
     if (ahead == 0 || probe)
         return loomSuccess;
-    return mismatch(p, peer, MM_SEQ, &t, &p->call, 0);
-}
-
-// ---- the shm arena's descriptors ------------------------------------------------
-
-/* An arena descriptor as a call of the shape of this rank's call of its
- * number, *m_p (the current or the previous one; the arena writes 0 where a
- * field does not apply, and this rank's call says which ones); returns the
- * fields in which the two differ (0 if this rank has no call of that number). */
-static unsigned arena_diff(const loom_p2p_t *p, const loom_arena_desc_t *d, call_state_t *t,
-                           const call_state_t **m_p)
-{
-    const call_state_t *m = d->seq == p->call.seq ? &p->call : &p->call_prev;
-    *m_p = m;
-    *t = (call_state_t){.seq = d->seq,
-                        .c = {.kind = (int32_t)d->kind,
-                              .dt = d->dt,
-                              .op = d->op,
-                              .root = d->root,
-                              .count = (int64_t)d->count}};
-    const int same_kind = t->c.kind == m->c.kind;
-    if (!same_kind || m->c.dt < 0)
-        t->c.dt = LOOM_P2P_CALL_ANY;
-    if (!same_kind || m->c.op < 0)
-        t->c.op = LOOM_P2P_CALL_ANY;
-    if (!same_kind || m->c.root < 0)
-        t->c.root = LOOM_P2P_CALL_ANY;
-    if (!same_kind || m->c.count < 0)
-        t->c.count = LOOM_P2P_CALL_ANY;
-    /* Only calls of the collectives have descriptors (creation's number is 0). */
-    return t->seq == m->seq && m->c.kind >= 0 && m->seq != 0 ? call_diff(t, m) : 0u;
-}
-
-/* Records the difference of rank's call t from this rank's m and fails the call with it. */
-static loomResult_t arena_failed(loom_p2p_t *p, int rank, unsigned diff, const call_state_t *t,
-                                 const call_state_t *m)
-{
-    (void)mismatch(p, rank, diff, t, m, 0);
-    return loom_p2p_wait_event(p, LOOM_P2P_EV_ERROR, p->rank, -1, 0, loomInvalidUsage,
-                               loom_now_ns(), NULL);
-}
-
-/* rank's call of seq as the arena shows it, from its descriptor or its
- * tiny-call cell: 1 and *d. */
-static int arena_call_of(const loom_arena_t *a, int rank, uint64_t seq, loom_arena_desc_t *d)
-{
-    uint64_t packed;
-    if (loom_arena_peer_desc_of(a, rank, seq, d))
-        return 1;
-    if (!loom_arena_peer_cell(a, rank, seq, &packed))
-        return 0;
-    /* the inverse of loom_arena_tiny_desc */
-    *d = (loom_arena_desc_t){.seq = seq,
-                             .kind = (uint32_t)(packed & 0xffu),
-                             .dt = (int32_t)((packed >> 8) & 0xffu),
-                             .op = (int32_t)((packed >> 16) & 0xffu),
-                             .count = (packed >> 24) & 0xffu,
-                             .root = (int32_t)(uint32_t)(packed >> 32)};
-    return 1;
-}
-
-/* The first peer, from `first` on, whose call of this rank's current or
- * previous number (as the arena shows it) differs from this rank's in a
- * field fails the call; without one, loom_arena_fail with detail. */
-static loomResult_t arena_search(loom_arena_t *a, int first, const char *detail)
-{
-    loom_p2p_t *p = a->p2p;
-    for (int k = 0; k < p->nranks; k++) {
-        const int r = (first + k) % p->nranks;
-        for (int prev = 0; prev < 2 && r != p->rank; prev++) {
-            loom_arena_desc_t d;
-            call_state_t t;
-            const call_state_t *m;
-            const uint64_t seq = prev ? p->call_prev.seq : p->call.seq;
-            if (!arena_call_of(a, r, seq, &d))
-                continue;
-            const unsigned diff = arena_diff(p, &d, &t, &m);
-            if (diff != 0)
-                return arena_failed(p, r, diff, &t, m);
-        }
-    }
-    return loom_arena_fail(a, loomInvalidUsage, detail);
-}
-
-/* The shm collectives compare descriptors in their arena instead of stamps;
- * a difference in the fields of a call fails every rank the same way. A
- * descriptor of another call number (the arena's own state told apart the
- * calls of ranks whose previous calls differed) leads to the calls that do
- * differ. */
-loomResult_t loom_arena_mismatch(loom_arena_t *a, int rank, const loom_arena_desc_t *theirs,
-                                 const char *detail)
-{
-    call_state_t t;
-    const call_state_t *m;
-    const unsigned diff = arena_diff(a->p2p, theirs, &t, &m);
-    return diff != 0 ? arena_failed(a->p2p, rank, diff, &t, m) : arena_search(a, rank, detail);
-}
-
-loomResult_t loom_arena_mismatch_any(loom_arena_t *a, const char *detail)
-{
-    return arena_search(a, a->p2p->rank + 1, detail);
+    return loom_p2p_mismatch(p, peer, MM_SEQ, &t, &p->call, 0);
 }
 
 static loomResult_t stamp_oversize(void *arg, int peer, uint32_t tag, uint64_t nbytes,

@@ -5,8 +5,8 @@
  * tcp (reaches everyone). ucx is opt-in: it is used where LOOM_NET names it,
  * or, with LOOM_NET unset, between hosts where loom's model prefers it
  * (api/net_auto.c); otherwise loom keeps its own shm within a host and tcp
- * across hosts. Selection per peer and LOOM_NET filtering are p2p.c's job,
- * not this file's. Callers: p2p.c, tools/loom_info.
+ * across hosts. Selection per peer and LOOM_NET filtering are p2p_setup.c's job,
+ * not this file's. Callers: p2p_setup.c, tools/loom_info.
  */
 #include <string.h>
 

@@ -7,7 +7,7 @@
  * as soon as every rank mapped it, removed by any rank that gives up before
  * that), and the creation-time agreement on single-copy reads.
  * It does not wait, publish or copy (shm_arena_sync.c) and knows nothing of
- * collectives. Caller: p2p.c (create, break, destroy).
+ * collectives. Caller: p2p_setup.c (create, break, destroy).
  *
  * Layout (offsets from the mapping; slots page aligned):
  *   0                      header (64 bytes)

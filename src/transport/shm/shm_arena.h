@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * shm_arena.h - the communicator-wide shared-memory arena of the shm
- * collectives: its creation by p2p.c (only when every rank of the
+ * collectives: its creation by p2p_setup.c (only when every rank of the
  * communicator reaches every other over shm), its teardown, and the state
  * every arena operation shares (shm_arena.c creates and maps, shm_arena_sync.c
  * waits, publishes and copies). The operations the collectives call are
