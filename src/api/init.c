@@ -271,7 +271,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     const int spans_hosts = c->local_size < nranks;
     const int tcp_mbps = spans_hosts ? loom_net_tcp_mbps() : -1;
     double rdma_gbps = 0;
-    loom_p2p_ucx_auto_t ucx_auto = loom_net_auto(c->net, spans_hosts, tcp_mbps, &rdma_gbps);
+    loom_tp_ucx_auto_t ucx_auto = loom_net_auto(c->net, spans_hosts, tcp_mbps, &rdma_gbps);
     LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, ucx_auto, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
     bs = NULL;

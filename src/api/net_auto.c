@@ -68,19 +68,19 @@ int loom_net_prefer_ucx(int tcp_mbps, double rdma_gbps)
            loom_link_message_ns(&tcp, NET_CHOICE_BYTES);
 }
 
-loom_p2p_ucx_auto_t loom_net_auto(const char *net, int spans_hosts, int tcp_mbps,
-                                  double *rdma_gbps_p)
+loom_tp_ucx_auto_t loom_net_auto(const char *net, int spans_hosts, int tcp_mbps,
+                                 double *rdma_gbps_p)
 {
     *rdma_gbps_p = 0;
     if (!spans_hosts || !loom_tp_built("ucx"))
-        return LOOM_P2P_UCX_AUTO_NONE;
+        return LOOM_TP_UCX_AUTO_NONE;
     double gbps = host_rdma_gbps();
     *rdma_gbps_p = gbps; /* also where LOOM_NET names ucx: the model prices its links */
     if (net != NULL && net[0] != '\0')
-        return LOOM_P2P_UCX_AUTO_NONE;
+        return LOOM_TP_UCX_AUTO_NONE;
     int offer = loom_net_prefer_ucx(tcp_mbps, gbps);
     LOOM_INFO(LOOM_LOG_INIT | LOOM_LOG_TRANSPORT,
               "between hosts: RDMA %.0f Gbit/s, TCP interface %d Mbit/s: %s", gbps, tcp_mbps,
               offer ? "ucx offered" : "tcp");
-    return offer ? LOOM_P2P_UCX_AUTO_OFFER : LOOM_P2P_UCX_AUTO_DECLINE;
+    return offer ? LOOM_TP_UCX_AUTO_OFFER : LOOM_TP_UCX_AUTO_DECLINE;
 }

@@ -5,7 +5,7 @@
 #ifndef LOOM_API_NET_AUTO_H
 #define LOOM_API_NET_AUTO_H
 
-#include "p2p.h"
+#include "transport.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,8 +16,8 @@ extern "C" {
  * loom_net_prefer_ucx says so for this host's RDMA port, DECLINE otherwise. *rdma_gbps_p is
  * that port's rate (0: none, or not looked for: one host, no UCX), for the collectives' model
  * of the links UCX carries. */
-loom_p2p_ucx_auto_t loom_net_auto(const char *net, int spans_hosts, int tcp_mbps,
-                                  double *rdma_gbps_p);
+loom_tp_ucx_auto_t loom_net_auto(const char *net, int spans_hosts, int tcp_mbps,
+                                 double *rdma_gbps_p);
 /* 1 when the cost model predicts a message to take less time over UCX at an RDMA port of
  * rdma_gbps (<= 0: none) than over tcp on an interface of tcp_mbps (<= 0: unknown). */
 int loom_net_prefer_ucx(int tcp_mbps, double rdma_gbps);

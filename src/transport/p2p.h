@@ -40,24 +40,11 @@ static inline uint32_t loom_tag_coll(uint64_t seq, unsigned step)
     return LOOM_TP_TAG_COLL | ((uint32_t)(seq & 0xFFFFFFu) << 7) | (step & 0x7Fu);
 }
 
-/* Whether ucx may carry links between hosts though LOOM_NET does not name it
- * (api/net_auto.c decides). NONE: it may not (LOOM_NET is set, one host, no
- * UCX in this build); the same on every rank. Otherwise every rank lists ucx
- * before tcp, and each rank starts it only if it OFFERs it (its host has an
- * RDMA port the model prefers to tcp); a pair of ranks uses ucx only where
- * both started it. */
-typedef enum {
-    LOOM_P2P_UCX_AUTO_NONE,
-    LOOM_P2P_UCX_AUTO_DECLINE,
-    LOOM_P2P_UCX_AUTO_OFFER
-} loom_p2p_ucx_auto_t;
-
 /* Sets up the layer: transport contexts, listen handles exchanged with the
  * bootstrap (allgather), connections to every peer. Blocking, collective. */
 struct loom_bootstrap;
 loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_t *args,
-                             const char *net_list, loom_p2p_ucx_auto_t ucx_auto,
-                             loom_p2p_t **p2p_p);
+                             const char *net_list, loom_tp_ucx_auto_t ucx_auto, loom_p2p_t **p2p_p);
 /* Tells every peer why its connections end (a normal destroy, an abort, or
  * the failure that broke the layer), closes them and frees the layer. Never
  * waits for peers beyond a short bounded flush; keeps going on errors and

@@ -55,7 +55,7 @@ static loomResult_t unknown_transport(const char *tok, const loom_tp_t *const *r
  * Without a list of names (empty or "^..."), opt-in transports (ucx) stay out, except
  * that an empty list takes them as loom's own choice when ucx_auto says they are
  * candidates (every rank then lists them, so transport indices agree everywhere). */
-static loomResult_t pick_transports(loom_p2p_t *p, const char *list, loom_p2p_ucx_auto_t ucx_auto)
+static loomResult_t pick_transports(loom_p2p_t *p, const char *list, loom_tp_ucx_auto_t ucx_auto)
 {
     int n = 0;
     const loom_tp_t *const *reg = loom_tp_registry(&n);
@@ -66,7 +66,7 @@ static loomResult_t pick_transports(loom_p2p_t *p, const char *list, loom_p2p_uc
             if (negate && list_has(list + 1, reg[i]->name))
                 continue;
             if (loom_tp_opt_in(reg[i])) {
-                if (!open_choice || ucx_auto == LOOM_P2P_UCX_AUTO_NONE)
+                if (!open_choice || ucx_auto == LOOM_TP_UCX_AUTO_NONE)
                     continue;
                 p->tp_auto[p->ntp] = 1;
             }
@@ -183,10 +183,10 @@ static loomResult_t connect_all(loom_p2p_t *p, const handles_t *all)
 /* Starts transport t and its listener, filling mine's handle. A transport loom chose by
  * itself (tp_auto) is started only where this rank offers it, and failing to start it is not
  * fatal: mine says it is absent, and every peer reaches this rank another way. */
-static loomResult_t start_transport(loom_p2p_t *p, int t, loom_p2p_ucx_auto_t ucx_auto,
+static loomResult_t start_transport(loom_p2p_t *p, int t, loom_tp_ucx_auto_t ucx_auto,
                                     handles_t *mine)
 {
-    if (p->tp_auto[t] && ucx_auto != LOOM_P2P_UCX_AUTO_OFFER)
+    if (p->tp_auto[t] && ucx_auto != LOOM_TP_UCX_AUTO_OFFER)
         return loomSuccess;
     loomResult_t res = p->tps[t]->init(&p->args, &p->ctx[t]);
     if (res == loomSuccess)
@@ -223,7 +223,7 @@ static void p2p_free(loom_p2p_t *p)
 }
 
 loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_t *args,
-                             const char *net_list, loom_p2p_ucx_auto_t ucx_auto, loom_p2p_t **p2p_p)
+                             const char *net_list, loom_tp_ucx_auto_t ucx_auto, loom_p2p_t **p2p_p)
 {
     loomResult_t res = loomSuccess;
     handles_t *all = NULL;

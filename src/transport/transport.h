@@ -135,10 +135,21 @@ extern const loom_tp_t loom_tp_ucx;
 /* The registry: the transports built in, in default preference order. */
 const loom_tp_t *const *loom_tp_registry(int *n_p);
 /* 1 if tp is used only where LOOM_NET names it or where loom's own choice
- * across hosts takes it (ucx, p2p.h's loom_p2p_ucx_auto_t): it reaches every
+ * across hosts takes it (ucx, loom_tp_ucx_auto_t below): it reaches every
  * peer, so listed by default it would take every link from tcp, and starting
  * it would cost time and descriptors where it is not used. */
 int loom_tp_opt_in(const loom_tp_t *tp);
+/* Whether ucx may carry links between hosts though LOOM_NET does not name it
+ * (api/net_auto.c decides). NONE: it may not (LOOM_NET is set, one host, no
+ * UCX in this build); the same on every rank. Otherwise every rank lists ucx
+ * before tcp, and each rank starts it only if it OFFERs it (its host has an
+ * RDMA port the model prefers to tcp); a pair of ranks uses ucx only where
+ * both started it. */
+typedef enum {
+    LOOM_TP_UCX_AUTO_NONE,
+    LOOM_TP_UCX_AUTO_DECLINE,
+    LOOM_TP_UCX_AUTO_OFFER
+} loom_tp_ucx_auto_t;
 /* 1 if this build has the transport called name ("ucx" needs UCX at build time). */
 int loom_tp_built(const char *name);
 
