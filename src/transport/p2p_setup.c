@@ -283,7 +283,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     }
     LOOM_CHECK_GOTO(connect_all(p, all), res, err_close);
     LOOM_CHECK_GOTO(loom_p2p_notice_recvs_post(p), res, err_close);
-    LOOM_CHECK_GOTO(loom_shm_arena_create(p, &p->args, p->abort_flag, &p->arena), res, err_close);
+    LOOM_CHECK_GOTO(loom_arena_create(p, &p->args, p->abort_flag, &p->arena), res, err_close);
     free(all);
     *p2p_p = p;
     return loomSuccess;
@@ -345,7 +345,7 @@ void loom_p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs, i
     p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
     loom_p2p_notices_send(p, cause->kind, cause, skip);
-    loom_shm_arena_break(p->arena, p->seq); /* after the notices: arena waiters read them at once */
+    loom_arena_break(p->arena, p->seq); /* after the notices: arena waiters read them at once */
     (void)close_all(p);
 }
 
@@ -367,7 +367,7 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
         }
         LOOM_CHECK_IGNORE(close_all(p), res);
     }
-    LOOM_CHECK_IGNORE(loom_shm_arena_destroy(p->arena), res);
+    LOOM_CHECK_IGNORE(loom_arena_destroy(p->arena), res);
     for (int t = 0; t < p->ntp; t++) {
         if (p->listen[t])
             LOOM_CHECK_IGNORE(p->tps[t]->close_listen(p->listen[t]), res);

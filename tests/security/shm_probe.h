@@ -14,12 +14,12 @@
 extern "C" {
 #endif
 
-/* loom_shm_seg_create of name in dir for n_local ranks (4 KiB rings), then unmapped. */
+/* loom_seg_create of name in dir for n_local ranks (4 KiB rings), then unmapped. */
 loomResult_t shm_probe_create(const char *dir, const char *name, int n_local);
-/* loom_shm_seg_open of name as a rank that did not create it; *ready_p as it
+/* loom_seg_open of name as a rank that did not create it; *ready_p as it
  * says, and the mapping, if any, is released. */
 loomResult_t shm_probe_open(const char *dir, const char *name, int n_local, int *ready_p);
-/* loom_shm_file_open(dir, name, O_RDWR), the arena's way in; the result as is. */
+/* loom_seg_file_open(dir, name, O_RDWR), the arena's way in; the result as is. */
 int shm_probe_file_open(const char *dir, const char *name);
 
 #ifdef __cplusplus

@@ -2,11 +2,11 @@
 //
 // test_security_shm.cc - what a rank finds under a segment's name in LOOM_SHM_DIR when that
 // directory is shared with other users. A rank that maps a segment another rank created
-// (loom_shm_seg_open, the shm transport's rings; loom_shm_file_open, the collectives' arena)
+// (loom_seg_open, the shm transport's rings; loom_seg_file_open, the collectives' arena)
 // must refuse, with a WARN naming the path, a symbolic link planted at the name (even one to a
 // valid segment of this user), a file another user owns, and something that is not a regular
 // file, rather than follow or map it. The segments are made with the library's own
-// loom_shm_seg_create in a temporary directory (through shm_probe.c, since shm_seg.h is C11
+// loom_seg_create in a temporary directory (through shm_probe.c, since shm_seg.h is C11
 // only); each test runs in a forked rank, since the functions log.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,8 +41,8 @@ void CreateSegment(const std::string &dir)
     XT_CHECK_LOOM(shm_probe_create(dir.c_str(), "/real", kLocal));
 }
 
-// loom_shm_seg_open of name must fail without mapping it, and its WARN must name the
-// path and contain `why`; loom_shm_file_open (the arena's way in) must refuse it too.
+// loom_seg_open of name must fail without mapping it, and its WARN must name the
+// path and contain `why`; loom_seg_file_open (the arena's way in) must refuse it too.
 void ExpectRefused(const std::string &dir, const char *name, const std::string &why)
 {
     int ready = -1;
@@ -53,7 +53,7 @@ void ExpectRefused(const std::string &dir, const char *name, const std::string &
         XT_CHECK_MSG(msg.find(w) != std::string::npos, "'" + w + "' not in '" + msg + "'");
     errno = 0;
     const int fd = shm_probe_file_open(dir.c_str(), name);
-    XT_CHECK_MSG(fd < 0, "loom_shm_file_open opened " + dir + name);
+    XT_CHECK_MSG(fd < 0, "loom_seg_file_open opened " + dir + name);
     XT_CHECK_EQ(errno, EPERM);
 }
 

@@ -74,7 +74,7 @@ typedef struct shm_comm {
     int peer;  /* global rank */
     int local; /* its local index */
     int is_send;
-    loom_shm_ring_t ring;
+    loom_seg_ring_t ring;
     loom_tp_stream_t stream;
 } shm_comm_t;
 
@@ -92,7 +92,7 @@ typedef struct shm_ctx {
     char name[LOOM_SHM_NAME_MAX];
     char dir[256];
     uint64_t ring_bytes;
-    loom_shm_seg_t seg;
+    loom_seg_t seg;
     int mapped;
     uint64_t map_deadline_ns; /* 0 until the first attempt to map */
     int listening;
@@ -113,13 +113,13 @@ static int aborted(const shm_ctx_t *ctx)
 static loomResult_t shm_writev(void *chan, const struct iovec *iov, int iovcnt, size_t *nbytes_p,
                                int *gone_errno_p)
 {
-    return loom_shm_ring_write(&((shm_comm_t *)chan)->ring, iov, iovcnt, nbytes_p, gone_errno_p);
+    return loom_seg_ring_write(&((shm_comm_t *)chan)->ring, iov, iovcnt, nbytes_p, gone_errno_p);
 }
 
 static loomResult_t shm_readv(void *chan, const struct iovec *iov, int iovcnt, size_t *nbytes_p,
                               int *gone_errno_p)
 {
-    return loom_shm_ring_read(&((shm_comm_t *)chan)->ring, iov, iovcnt, nbytes_p, gone_errno_p);
+    return loom_seg_ring_read(&((shm_comm_t *)chan)->ring, iov, iovcnt, nbytes_p, gone_errno_p);
 }
 
 static const loom_tp_stream_io_t shm_io = {.writev = shm_writev, .readv = shm_readv};
@@ -197,7 +197,7 @@ static loomResult_t shm_init(const loom_tp_init_args_t *args, void **ctx_p)
         goto err_free;
     }
     snprintf(ctx->dir, sizeof(ctx->dir), "%s", loom_param_SHM_DIR());
-    ctx->ring_bytes = loom_shm_ring_bytes(ctx->n_local, loom_param_SHM_RING_BYTES());
+    ctx->ring_bytes = loom_seg_ring_bytes(ctx->n_local, loom_param_SHM_RING_BYTES());
     LOOM_CHECK_GOTO(derive_name(ctx, args), res, err_free);
     *ctx_p = ctx;
     return loomSuccess;
@@ -229,8 +229,7 @@ static loomResult_t ensure_mapped(shm_ctx_t *ctx, int *ready_p)
         return loomInvalidUsage;
     }
     if (ctx->rank == ctx->leader) {
-        LOOM_CHECK(
-            loom_shm_seg_create(ctx->dir, ctx->name, ctx->n_local, ctx->ring_bytes, &ctx->seg));
+        LOOM_CHECK(loom_seg_create(ctx->dir, ctx->name, ctx->n_local, ctx->ring_bytes, &ctx->seg));
         ctx->mapped = 1;
         *ready_p = 1;
         return loomSuccess;
@@ -239,7 +238,7 @@ static loomResult_t ensure_mapped(shm_ctx_t *ctx, int *ready_p)
     if (ctx->map_deadline_ns == 0)
         ctx->map_deadline_ns = now + (uint64_t)ctx->timeout_ms * 1000000ull;
     int ready = 0;
-    LOOM_CHECK(loom_shm_seg_open(ctx->dir, ctx->name, ctx->n_local, &ctx->seg, &ready));
+    LOOM_CHECK(loom_seg_open(ctx->dir, ctx->name, ctx->n_local, &ctx->seg, &ready));
     if (!ready) {
         if (now >= ctx->map_deadline_ns) {
             LOOM_WARN("shm: rank %d: segment %s of local leader rank %d did not appear in %s "
@@ -293,9 +292,9 @@ static loomResult_t comm_create(shm_ctx_t *ctx, int peer, int is_send, shm_comm_
     c->local = j;
     c->is_send = is_send;
     if (is_send)
-        loom_shm_ring_attach(&c->ring, &ctx->seg, ctx->local_rank, j, 1, ctx->rank, peer);
+        loom_seg_ring_attach(&c->ring, &ctx->seg, ctx->local_rank, j, 1, ctx->rank, peer);
     else
-        loom_shm_ring_attach(&c->ring, &ctx->seg, j, ctx->local_rank, 0, ctx->rank, peer);
+        loom_seg_ring_attach(&c->ring, &ctx->seg, j, ctx->local_rank, 0, ctx->rank, peer);
     loom_tp_stream_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer, ctx->quiet_flag);
     loom_tp_stream_set_stamp(&c->stream, ctx->stamp_ops);
     *comm_p = c;
@@ -342,7 +341,7 @@ static loomResult_t shm_connect(void *ctx_v, const void *handle, int peer, void 
     ctx->ring_used[j] = 1;
     ctx->send[j] = c;
     atomic_store_explicit(&c->ring.ctl->connected, 1, memory_order_release);
-    loom_shm_bell_notify(c->ring.peer_bell);
+    loom_seg_bell_notify(c->ring.peer_bell);
     LOOM_INFO(LOOM_LOG_SHM, "shm: rank %d connected to rank %d", ctx->rank, peer);
     *send_comm_p = c;
     return loomSuccess;
@@ -367,7 +366,7 @@ static loomResult_t shm_accept(void *listen_v, void **recv_comm_p, int *peer_p)
         int j = ctx->local_of[r];
         if (j < 0 || r == ctx->rank || ctx->accepted[j])
             continue;
-        loom_shm_ring_ctl_t *ctl = loom_shm_seg_ctl(&ctx->seg, j, ctx->local_rank);
+        loom_seg_ring_ctl_t *ctl = loom_seg_ctl(&ctx->seg, j, ctx->local_rank);
         if (!atomic_load_explicit(&ctl->connected, memory_order_acquire))
             continue;
         shm_comm_t *c;
@@ -423,12 +422,12 @@ static int work_ready(const shm_ctx_t *ctx)
     for (int j = 0; j < ctx->n_local; j++) {
         const shm_comm_t *s = ctx->send[j], *r = ctx->recv[j];
         if (s != NULL && loom_tp_stream_wants_write(&s->stream) &&
-            loom_shm_ring_can_write(&s->ring))
+            loom_seg_ring_can_write(&s->ring))
             return 1;
-        if (r != NULL && loom_tp_stream_wants_read(&r->stream) && loom_shm_ring_can_read(&r->ring))
+        if (r != NULL && loom_tp_stream_wants_read(&r->stream) && loom_seg_ring_can_read(&r->ring))
             return 1;
         if (ctx->accepting && !ctx->accepted[j] && j != ctx->local_rank &&
-            atomic_load_explicit(&loom_shm_seg_ctl(&ctx->seg, j, ctx->local_rank)->connected,
+            atomic_load_explicit(&loom_seg_ctl(&ctx->seg, j, ctx->local_rank)->connected,
                                  memory_order_acquire))
             return 1;
     }
@@ -447,12 +446,12 @@ static loomResult_t shm_wait(void *ctx_v, int timeout_us)
         nanosleep(&ts, NULL);
         return loomSuccess;
     }
-    loom_shm_bell_t *bell = &ctx->seg.bells[ctx->local_rank];
-    uint32_t seen = loom_shm_bell_sleep_begin(bell);
+    loom_seg_bell_t *bell = &ctx->seg.bells[ctx->local_rank];
+    uint32_t seen = loom_seg_bell_sleep_begin(bell);
     loomResult_t res = loomSuccess;
     if (!work_ready(ctx))
-        res = loom_shm_bell_sleep(bell, seen, timeout_us);
-    loom_shm_bell_sleep_end(bell);
+        res = loom_seg_bell_sleep(bell, seen, timeout_us);
+    loom_seg_bell_sleep_end(bell);
     /* An unaccepted ring nobody accepts would make every wait return at once. */
     ctx->accepting = 0;
     return res;
@@ -466,7 +465,7 @@ static loomResult_t shm_close_send(void *send_comm)
     if (c == NULL)
         return loomSuccess;
     atomic_store_explicit(&c->ring.ctl->writer_closed, 1, memory_order_release);
-    loom_shm_bell_notify(c->ring.peer_bell);
+    loom_seg_bell_notify(c->ring.peer_bell);
     c->ctx->send[c->local] = NULL;
     loom_tp_stream_fini(&c->stream);
     free(c);
@@ -481,7 +480,7 @@ static loomResult_t shm_close_recv(void *recv_comm)
     atomic_store_explicit(&c->ring.ctl->reader_closed,
                           aborted(c->ctx) ? LOOM_SHM_READER_FAILED : LOOM_SHM_READER_DONE,
                           memory_order_release);
-    loom_shm_bell_notify(c->ring.peer_bell);
+    loom_seg_bell_notify(c->ring.peer_bell);
     c->ctx->recv[c->local] = NULL;
     loom_tp_stream_fini(&c->stream);
     free(c);
@@ -511,10 +510,10 @@ static loomResult_t shm_finalize(void *ctx_v)
     /* Covers a local rank (leader or not) that died or failed before the count
      * completed. name is set once init derived it. */
     if (ctx->name[0] != '\0' && ctx->n_local > 1 &&
-        !(ctx->mapped && loom_shm_seg_all_mapped(&ctx->seg)))
-        LOOM_CHECK_IGNORE(loom_shm_seg_unlink(ctx->dir, ctx->name), res);
+        !(ctx->mapped && loom_seg_all_mapped(&ctx->seg)))
+        LOOM_CHECK_IGNORE(loom_seg_unlink(ctx->dir, ctx->name), res);
     if (ctx->mapped)
-        LOOM_CHECK_IGNORE(loom_shm_seg_unmap(&ctx->seg), res);
+        LOOM_CHECK_IGNORE(loom_seg_unmap(&ctx->seg), res);
     free(ctx->local_of);
     free(ctx->send);
     free(ctx->recv);

@@ -177,7 +177,7 @@ static loomResult_t count_mapped(loom_arena_t *a)
     arena_hdr_t *hdr = a->base;
     a->counted = 1;
     uint32_t n = atomic_fetch_add_explicit(&hdr->mapped, 1, memory_order_acq_rel) + 1;
-    return n == (uint32_t)a->nranks ? loom_shm_seg_unlink(a->dir, a->name) : loomSuccess;
+    return n == (uint32_t)a->nranks ? loom_seg_unlink(a->dir, a->name) : loomSuccess;
 }
 
 // ---- mapping ------------------------------------------------------------------------
@@ -185,9 +185,9 @@ static loomResult_t count_mapped(loom_arena_t *a)
 static loomResult_t arena_create_file(loom_arena_t *a)
 {
     char path[PATH_MAX];
-    loom_shm_file_path(a->dir, a->name, path, sizeof(path));
+    loom_seg_file_path(a->dir, a->name, path, sizeof(path));
     size_t slot = choose_slot_bytes(a->nranks), bytes = arena_bytes(a->nranks, slot);
-    int fd = loom_shm_file_open(a->dir, a->name, O_RDWR | O_CREAT | O_EXCL);
+    int fd = loom_seg_file_open(a->dir, a->name, O_RDWR | O_CREAT | O_EXCL);
     if (fd < 0) {
         LOOM_WARN("shm arena: cannot create %s: %s", path, strerror(errno));
         return loomSystemError;
@@ -223,9 +223,9 @@ static loomResult_t arena_create_file(loom_arena_t *a)
 static loomResult_t arena_open_file(loom_arena_t *a, int *ready_p)
 {
     char path[PATH_MAX];
-    loom_shm_file_path(a->dir, a->name, path, sizeof(path));
+    loom_seg_file_path(a->dir, a->name, path, sizeof(path));
     *ready_p = 0;
-    int fd = loom_shm_file_open(a->dir, a->name, O_RDWR);
+    int fd = loom_seg_file_open(a->dir, a->name, O_RDWR);
     if (fd < 0) {
         if (errno == ENOENT)
             return loomSuccess;
@@ -383,11 +383,11 @@ static void arena_free(loom_arena_t *a)
         const arena_hdr_t *hdr = a->base;
         /* A rank that died or gave up before the count completed: nobody else will. */
         if (atomic_load_explicit(&hdr->mapped, memory_order_acquire) < (uint32_t)a->nranks)
-            (void)loom_shm_seg_unlink(a->dir, a->name);
+            (void)loom_seg_unlink(a->dir, a->name);
         if (munmap(a->base, a->bytes) != 0)
             LOOM_WARN("shm arena: munmap of %zu bytes failed: %s", a->bytes, strerror(errno));
     } else if (a->name[0] != '\0') {
-        (void)loom_shm_seg_unlink(a->dir, a->name);
+        (void)loom_seg_unlink(a->dir, a->name);
     }
     free(a->pids);
     free(a);
@@ -439,8 +439,8 @@ out:
     return res;
 }
 
-loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
-                                   volatile const int *abort_flag, loom_arena_t **arena_p)
+loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
+                               volatile const int *abort_flag, loom_arena_t **arena_p)
 {
     static const int never = 0;
     loomResult_t res = loomSuccess;
@@ -492,7 +492,7 @@ err:
     return res;
 }
 
-void loom_shm_arena_break(loom_arena_t *a, uint64_t seq)
+void loom_arena_break(loom_arena_t *a, uint64_t seq)
 {
     if (a == NULL)
         return;
@@ -501,7 +501,7 @@ void loom_shm_arena_break(loom_arena_t *a, uint64_t seq)
     loom_arena_wake_all(a);
 }
 
-loomResult_t loom_shm_arena_destroy(loom_arena_t *a)
+loomResult_t loom_arena_destroy(loom_arena_t *a)
 {
     if (a == NULL)
         return loomSuccess;

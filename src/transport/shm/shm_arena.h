@@ -59,7 +59,7 @@ typedef struct {
      * (or would run next). A rank in a later call finished every earlier one,
      * so its break concerns only calls from this seq on. */
     _Atomic uint64_t broke_seq;
-    loom_shm_bell_t bell;           /* the futex word the rank sleeps on */
+    loom_seg_bell_t bell;           /* the futex word the rank sleeps on */
     loom_arena_desc_line_t desc[2]; /* the call descriptor, by call parity */
 } loom_arena_ctl_t;
 
@@ -120,14 +120,14 @@ struct loom_arena {
  * *arena_p = NULL. Collective over the communicator's ranks; bounded like
  * every wait (failures break the layer through loom_p2p_wait_event). Called
  * by loom_p2p_create once every connection is up. */
-loomResult_t loom_shm_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
-                                   volatile const int *abort_flag, loom_arena_t **arena_p);
+loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
+                               volatile const int *abort_flag, loom_arena_t **arena_p);
 /* Marks this rank broken in call `seq` and wakes every sleeper, so that peers
  * waiting on its flag look at its notice at once. NULL is allowed. */
-void loom_shm_arena_break(loom_arena_t *a, uint64_t seq);
+void loom_arena_break(loom_arena_t *a, uint64_t seq);
 /* Marks this rank gone, unmaps and frees. Removes the name if not every rank
  * mapped it (a peer died during creation). NULL is allowed. */
-loomResult_t loom_shm_arena_destroy(loom_arena_t *a);
+loomResult_t loom_arena_destroy(loom_arena_t *a);
 
 /* shm_arena_sync.c: waking the sleepers after a publish. */
 void loom_arena_wake_all(loom_arena_t *a);

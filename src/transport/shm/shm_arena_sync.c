@@ -131,7 +131,7 @@ void loom_arena_wake_all(loom_arena_t *a)
 {
     for (int r = 0; r < a->nranks; r++)
         if (r != a->rank)
-            loom_shm_bell_notify(&a->ctl[r].bell);
+            loom_seg_bell_notify(&a->ctl[r].bell);
 }
 
 /* Rings only the sleepers this flag can release: with many ranks on few CPUs
@@ -164,7 +164,7 @@ void loom_arena_post(loom_arena_t *a, uint64_t flag)
         if (wr >= 0 &&
             (wr != a->rank || flag < atomic_load_explicit(&c->wait_flag, memory_order_relaxed)))
             continue;
-        loom_shm_bell_notify(&c->bell);
+        loom_seg_bell_notify(&c->bell);
     }
 }
 
@@ -255,7 +255,7 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag, uint64_t
 {
     const uint64_t timeout_ns = (uint64_t)a->timeout_ms * 1000000ull;
     uint64_t last_progress = start, last_check = start, seen = progress_sum(a, rank);
-    loom_shm_bell_t *bell = &a->ctl[a->rank].bell;
+    loom_seg_bell_t *bell = &a->ctl[a->rank].bell;
     const unsigned step = (unsigned)(flag & LOOM_ARENA_STEP_MAX);
     char what[192];
     int behind = rank, yields = 0;
@@ -317,12 +317,12 @@ static loomResult_t wait_slow(loom_arena_t *a, int rank, uint64_t flag, uint64_t
         const int was = behind;
         atomic_store_explicit(&a->ctl[a->rank].wait_rank, (int32_t)was, memory_order_relaxed);
         atomic_store_explicit(&a->ctl[a->rank].wait_flag, flag, memory_order_relaxed);
-        uint32_t snap = loom_shm_bell_sleep_begin(bell);
+        uint32_t snap = loom_seg_bell_sleep_begin(bell);
         loomResult_t res = loomSuccess;
         const int fenced = heavy_barrier(a);
         if (!reached(a, rank, flag, &behind) && behind == was && gone_peer(a, rank, flag) < 0)
-            res = fenced ? loom_shm_bell_sleep(bell, snap, SLEEP_US) : (sched_yield(), loomSuccess);
-        loom_shm_bell_sleep_end(bell);
+            res = fenced ? loom_seg_bell_sleep(bell, snap, SLEEP_US) : (sched_yield(), loomSuccess);
+        loom_seg_bell_sleep_end(bell);
         if (res != loomSuccess)
             return loom_arena_fail(a, res, "shm arena: futex wait failed");
     }

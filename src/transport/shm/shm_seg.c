@@ -60,7 +60,7 @@
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
                "shared-memory rings need lock-free 32- and 64-bit atomics");
 
-struct loom_shm_seg_hdr {
+struct loom_seg_hdr {
     _Atomic uint64_t magic; /* stored last by the creator: the segment is ready */
     uint32_t version;
     uint32_t n_local;
@@ -70,9 +70,9 @@ struct loom_shm_seg_hdr {
     uint8_t pad[28];
 };
 
-_Static_assert(sizeof(struct loom_shm_seg_hdr) == 64, "segment header is one cache line");
-_Static_assert(sizeof(loom_shm_bell_t) == 64, "doorbell is one cache line");
-_Static_assert(sizeof(loom_shm_ring_ctl_t) == 192, "ring control is three cache lines");
+_Static_assert(sizeof(struct loom_seg_hdr) == 64, "segment header is one cache line");
+_Static_assert(sizeof(loom_seg_bell_t) == 64, "doorbell is one cache line");
+_Static_assert(sizeof(loom_seg_ring_ctl_t) == 192, "ring control is three cache lines");
 
 static size_t n_rings(int n_local)
 {
@@ -81,37 +81,36 @@ static size_t n_rings(int n_local)
 
 static size_t data_offset(int n_local)
 {
-    size_t meta = sizeof(loom_shm_seg_hdr_t) + (size_t)n_local * sizeof(loom_shm_bell_t) +
-                  n_rings(n_local) * sizeof(loom_shm_ring_ctl_t);
+    size_t meta = sizeof(loom_seg_hdr_t) + (size_t)n_local * sizeof(loom_seg_bell_t) +
+                  n_rings(n_local) * sizeof(loom_seg_ring_ctl_t);
     return (meta + 4095) & ~(size_t)4095;
 }
 
-size_t loom_shm_seg_bytes(int n_local, uint64_t ring_bytes)
+size_t loom_seg_bytes(int n_local, uint64_t ring_bytes)
 {
     return data_offset(n_local) + n_rings(n_local) * (size_t)ring_bytes;
 }
 
-uint64_t loom_shm_ring_bytes(int n_local, int64_t requested)
+uint64_t loom_seg_ring_bytes(int n_local, int64_t requested)
 {
     uint64_t bytes = LOOM_SHM_RING_MIN_BYTES;
     while (bytes < (uint64_t)requested && bytes < LOOM_SHM_SEG_MAX_BYTES)
         bytes <<= 1;
     while (bytes > LOOM_SHM_RING_MIN_BYTES &&
-           loom_shm_seg_bytes(n_local, bytes) > LOOM_SHM_SEG_MAX_BYTES)
+           loom_seg_bytes(n_local, bytes) > LOOM_SHM_SEG_MAX_BYTES)
         bytes >>= 1;
     return bytes;
 }
 
-static void seg_layout(loom_shm_seg_t *seg, void *base, size_t bytes, int n_local,
-                       uint64_t ring_bytes)
+static void seg_layout(loom_seg_t *seg, void *base, size_t bytes, int n_local, uint64_t ring_bytes)
 {
     seg->base = base;
     seg->bytes = bytes;
     seg->n_local = n_local;
     seg->ring_bytes = ring_bytes;
     seg->hdr = base;
-    seg->bells = (loom_shm_bell_t *)((char *)base + sizeof(loom_shm_seg_hdr_t));
-    seg->ctls = (loom_shm_ring_ctl_t *)(seg->bells + n_local);
+    seg->bells = (loom_seg_bell_t *)((char *)base + sizeof(loom_seg_hdr_t));
+    seg->ctls = (loom_seg_ring_ctl_t *)(seg->bells + n_local);
     seg->data = (uint8_t *)base + data_offset(n_local);
 }
 
@@ -184,7 +183,7 @@ static loomResult_t seg_open_existing(const char *dir, const char *name, const c
     return loomSuccess;
 }
 
-int loom_shm_file_open(const char *dir, const char *name, int flags)
+int loom_seg_file_open(const char *dir, const char *name, int flags)
 {
     if (flags & O_CREAT)
         return seg_open_fd(dir, name, flags);
@@ -201,12 +200,12 @@ int loom_shm_file_open(const char *dir, const char *name, int flags)
     return fd;
 }
 
-void loom_shm_file_path(const char *dir, const char *name, char *path, size_t len)
+void loom_seg_file_path(const char *dir, const char *name, char *path, size_t len)
 {
     seg_path(dir, name, path, len);
 }
 
-loomResult_t loom_shm_seg_unlink(const char *dir, const char *name)
+loomResult_t loom_seg_unlink(const char *dir, const char *name)
 {
     char path[PATH_MAX];
     seg_path(dir, name, path, sizeof(path));
@@ -220,26 +219,26 @@ loomResult_t loom_shm_seg_unlink(const char *dir, const char *name)
 
 /* The rank that completes the count removes the name: from then on nothing
  * of this job is left in the directory, whatever happens to the processes. */
-static loomResult_t count_mapped(loom_shm_seg_t *seg, const char *dir, const char *name)
+static loomResult_t count_mapped(loom_seg_t *seg, const char *dir, const char *name)
 {
     uint32_t n = atomic_fetch_add_explicit(&seg->hdr->mapped, 1, memory_order_acq_rel) + 1;
     if (n == (uint32_t)seg->n_local)
-        return loom_shm_seg_unlink(dir, name);
+        return loom_seg_unlink(dir, name);
     return loomSuccess;
 }
 
-int loom_shm_seg_all_mapped(const loom_shm_seg_t *seg)
+int loom_seg_all_mapped(const loom_seg_t *seg)
 {
     return seg->base != NULL &&
            atomic_load_explicit(&seg->hdr->mapped, memory_order_acquire) >= (uint32_t)seg->n_local;
 }
 
-loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
-                                 uint64_t ring_bytes, loom_shm_seg_t *seg_p)
+loomResult_t loom_seg_create(const char *dir, const char *name, int n_local, uint64_t ring_bytes,
+                             loom_seg_t *seg_p)
 {
     char path[PATH_MAX];
     loomResult_t res = loomSystemError;
-    size_t bytes = loom_shm_seg_bytes(n_local, ring_bytes);
+    size_t bytes = loom_seg_bytes(n_local, ring_bytes);
     seg_path(dir, name, path, sizeof(path));
     int fd = seg_open_fd(dir, name, O_RDWR | O_CREAT | O_EXCL);
     if (fd < 0) {
@@ -263,7 +262,7 @@ loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
         goto err_unlink;
     }
     close(fd);
-    loom_shm_seg_t seg;
+    loom_seg_t seg;
     seg_layout(&seg, base, bytes, n_local, ring_bytes);
     seg.hdr->version = SEG_VERSION;
     seg.hdr->n_local = (uint32_t)n_local;
@@ -282,12 +281,12 @@ loomResult_t loom_shm_seg_create(const char *dir, const char *name, int n_local,
     return loomSuccess;
 err_unlink:
     close(fd);
-    loom_shm_seg_unlink(dir, name);
+    loom_seg_unlink(dir, name);
     return res;
 }
 
-loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
-                               loom_shm_seg_t *seg_p, int *ready_p)
+loomResult_t loom_seg_open(const char *dir, const char *name, int n_local, loom_seg_t *seg_p,
+                           int *ready_p)
 {
     char path[PATH_MAX];
     seg_path(dir, name, path, sizeof(path));
@@ -298,7 +297,7 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
     if (fd < 0)
         return loomSuccess; /* the leader has not created it yet */
     size_t bytes = (size_t)st.st_size;
-    if (bytes < loom_shm_seg_bytes(n_local, LOOM_SHM_RING_MIN_BYTES)) {
+    if (bytes < loom_seg_bytes(n_local, LOOM_SHM_RING_MIN_BYTES)) {
         close(fd); /* not sized yet */
         return loomSuccess;
     }
@@ -310,7 +309,7 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
                   strerror(map_errno));
         return loomSystemError;
     }
-    loom_shm_seg_hdr_t *hdr = base;
+    loom_seg_hdr_t *hdr = base;
     if (atomic_load_explicit(&hdr->magic, memory_order_acquire) != SEG_MAGIC) {
         munmap(base, bytes); /* not initialised yet */
         return loomSuccess;
@@ -318,7 +317,7 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
     uint64_t ring = hdr->ring_bytes;
     if (hdr->version != SEG_VERSION || hdr->n_local != (uint32_t)n_local ||
         ring < LOOM_SHM_RING_MIN_BYTES || ring > LOOM_SHM_SEG_MAX_BYTES || (ring & (ring - 1)) ||
-        hdr->total_bytes != loom_shm_seg_bytes(n_local, ring) || hdr->total_bytes > bytes) {
+        hdr->total_bytes != loom_seg_bytes(n_local, ring) || hdr->total_bytes > bytes) {
         LOOM_WARN("shm: segment %s does not match this rank: version %u, %u local ranks, "
                   "%llu-byte rings, %llu of %zu bytes (expected version %u, %d local ranks)",
                   path, hdr->version, hdr->n_local, (unsigned long long)ring,
@@ -326,7 +325,7 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
         munmap(base, bytes);
         return loomInvalidUsage;
     }
-    loom_shm_seg_t seg;
+    loom_seg_t seg;
     seg_layout(&seg, base, bytes, n_local, ring);
     loomResult_t res = count_mapped(&seg, dir, name);
     if (res != loomSuccess) {
@@ -338,7 +337,7 @@ loomResult_t loom_shm_seg_open(const char *dir, const char *name, int n_local,
     return loomSuccess;
 }
 
-loomResult_t loom_shm_seg_unmap(loom_shm_seg_t *seg)
+loomResult_t loom_seg_unmap(loom_seg_t *seg)
 {
     if (seg->base == NULL)
         return loomSuccess;
@@ -357,12 +356,12 @@ static size_t ring_index(int n_local, int from, int to)
     return (size_t)from * (size_t)(n_local - 1) + (size_t)(to < from ? to : to - 1);
 }
 
-loom_shm_ring_ctl_t *loom_shm_seg_ctl(const loom_shm_seg_t *seg, int from, int to)
+loom_seg_ring_ctl_t *loom_seg_ctl(const loom_seg_t *seg, int from, int to)
 {
     return &seg->ctls[ring_index(seg->n_local, from, to)];
 }
 
-void loom_shm_ring_attach(loom_shm_ring_t *r, const loom_shm_seg_t *seg, int from, int to,
+void loom_seg_ring_attach(loom_seg_ring_t *r, const loom_seg_t *seg, int from, int to,
                           int is_writer, int rank, int peer)
 {
     size_t i = ring_index(seg->n_local, from, to);
@@ -377,7 +376,7 @@ void loom_shm_ring_attach(loom_shm_ring_t *r, const loom_shm_seg_t *seg, int fro
 }
 
 /* Copies n bytes between a linear buffer and the ring at pos, wrapping. */
-static void ring_copy(const loom_shm_ring_t *r, uint64_t pos, void *buf, size_t n, int to_ring)
+static void ring_copy(const loom_seg_ring_t *r, uint64_t pos, void *buf, size_t n, int to_ring)
 {
     size_t off = (size_t)(pos & (r->size - 1));
     size_t first = r->size - off < n ? r->size - off : n;
@@ -390,7 +389,7 @@ static void ring_copy(const loom_shm_ring_t *r, uint64_t pos, void *buf, size_t 
     }
 }
 
-static loomResult_t corrupt(const loom_shm_ring_t *r, uint64_t tail, uint64_t head)
+static loomResult_t corrupt(const loom_seg_ring_t *r, uint64_t tail, uint64_t head)
 {
     LOOM_WARN("shm: protocol error on the ring between rank %d and rank %d: tail %llu, head %llu, "
               "%llu-byte ring",
@@ -399,7 +398,7 @@ static loomResult_t corrupt(const loom_shm_ring_t *r, uint64_t tail, uint64_t he
     return loomRemoteError;
 }
 
-loomResult_t loom_shm_ring_write(loom_shm_ring_t *r, const struct iovec *iov, int iovcnt,
+loomResult_t loom_seg_ring_write(loom_seg_ring_t *r, const struct iovec *iov, int iovcnt,
                                  size_t *nbytes_p, int *gone_errno_p)
 {
     uint32_t rc = atomic_load_explicit(&r->ctl->reader_closed, memory_order_acquire);
@@ -445,18 +444,18 @@ loomResult_t loom_shm_ring_write(loom_shm_ring_t *r, const struct iovec *iov, in
         /* Publish per chunk, and always before leaving, so the reader can start. */
         if (n == PUBLISH_BYTES || i == iovcnt) {
             atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
-            loom_shm_bell_notify(r->peer_bell);
+            loom_seg_bell_notify(r->peer_bell);
         }
     }
     if (moved > 0 && atomic_load_explicit(&r->ctl->tail, memory_order_relaxed) != r->pos) {
         atomic_store_explicit(&r->ctl->tail, r->pos, memory_order_release);
-        loom_shm_bell_notify(r->peer_bell);
+        loom_seg_bell_notify(r->peer_bell);
     }
     *nbytes_p = moved;
     return loomSuccess;
 }
 
-loomResult_t loom_shm_ring_read(loom_shm_ring_t *r, const struct iovec *iov, int iovcnt,
+loomResult_t loom_seg_ring_read(loom_seg_ring_t *r, const struct iovec *iov, int iovcnt,
                                 size_t *nbytes_p, int *gone_errno_p)
 {
     /* The closed flag is loaded before tail: bytes written before the close
@@ -492,12 +491,12 @@ loomResult_t loom_shm_ring_read(loom_shm_ring_t *r, const struct iovec *iov, int
         }
         if (n == PUBLISH_BYTES || i == iovcnt) {
             atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
-            loom_shm_bell_notify(r->peer_bell);
+            loom_seg_bell_notify(r->peer_bell);
         }
     }
     if (moved > 0 && atomic_load_explicit(&r->ctl->head, memory_order_relaxed) != r->pos) {
         atomic_store_explicit(&r->ctl->head, r->pos, memory_order_release);
-        loom_shm_bell_notify(r->peer_bell);
+        loom_seg_bell_notify(r->peer_bell);
     }
     if (moved == 0 && closed) {
         *gone_errno_p = 0;
@@ -507,7 +506,7 @@ loomResult_t loom_shm_ring_read(loom_shm_ring_t *r, const struct iovec *iov, int
     return loomSuccess;
 }
 
-int loom_shm_ring_can_write(const loom_shm_ring_t *r)
+int loom_seg_ring_can_write(const loom_seg_ring_t *r)
 {
     if (atomic_load_explicit(&r->ctl->reader_closed, memory_order_acquire))
         return 1;
@@ -515,7 +514,7 @@ int loom_shm_ring_can_write(const loom_shm_ring_t *r)
     return r->pos - head != r->size;
 }
 
-int loom_shm_ring_can_read(const loom_shm_ring_t *r)
+int loom_seg_ring_can_read(const loom_seg_ring_t *r)
 {
     if (atomic_load_explicit(&r->ctl->writer_closed, memory_order_acquire))
         return 1;
@@ -529,7 +528,7 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
 }
 
-void loom_shm_bell_notify(loom_shm_bell_t *b)
+void loom_seg_bell_notify(loom_seg_bell_t *b)
 {
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&b->sleeping, memory_order_relaxed)) {
@@ -538,14 +537,14 @@ void loom_shm_bell_notify(loom_shm_bell_t *b)
     }
 }
 
-uint32_t loom_shm_bell_sleep_begin(loom_shm_bell_t *b)
+uint32_t loom_seg_bell_sleep_begin(loom_seg_bell_t *b)
 {
     atomic_store_explicit(&b->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&b->seq, memory_order_acquire);
 }
 
-loomResult_t loom_shm_bell_sleep(loom_shm_bell_t *b, uint32_t seen, int timeout_us)
+loomResult_t loom_seg_bell_sleep(loom_seg_bell_t *b, uint32_t seen, int timeout_us)
 {
     if (timeout_us <= 0)
         return loomSuccess;
@@ -559,7 +558,7 @@ loomResult_t loom_shm_bell_sleep(loom_shm_bell_t *b, uint32_t seen, int timeout_
     return loomSuccess;
 }
 
-void loom_shm_bell_sleep_end(loom_shm_bell_t *b)
+void loom_seg_bell_sleep_end(loom_seg_bell_t *b)
 {
     atomic_store_explicit(&b->sleeping, 0, memory_order_relaxed);
 }
