@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fuzz_check.h"
-#include "stream.h"
+#include "wire.h"
 
 #define NRECV      4
 #define MAX_FRAMES 64
@@ -41,15 +41,15 @@ static uint64_t le(const uint8_t *p, int n)
 static size_t walk(const uint8_t *d, size_t n, frame_t *f)
 {
     size_t k = 0, at = 0;
-    while (k < MAX_FRAMES && n - at >= LOOM_TP_STREAM_HDR_BYTES && le(d + at, 4) == 0x4d4f4f4cu) {
+    while (k < MAX_FRAMES && n - at >= LOOM_WIRE_HDR_BYTES && le(d + at, 4) == 0x4d4f4f4cu) {
         const uint64_t len = le(d + at + 8, 8);
-        const size_t left = n - at - LOOM_TP_STREAM_HDR_BYTES;
+        const size_t left = n - at - LOOM_WIRE_HDR_BYTES;
         f[k].tag = (uint32_t)le(d + at + 4, 4);
-        f[k].off = at + LOOM_TP_STREAM_HDR_BYTES;
+        f[k].off = at + LOOM_WIRE_HDR_BYTES;
         f[k].len = len <= left ? (size_t)len : SIZE_MAX;
         if (f[k++].len == SIZE_MAX)
             break;
-        at += LOOM_TP_STREAM_HDR_BYTES + (size_t)len;
+        at += LOOM_WIRE_HDR_BYTES + (size_t)len;
     }
     return k;
 }
@@ -107,7 +107,7 @@ static loomResult_t fz_readv(void *chan, const struct iovec *iov, int iovcnt, si
     return loomSuccess;
 }
 
-static const loom_tp_stream_io_t fz_io = {.writev = fz_writev, .readv = fz_readv};
+static const loom_wire_io_t fz_io = {.writev = fz_writev, .readv = fz_readv};
 
 FUZZ_LOOM_LOG_OFF() /* the code under test WARNs every refusal */
 
@@ -117,14 +117,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     /* The decoder alone, on the first bytes. */
     loom_tp_frame_header_t h;
-    size_t hlen = size < LOOM_TP_STREAM_HDR_BYTES ? size : LOOM_TP_STREAM_HDR_BYTES;
+    size_t hlen = size < LOOM_WIRE_HDR_BYTES ? size : LOOM_WIRE_HDR_BYTES;
     if (loom_tp_frame_header_decode(data, hlen, &h) == 0) {
-        uint8_t again[LOOM_TP_STREAM_HDR_BYTES];
+        uint8_t again[LOOM_WIRE_HDR_BYTES];
         loom_tp_frame_header_encode(h.tag, h.nbytes, again);
         /* The call stamp is the layer above's: carried as it came. */
-        memcpy(again + LOOM_TP_STREAM_STAMP_OFF, data + LOOM_TP_STREAM_STAMP_OFF,
-               LOOM_TP_STAMP_BYTES);
-        REQUIRE(memcmp(again, data, LOOM_TP_STREAM_HDR_BYTES) == 0);
+        memcpy(again + LOOM_WIRE_STAMP_OFF, data + LOOM_WIRE_STAMP_OFF, LOOM_TP_STAMP_BYTES);
+        REQUIRE(memcmp(again, data, LOOM_WIRE_HDR_BYTES) == 0);
     }
 
     /* The engine: receives of input-chosen tags (0..3) and sizes (0..255 bytes). */
@@ -134,9 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned posted[4] = {0, 0, 0, 0}, nth[NRECV]; /* receives posted per tag; each one's rank */
     int failed = 0; /* once a receive fails the stream is broken: stop comparing */
     uint8_t reposts = data[1] % 16;
-    loom_tp_stream_t s;
-    loom_tp_stream_init(&s, &fz_io, &c, "fuzz", 0, 1, NULL);
-    loom_tp_stream_req_t *req[NRECV];
+    loom_wire_t s;
+    loom_wire_init(&s, &fz_io, &c, "fuzz", 0, 1, NULL);
+    loom_wire_req_t *req[NRECV];
     uint8_t *buf[NRECV];
     size_t cap[NRECV];
     uint32_t tag[NRECV];
@@ -146,15 +145,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cap[i] = data[3 + 2 * i];
         buf[i] = malloc(cap[i] ? cap[i] : 1);
         req[i] = NULL;
-        if (buf[i] != NULL &&
-            loom_tp_stream_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
+        if (buf[i] != NULL && loom_wire_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
             nth[i] = posted[tag[i]]++;
             live++;
         }
     }
     /* A send too, so the send path interleaves with the receive path. */
-    loom_tp_stream_req_t *sreq = NULL;
-    (void)loom_tp_stream_isend(&s, data, size, 7, &sreq);
+    loom_wire_req_t *sreq = NULL;
+    (void)loom_wire_isend(&s, data, size, 7, &sreq);
     /* Until every receive is done or failed, or nothing moves any more (a frame
      * parked for a tag nobody posts waits forever, as it would in a real job). */
     while (live > 0) {
@@ -165,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 continue;
             int done = 0;
             size_t nbytes = 0;
-            loomResult_t res = loom_tp_stream_test(req[i], &done, &nbytes);
+            loomResult_t res = loom_wire_test(req[i], &done, &nbytes);
             if (res != loomSuccess || done) {
                 failed |= res != loomSuccess;
                 if (res == loomSuccess && !failed) {
@@ -180,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 live--;
                 progressed = 1;
                 if (res == loomSuccess && reposts > 0 &&
-                    loom_tp_stream_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
+                    loom_wire_irecv(&s, buf[i], cap[i], tag[i], &req[i]) == loomSuccess) {
                     nth[i] = posted[tag[i]]++;
                     reposts--;
                     live++;
@@ -190,14 +188,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sreq != NULL) {
             int done = 0;
             size_t nbytes = 0;
-            if (loom_tp_stream_test(sreq, &done, &nbytes) != loomSuccess || done)
+            if (loom_wire_test(sreq, &done, &nbytes) != loomSuccess || done)
                 sreq = NULL;
         }
-        (void)loom_tp_stream_progress(&s);
+        (void)loom_wire_progress(&s);
         if (!progressed && c.off == off0)
             break;
     }
-    loom_tp_stream_fini(&s);
+    loom_wire_fini(&s);
     for (int i = 0; i < NRECV; i++)
         free(buf[i]);
     return 0;

@@ -38,7 +38,7 @@ KERNELS="src/collectives/kernels.c src/collectives/kernels_scalar.c src/collecti
     src/collectives/kernels_avx512.c src/core/dtype.c src/core/debug.c src/core/param.c"
 declare -A SOURCES=(
     [bootstrap_wire]="src/core/bootstrap_wire.c"
-    [frame]="src/transport/stream.c src/core/debug.c src/core/param.c"
+    [frame]="src/transport/wire.c src/core/debug.c src/core/param.c"
     [env_parsers]="src/core/param.c src/core/debug.c src/core/socket.c src/core/bootstrap_wire.c"
     [topo_json]="src/topology/json.c"
     [topo_file]="src/topology/topo_file.c src/topology/json.c"

@@ -16,7 +16,7 @@ extern "C" {
 #include "bootstrap_wire.h"
 #include "param.h"
 #include "socket.h"
-#include "stream.h"
+#include "wire.h"
 }
 
 namespace {
@@ -209,7 +209,7 @@ TEST(BootstrapWire, SecretHex)
 
 TEST(StreamWire, FrameHeader)
 {
-    uint8_t b[LOOM_TP_STREAM_HDR_BYTES];
+    uint8_t b[LOOM_WIRE_HDR_BYTES];
     loom_tp_frame_header_encode(0xabcdef01u, 0x123456789aull, b);
     loom_tp_frame_header_t h = {0, 0};
     ASSERT_EQ(loom_tp_frame_header_decode(b, sizeof(b), &h), 0);

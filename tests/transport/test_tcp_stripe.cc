@@ -40,9 +40,9 @@ extern "C" {
 #include "param.h"
 #include "secret.h"
 #include "socket.h"
-#include "stream.h"
 #include "timer.h"
 #include "transport.h"
+#include "wire.h"
 }
 
 using loomtest::RunDir;
@@ -563,7 +563,7 @@ TEST(TcpStripe, ExtraSocketsProveTheSecretAndTheLayoutIsProtocol)
             void *r1 = nullptr, *r2 = nullptr;
             XT_CHECK_LOOM(loom_tp_tcp.irecv(recv, got.data(), len, 9, &r1));
             XT_CHECK_LOOM(loom_tp_tcp.irecv(recv, got_small.data(), small.size(), 9, &r2));
-            uint8_t hdr[LOOM_TP_STREAM_HDR_BYTES], hdr_small[LOOM_TP_STREAM_HDR_BYTES];
+            uint8_t hdr[LOOM_WIRE_HDR_BYTES], hdr_small[LOOM_WIRE_HDR_BYTES];
             loom_tp_frame_header_encode(9, len, hdr);
             loom_tp_frame_header_encode(9, small.size(), hdr_small);
             const uint64_t dl = loom_deadline_ms(kWaitMs);

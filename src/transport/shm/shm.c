@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * shm.c - the shared-memory transport (loom_tp_shm) between ranks of one
- * host: stream.c frames over the byte rings of one segment per host
+ * host: wire.c frames over the byte rings of one segment per host
  * (shm_seg.c), with futex doorbells for sleeping in wait().
  * It reaches only ranks with the same host_hash and has no progress thread:
  * data moves inside test(). It does not detect a killed peer (the peer's
@@ -20,9 +20,9 @@
 #include "param.h"
 #include "secret.h"
 #include "shm_seg.h"
-#include "stream.h"
 #include "timer.h"
 #include "transport.h"
+#include "wire.h"
 
 /* Finding the segment without a rendezvous.
  * The local leader (lowest rank with this host_hash) creates the host's one
@@ -75,7 +75,7 @@ typedef struct shm_comm {
     int local; /* its local index */
     int is_send;
     loom_seg_ring_t ring;
-    loom_tp_stream_t stream;
+    loom_wire_t stream;
 } shm_comm_t;
 
 typedef struct shm_ctx {
@@ -108,7 +108,7 @@ static int aborted(const shm_ctx_t *ctx)
     return ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE) != 0;
 }
 
-// ---- byte channel for stream.c ---------------------------------------------
+// ---- byte channel for wire.c ---------------------------------------------
 
 static loomResult_t shm_writev(void *chan, const struct iovec *iov, int iovcnt, size_t *nbytes_p,
                                int *gone_errno_p)
@@ -122,7 +122,7 @@ static loomResult_t shm_readv(void *chan, const struct iovec *iov, int iovcnt, s
     return loom_seg_ring_read(&((shm_comm_t *)chan)->ring, iov, iovcnt, nbytes_p, gone_errno_p);
 }
 
-static const loom_tp_stream_io_t shm_io = {.writev = shm_writev, .readv = shm_readv};
+static const loom_wire_io_t shm_io = {.writev = shm_writev, .readv = shm_readv};
 
 // ---- init -------------------------------------------------------------------
 
@@ -295,8 +295,8 @@ static loomResult_t comm_create(shm_ctx_t *ctx, int peer, int is_send, shm_comm_
         loom_seg_ring_attach(&c->ring, &ctx->seg, ctx->local_rank, j, 1, ctx->rank, peer);
     else
         loom_seg_ring_attach(&c->ring, &ctx->seg, j, ctx->local_rank, 0, ctx->rank, peer);
-    loom_tp_stream_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer, ctx->quiet_flag);
-    loom_tp_stream_set_stamp(&c->stream, ctx->stamp_ops);
+    loom_wire_init(&c->stream, &shm_io, c, "shm", ctx->rank, peer, ctx->quiet_flag);
+    loom_wire_set_stamp(&c->stream, ctx->stamp_ops);
     *comm_p = c;
     return loomSuccess;
 }
@@ -392,8 +392,8 @@ static loomResult_t shm_isend(void *send_comm, const void *buf, size_t len, uint
                   c->peer);
         return loomInvalidUsage;
     }
-    loom_tp_stream_req_t *r;
-    LOOM_CHECK(loom_tp_stream_isend(&c->stream, buf, len, tag, &r));
+    loom_wire_req_t *r;
+    LOOM_CHECK(loom_wire_isend(&c->stream, buf, len, tag, &r));
     *req_p = r;
     return loomSuccess;
 }
@@ -405,15 +405,15 @@ static loomResult_t shm_irecv(void *recv_comm, void *buf, size_t len, uint32_t t
         LOOM_WARN("shm: rank %d: irecv on the send connection to rank %d", c->ctx->rank, c->peer);
         return loomInvalidUsage;
     }
-    loom_tp_stream_req_t *r;
-    LOOM_CHECK(loom_tp_stream_irecv(&c->stream, buf, len, tag, &r));
+    loom_wire_req_t *r;
+    LOOM_CHECK(loom_wire_irecv(&c->stream, buf, len, tag, &r));
     *req_p = r;
     return loomSuccess;
 }
 
 static loomResult_t shm_test(void *req, int *done_p, size_t *nbytes_p)
 {
-    return loom_tp_stream_test(req, done_p, nbytes_p);
+    return loom_wire_test(req, done_p, nbytes_p);
 }
 
 /* 1 if something of ctx could move now (checked after sleep_begin). */
@@ -421,10 +421,9 @@ static int work_ready(const shm_ctx_t *ctx)
 {
     for (int j = 0; j < ctx->n_local; j++) {
         const shm_comm_t *s = ctx->send[j], *r = ctx->recv[j];
-        if (s != NULL && loom_tp_stream_wants_write(&s->stream) &&
-            loom_seg_ring_can_write(&s->ring))
+        if (s != NULL && loom_wire_wants_write(&s->stream) && loom_seg_ring_can_write(&s->ring))
             return 1;
-        if (r != NULL && loom_tp_stream_wants_read(&r->stream) && loom_seg_ring_can_read(&r->ring))
+        if (r != NULL && loom_wire_wants_read(&r->stream) && loom_seg_ring_can_read(&r->ring))
             return 1;
         if (ctx->accepting && !ctx->accepted[j] && j != ctx->local_rank &&
             atomic_load_explicit(&loom_seg_ctl(&ctx->seg, j, ctx->local_rank)->connected,
@@ -467,7 +466,7 @@ static loomResult_t shm_close_send(void *send_comm)
     atomic_store_explicit(&c->ring.ctl->writer_closed, 1, memory_order_release);
     loom_seg_bell_notify(c->ring.peer_bell);
     c->ctx->send[c->local] = NULL;
-    loom_tp_stream_fini(&c->stream);
+    loom_wire_fini(&c->stream);
     free(c);
     return loomSuccess;
 }
@@ -482,7 +481,7 @@ static loomResult_t shm_close_recv(void *recv_comm)
                           memory_order_release);
     loom_seg_bell_notify(c->ring.peer_bell);
     c->ctx->recv[c->local] = NULL;
-    loom_tp_stream_fini(&c->stream);
+    loom_wire_fini(&c->stream);
     free(c);
     return loomSuccess;
 }

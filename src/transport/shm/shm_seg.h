@@ -4,7 +4,7 @@
  * (header, one doorbell per local rank, one byte ring per ordered pair of
  * local ranks), creation by the local leader, mapping by the others, and the
  * ring and doorbell primitives the shm transport moves bytes with.
- * It knows nothing of messages (stream.c frames them) or of ranks outside
+ * It knows nothing of messages (wire.c frames them) or of ranks outside
  * the host. Its names start with loom_seg_ (loom_shm_ names the shm
  * collectives). Callers: shm/shm.c, and shm_arena*.c for the file and bell
  * primitives.
@@ -110,7 +110,7 @@ loom_seg_ring_ctl_t *loom_seg_ctl(const loom_seg_t *seg, int from, int to);
 void loom_seg_ring_attach(loom_seg_ring_t *r, const loom_seg_t *seg, int from, int to,
                           int is_writer, int rank, int peer);
 
-/* Non-blocking copies into / out of a ring (the stream.c io contract:
+/* Non-blocking copies into / out of a ring (the wire.c io contract:
  * RemoteError when the other end is closed, *gone_errno_p set; a write to a
  * reader closed with LOOM_SHM_READER_DONE is dropped and counted as moved). */
 loomResult_t loom_seg_ring_write(loom_seg_ring_t *r, const struct iovec *iov, int iovcnt,

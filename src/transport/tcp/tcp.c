@@ -2,7 +2,7 @@
  *
  * tcp.c - the tcp transport (loom_tp_tcp): per peer and direction one
  * connection of LOOM_TCP_NSOCKS sockets, each authenticated with the job
- * secret (tcp_conn.c), carrying stream.c frames; payloads longer than
+ * secret (tcp_conn.c), carrying wire.c frames; payloads longer than
  * LOOM_TCP_PIECE_BYTES are striped across the sockets, shorter ones stay on
  * the first. It is the fallback that reaches every peer; it does not pick
  * ranks' transports (transport.c and p2p.c do) and has no progress thread:
@@ -37,11 +37,11 @@
  * - TCP_NODELAY on every socket; SO_SNDBUF/SO_RCVBUF from LOOM_TCP_SOCKBUF;
  * - no spinning here: p2p.c spins LOOM_SPIN_US before it calls wait(). */
 
-/* Bytes a receive connection reads past a frame header (stream.c's read-ahead):
+/* Bytes a receive connection reads past a frame header (wire.c's read-ahead):
  * enough for a small message and the header after it in one readv. */
 #define TCP_READAHEAD_BYTES 4096
 
-// ---- byte channel for stream.c ---------------------------------------------
+// ---- byte channel for wire.c ---------------------------------------------
 
 static int gone_errno(int e)
 {
@@ -119,7 +119,7 @@ static loomResult_t tcp_readv(void *chan, const struct iovec *iov, int iovcnt, s
     return loomSuccess;
 }
 
-static const loom_tp_stream_io_t tcp_io = {.writev = tcp_writev, .readv = tcp_readv};
+static const loom_wire_io_t tcp_io = {.writev = tcp_writev, .readv = tcp_readv};
 
 // ---- connections --------------------------------------------------------------
 
@@ -148,13 +148,13 @@ loomResult_t loom_tcp_comm_create(tcp_ctx_t *ctx, const int *fds, int nsocks, ui
         c->socks[i] = (tcp_sock_t){.comm = c, .fd = fds[i], .index = i};
         chans[i] = &c->socks[i];
     }
-    loom_tp_stream_init(&c->stream, &tcp_io, &c->socks[0], "tcp", ctx->rank, peer, ctx->quiet_flag);
-    loom_tp_stream_set_stamp(&c->stream, ctx->stamp_ops);
-    loomResult_t res = loom_tp_stream_set_lanes(&c->stream, nsocks, chans, piece_bytes);
+    loom_wire_init(&c->stream, &tcp_io, &c->socks[0], "tcp", ctx->rank, peer, ctx->quiet_flag);
+    loom_wire_set_stamp(&c->stream, ctx->stamp_ops);
+    loomResult_t res = loom_wire_set_lanes(&c->stream, nsocks, chans, piece_bytes);
     if (res == loomSuccess && !is_send)
-        res = loom_tp_stream_set_readahead(&c->stream, TCP_READAHEAD_BYTES);
+        res = loom_wire_set_readahead(&c->stream, TCP_READAHEAD_BYTES);
     if (res != loomSuccess) {
-        loom_tp_stream_fini(&c->stream);
+        loom_wire_fini(&c->stream);
         close_fds(fds, nsocks);
         free(c);
         return res;
@@ -185,7 +185,7 @@ static loomResult_t comm_destroy(tcp_comm_t *c)
         ctx->send_up[c->peer] = 0;
     else
         ctx->recv_up[c->peer] = 0;
-    loom_tp_stream_fini(&c->stream);
+    loom_wire_fini(&c->stream);
     for (int i = 0; i < c->nsocks; i++) {
         if (close(c->socks[i].fd) != 0) {
             char sb[48];
@@ -278,10 +278,10 @@ static loomResult_t tcp_isend(void *send_comm, const void *buf, size_t len, uint
                   c->peer);
         return loomInvalidUsage;
     }
-    loom_tp_stream_req_t *r;
-    LOOM_CHECK(loom_tp_stream_isend(&c->stream, buf, len, tag, &r));
+    loom_wire_req_t *r;
+    LOOM_CHECK(loom_wire_isend(&c->stream, buf, len, tag, &r));
     /* Hand the sockets what they take now; a failure lands in the request. */
-    (void)loom_tp_stream_push(&c->stream);
+    (void)loom_wire_push(&c->stream);
     *req_p = r;
     return loomSuccess;
 }
@@ -293,15 +293,15 @@ static loomResult_t tcp_irecv(void *recv_comm, void *buf, size_t len, uint32_t t
         LOOM_WARN("tcp: rank %d: irecv on the send connection to rank %d", c->ctx->rank, c->peer);
         return loomInvalidUsage;
     }
-    loom_tp_stream_req_t *r;
-    LOOM_CHECK(loom_tp_stream_irecv(&c->stream, buf, len, tag, &r));
+    loom_wire_req_t *r;
+    LOOM_CHECK(loom_wire_irecv(&c->stream, buf, len, tag, &r));
     *req_p = r;
     return loomSuccess;
 }
 
 static loomResult_t tcp_test(void *req, int *done_p, size_t *nbytes_p)
 {
-    return loom_tp_stream_test(req, done_p, nbytes_p);
+    return loom_wire_test(req, done_p, nbytes_p);
 }
 
 static loomResult_t tcp_wait(void *ctx_v, int timeout_us)
@@ -309,11 +309,11 @@ static loomResult_t tcp_wait(void *ctx_v, int timeout_us)
     tcp_ctx_t *ctx = ctx_v;
     ctx->pollset.n = 0;
     for (tcp_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        if (loom_tp_stream_buffered(&c->stream))
+        if (loom_wire_buffered(&c->stream))
             timeout_us = 0; /* a test() can progress without the socket */
         for (int i = 0; i < c->nsocks; i++) {
-            short ev = (short)((loom_tp_stream_lane_wants_write(&c->stream, i) ? POLLOUT : 0) |
-                               (loom_tp_stream_lane_wants_read(&c->stream, i) ? POLLIN : 0));
+            short ev = (short)((loom_wire_lane_wants_write(&c->stream, i) ? POLLOUT : 0) |
+                               (loom_wire_lane_wants_read(&c->stream, i) ? POLLIN : 0));
             if (ev != 0)
                 LOOM_CHECK(loom_pollset_add(&ctx->pollset, c->socks[i].fd, ev));
         }

@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 #include "secure_conn.h"
-#include "stream.h"
 #include "transport.h"
+#include "wire.h"
 
-#define LOOM_TCP_MAX_SOCKS       LOOM_TP_STREAM_MAX_LANES /* sockets per peer and direction */
+#define LOOM_TCP_MAX_SOCKS       LOOM_WIRE_MAX_LANES /* sockets per peer and direction */
 #define LOOM_TCP_MIN_PIECE_BYTES 4096u
 #define LOOM_TCP_MAX_PIECE_BYTES (1u << 30)
 
@@ -39,7 +39,7 @@ struct tcp_comm {
     int is_send;
     int nsocks;
     tcp_sock_t socks[LOOM_TCP_MAX_SOCKS];
-    loom_tp_stream_t stream;
+    loom_wire_t stream;
 };
 
 /* A send connection being set up: every socket runs its own setup. */

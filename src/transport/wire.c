@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * stream.c - tagged message framing over an ordered byte stream, shared by
+ * wire.c - tagged message framing over an ordered byte stream, shared by
  * the tcp transport (one or more sockets per direction) and the shm transport
  * (a ring per direction). Sends leave in queue order, receives match by tag;
  * over several lanes, large payloads are striped in fixed-size pieces.
@@ -8,7 +8,7 @@
  * never blocks or sleeps; waiting is the transport's wait(). Callers:
  * tcp/tcp.c and shm/shm.c, one stream per connection.
  */
-#include "stream.h"
+#include "wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,29 +97,28 @@ static uint64_t get_le64(const uint8_t *p)
     return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
 }
 
-void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes,
-                                 uint8_t out[LOOM_TP_STREAM_HDR_BYTES])
+void loom_tp_frame_header_encode(uint32_t tag, uint64_t nbytes, uint8_t out[LOOM_WIRE_HDR_BYTES])
 {
-    put_le32(out, LOOM_TP_STREAM_MAGIC);
+    put_le32(out, LOOM_WIRE_MAGIC);
     put_le32(out + 4, tag);
     put_le64(out + 8, nbytes);
-    memset(out + LOOM_TP_STREAM_STAMP_OFF, 0, LOOM_TP_STAMP_BYTES);
+    memset(out + LOOM_WIRE_STAMP_OFF, 0, LOOM_TP_STAMP_BYTES);
 }
 
 int loom_tp_frame_header_decode(const void *buf, size_t len, loom_tp_frame_header_t *h_p)
 {
     const uint8_t *p = buf;
-    if (len != LOOM_TP_STREAM_HDR_BYTES)
+    if (len != LOOM_WIRE_HDR_BYTES)
         return -1;
-    if (get_le32(p) != LOOM_TP_STREAM_MAGIC)
+    if (get_le32(p) != LOOM_WIRE_MAGIC)
         return -2;
     h_p->tag = get_le32(p + 4);
     h_p->nbytes = get_le64(p + 8);
     return 0;
 }
 
-void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, void *chan,
-                         const char *tp_name, int rank, int peer, volatile const int *quiet)
+void loom_wire_init(loom_wire_t *s, const loom_wire_io_t *io, void *chan, const char *tp_name,
+                    int rank, int peer, volatile const int *quiet)
 {
     memset(s, 0, sizeof(*s));
     s->io = io;
@@ -132,13 +131,12 @@ void loom_tp_stream_init(loom_tp_stream_t *s, const loom_tp_stream_io_t *io, voi
     s->lanes[0].chan = chan;
 }
 
-loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *const *chans,
-                                      size_t piece_bytes)
+loomResult_t loom_wire_set_lanes(loom_wire_t *s, int nlanes, void *const *chans, size_t piece_bytes)
 {
-    if (nlanes < 1 || nlanes > LOOM_TP_STREAM_MAX_LANES || (nlanes > 1 && piece_bytes == 0)) {
+    if (nlanes < 1 || nlanes > LOOM_WIRE_MAX_LANES || (nlanes > 1 && piece_bytes == 0)) {
         LOOM_WARN("%s: rank %d: %d lanes with %zu-byte pieces to rank %d (1 to %d lanes, pieces "
                   "of at least 1 byte)",
-                  s->tp_name, s->rank, nlanes, piece_bytes, s->peer, LOOM_TP_STREAM_MAX_LANES);
+                  s->tp_name, s->rank, nlanes, piece_bytes, s->peer, LOOM_WIRE_MAX_LANES);
         return loomInvalidArgument;
     }
     s->nlanes = nlanes;
@@ -148,12 +146,12 @@ loomResult_t loom_tp_stream_set_lanes(loom_tp_stream_t *s, int nlanes, void *con
     return loomSuccess;
 }
 
-void loom_tp_stream_set_stamp(loom_tp_stream_t *s, const loom_tp_stamp_ops_t *ops)
+void loom_wire_set_stamp(loom_wire_t *s, const loom_tp_stamp_ops_t *ops)
 {
     s->stamp = ops;
 }
 
-loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes)
+loomResult_t loom_wire_set_readahead(loom_wire_t *s, size_t bytes)
 {
     uint8_t *ra = malloc(bytes);
     if (ra == NULL) {
@@ -168,12 +166,12 @@ loomResult_t loom_tp_stream_set_readahead(loom_tp_stream_t *s, size_t bytes)
     return loomSuccess;
 }
 
-void loom_tp_stream_fini(loom_tp_stream_t *s)
+void loom_wire_fini(loom_wire_t *s)
 {
     free(s->ra);
-    loom_tp_stream_req_t *r = s->all;
+    loom_wire_req_t *r = s->all;
     while (r != NULL) {
-        loom_tp_stream_req_t *next = r->all_next;
+        loom_wire_req_t *next = r->all_next;
         free(r);
         r = next;
     }
@@ -182,13 +180,13 @@ void loom_tp_stream_fini(loom_tp_stream_t *s)
 
 // ---- striping layout ----------------------------------------------------------
 
-static int striped(const loom_tp_stream_t *s, uint64_t n)
+static int striped(const loom_wire_t *s, uint64_t n)
 {
     return s->nlanes > 1 && n > s->piece_bytes;
 }
 
 /* Payload bytes of an n-byte message that travel on lane l. */
-static uint64_t lane_payload(const loom_tp_stream_t *s, uint64_t n, int l)
+static uint64_t lane_payload(const loom_wire_t *s, uint64_t n, int l)
 {
     if (!striped(s, n))
         return l == 0 ? n : 0;
@@ -205,8 +203,8 @@ static uint64_t lane_payload(const loom_tp_stream_t *s, uint64_t n, int l)
 /* Where byte `off` of lane l's share of an n-byte message lies in the
  * message (*msg_off_p), and how many bytes from there are contiguous on the
  * lane (*run_p: to the end of the piece). */
-static void lane_run(const loom_tp_stream_t *s, uint64_t n, int l, uint64_t off,
-                     uint64_t *msg_off_p, uint64_t *run_p)
+static void lane_run(const loom_wire_t *s, uint64_t n, int l, uint64_t off, uint64_t *msg_off_p,
+                     uint64_t *run_p)
 {
     if (!striped(s, n)) {
         *msg_off_p = off;
@@ -222,18 +220,18 @@ static void lane_run(const loom_tp_stream_t *s, uint64_t n, int l, uint64_t off,
 }
 
 /* Bytes of request r on lane l: its payload share, plus the header on lane 0 for sends. */
-static uint64_t lane_total(const loom_tp_stream_t *s, const loom_tp_stream_req_t *r, int l)
+static uint64_t lane_total(const loom_wire_t *s, const loom_wire_req_t *r, int l)
 {
     if (r->is_send)
-        return (l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0) + lane_payload(s, r->len, l);
+        return (l == 0 ? LOOM_WIRE_HDR_BYTES : 0) + lane_payload(s, r->len, l);
     return lane_payload(s, r->msg_bytes, l);
 }
 
 // ---- requests -------------------------------------------------------------------
 
-static loomResult_t req_get(loom_tp_stream_t *s, loom_tp_stream_req_t **req_p)
+static loomResult_t req_get(loom_wire_t *s, loom_wire_req_t **req_p)
 {
-    loom_tp_stream_req_t *r = s->free_list;
+    loom_wire_req_t *r = s->free_list;
     if (r != NULL) {
         s->free_list = r->next;
     } else {
@@ -258,16 +256,16 @@ static loomResult_t req_get(loom_tp_stream_t *s, loom_tp_stream_req_t **req_p)
     return loomSuccess;
 }
 
-static void req_put(loom_tp_stream_req_t *r)
+static void req_put(loom_wire_req_t *r)
 {
-    loom_tp_stream_t *s = r->s;
+    loom_wire_t *s = r->s;
     r->state = REQ_FREE;
     r->buf = NULL;
     r->next = s->free_list;
     s->free_list = r;
 }
 
-static void req_finish(loom_tp_stream_req_t *r, int state, loomResult_t res)
+static void req_finish(loom_wire_req_t *r, int state, loomResult_t res)
 {
     r->state = state;
     r->res = res;
@@ -276,11 +274,11 @@ static void req_finish(loom_tp_stream_req_t *r, int state, loomResult_t res)
 }
 
 /* Appends r to lane l's send (is_send) or receive queue and counts the lane. */
-static void lane_enqueue(loom_tp_stream_t *s, loom_tp_stream_req_t *r, int l)
+static void lane_enqueue(loom_wire_t *s, loom_wire_req_t *r, int l)
 {
-    loom_tp_stream_lane_t *ln = &s->lanes[l];
-    loom_tp_stream_req_t **head = r->is_send ? &ln->sq_head : &ln->rq_head;
-    loom_tp_stream_req_t **tail = r->is_send ? &ln->sq_tail : &ln->rq_tail;
+    loom_wire_lane_t *ln = &s->lanes[l];
+    loom_wire_req_t **head = r->is_send ? &ln->sq_head : &ln->rq_head;
+    loom_wire_req_t **tail = r->is_send ? &ln->sq_tail : &ln->rq_tail;
     r->lane_next[l] = NULL;
     if (*tail != NULL)
         (*tail)->lane_next[l] = r;
@@ -291,12 +289,12 @@ static void lane_enqueue(loom_tp_stream_t *s, loom_tp_stream_req_t *r, int l)
 }
 
 /* Lane l is through with the head of its queue: pops it; the last lane completes it. */
-static void lane_pop(loom_tp_stream_t *s, int l, int sending)
+static void lane_pop(loom_wire_t *s, int l, int sending)
 {
-    loom_tp_stream_lane_t *ln = &s->lanes[l];
-    loom_tp_stream_req_t **head = sending ? &ln->sq_head : &ln->rq_head;
-    loom_tp_stream_req_t **tail = sending ? &ln->sq_tail : &ln->rq_tail;
-    loom_tp_stream_req_t *r = *head;
+    loom_wire_lane_t *ln = &s->lanes[l];
+    loom_wire_req_t **head = sending ? &ln->sq_head : &ln->rq_head;
+    loom_wire_req_t **tail = sending ? &ln->sq_tail : &ln->rq_tail;
+    loom_wire_req_t *r = *head;
     *head = r->lane_next[l];
     if (*head == NULL)
         *tail = NULL;
@@ -309,15 +307,15 @@ static void lane_pop(loom_tp_stream_t *s, int l, int sending)
 }
 
 /* Fails every pending request; after this the stream only reports res. */
-static void stream_break(loom_tp_stream_t *s, loomResult_t res)
+static void wire_break(loom_wire_t *s, loomResult_t res)
 {
     if (s->broken == loomSuccess)
         s->broken = res;
-    for (loom_tp_stream_req_t *r = s->all; r != NULL; r = r->all_next)
+    for (loom_wire_req_t *r = s->all; r != NULL; r = r->all_next)
         if (r->state == REQ_PENDING)
             req_finish(r, REQ_FAILED, s->broken);
     for (int l = 0; l < s->nlanes; l++) {
-        loom_tp_stream_lane_t *ln = &s->lanes[l];
+        loom_wire_lane_t *ln = &s->lanes[l];
         ln->sq_head = ln->sq_tail = ln->rq_head = ln->rq_tail = NULL;
         ln->spos = ln->rpos = 0;
     }
@@ -327,18 +325,18 @@ static void stream_break(loom_tp_stream_t *s, loomResult_t res)
 /* Names the lost peer once. While the layer above tears down (its quiet flag
  * set) peers leaving is expected: INFO then, so that a clean destroy or a
  * failure already reported does not add alarming lines. */
-static void warn_gone(loom_tp_stream_t *s, int lane, int sending, int gone_errno)
+static void warn_gone(loom_wire_t *s, int lane, int sending, int gone_errno)
 {
     char what[200], where[48] = "";
-    const loom_tp_stream_lane_t *ln = &s->lanes[lane];
+    const loom_wire_lane_t *ln = &s->lanes[lane];
     if (s->nlanes > 1)
         snprintf(where, sizeof(where), "lane %d of %d, ", lane, s->nlanes);
     if (sending) {
-        const loom_tp_stream_req_t *h = ln->sq_head;
+        const loom_wire_req_t *h = ln->sq_head;
         snprintf(what, sizeof(what), "%s%d sends pending, %zu of %zu bytes of the oldest written",
                  where, s->n_pending, h ? h->done : 0, h ? h->len : 0);
     } else {
-        const loom_tp_stream_req_t *h = ln->rq_head;
+        const loom_wire_req_t *h = ln->rq_head;
         snprintf(what, sizeof(what),
                  "%s%d receives pending, %zu of %llu bytes of the current message read", where,
                  s->n_pending, h ? h->done : 0, h ? (unsigned long long)h->msg_bytes : 0ull);
@@ -354,12 +352,12 @@ static void warn_gone(loom_tp_stream_t *s, int lane, int sending, int gone_errno
                   s->peer, why, what);
 }
 
-loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t len, uint32_t tag,
-                                  loom_tp_stream_req_t **req_p)
+loomResult_t loom_wire_isend(loom_wire_t *s, const void *buf, size_t len, uint32_t tag,
+                             loom_wire_req_t **req_p)
 {
     if (s->broken != loomSuccess)
         return s->broken;
-    loom_tp_stream_req_t *r;
+    loom_wire_req_t *r;
     LOOM_CHECK(req_get(s, &r));
     r->is_send = 1;
     r->buf = (char *)buf;
@@ -367,7 +365,7 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
     r->tag = tag;
     loom_tp_frame_header_encode(tag, (uint64_t)len, r->hdr);
     if (s->stamp != NULL && ((tag & LOOM_TP_TAG_COLL) != 0 || tag == LOOM_TP_TAG_PROBE))
-        memcpy(r->hdr + LOOM_TP_STREAM_STAMP_OFF, s->stamp->stamp, LOOM_TP_STAMP_BYTES);
+        memcpy(r->hdr + LOOM_WIRE_STAMP_OFF, s->stamp->stamp, LOOM_TP_STAMP_BYTES);
     for (int l = 0; l < s->nlanes; l++)
         if (lane_total(s, r, l) > 0)
             lane_enqueue(s, r, l);
@@ -377,16 +375,16 @@ loomResult_t loom_tp_stream_isend(loom_tp_stream_t *s, const void *buf, size_t l
 
 /* The parked frame's stamp against this rank's call: 1 if the frame may be
  * matched, 0 if it must stay parked (a later call's, or the stream broke). */
-static int parked_checked(loom_tp_stream_t *s)
+static int parked_checked(loom_wire_t *s)
 {
     if (!s->park_check)
         return 1;
     loomResult_t res =
-        s->stamp->check(s->stamp->arg, s->peer, s->park_tag, s->rhdr + LOOM_TP_STREAM_STAMP_OFF);
+        s->stamp->check(s->stamp->arg, s->peer, s->park_tag, s->rhdr + LOOM_WIRE_STAMP_OFF);
     if (res == loomInProgress)
         return 0;
     if (res != loomSuccess) {
-        stream_break(s, loomInvalidUsage); /* the frame's payload cannot be skipped */
+        wire_break(s, loomInvalidUsage); /* the frame's payload cannot be skipped */
         return 0;
     }
     s->park_check = 0;
@@ -395,11 +393,11 @@ static int parked_checked(loom_tp_stream_t *s)
 
 /* Gives a parked frame to the first posted receive of its tag, if any; the
  * lanes that carry its payload queue it. */
-static void match_parked(loom_tp_stream_t *s)
+static void match_parked(loom_wire_t *s)
 {
     if (!parked_checked(s))
         return;
-    loom_tp_stream_req_t *prev = NULL, *r = s->posted_head;
+    loom_wire_req_t *prev = NULL, *r = s->posted_head;
     while (r != NULL && r->tag != s->park_tag) {
         prev = r;
         r = r->next;
@@ -428,7 +426,7 @@ static void match_parked(loom_tp_stream_t *s)
         req_finish(r, REQ_FAILED, res);
         /* The payload is still in the stream and nothing can take it: the stream
          * fails with the same error, never as a peer that left. */
-        stream_break(s, res);
+        wire_break(s, res);
         return;
     }
     if (s->park_bytes == 0) {
@@ -440,12 +438,12 @@ static void match_parked(loom_tp_stream_t *s)
             lane_enqueue(s, r, l);
 }
 
-loomResult_t loom_tp_stream_irecv(loom_tp_stream_t *s, void *buf, size_t len, uint32_t tag,
-                                  loom_tp_stream_req_t **req_p)
+loomResult_t loom_wire_irecv(loom_wire_t *s, void *buf, size_t len, uint32_t tag,
+                             loom_wire_req_t **req_p)
 {
     if (s->broken != loomSuccess)
         return s->broken;
-    loom_tp_stream_req_t *r;
+    loom_wire_req_t *r;
     LOOM_CHECK(req_get(s, &r));
     r->is_send = 0;
     r->buf = buf;
@@ -467,10 +465,10 @@ loomResult_t loom_tp_stream_irecv(loom_tp_stream_t *s, void *buf, size_t len, ui
 /* Adds the iovecs of lane l's share of r from byte pos (of the lane's total,
  * header first on a send's lane 0) until the share ends or iov is full.
  * Returns the position reached. */
-static uint64_t lane_iov(const loom_tp_stream_t *s, loom_tp_stream_req_t *r, int l, uint64_t pos,
+static uint64_t lane_iov(const loom_wire_t *s, loom_wire_req_t *r, int l, uint64_t pos,
                          struct iovec *iov, int max_iov, int *n_iov_p, size_t *total_p)
 {
-    const uint64_t hdr = r->is_send && l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0;
+    const uint64_t hdr = r->is_send && l == 0 ? LOOM_WIRE_HDR_BYTES : 0;
     const uint64_t n = r->is_send ? r->len : r->msg_bytes;
     const uint64_t end = hdr + lane_payload(s, n, l);
     if (pos < hdr && *n_iov_p < max_iov) {
@@ -490,15 +488,15 @@ static uint64_t lane_iov(const loom_tp_stream_t *s, loom_tp_stream_req_t *r, int
     return pos;
 }
 
-static loomResult_t send_lane(loom_tp_stream_t *s, int l)
+static loomResult_t send_lane(loom_wire_t *s, int l)
 {
-    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    loom_wire_lane_t *ln = &s->lanes[l];
     while (ln->sq_head != NULL) {
         struct iovec iov[SEND_IOV];
         int n_iov = 0;
         size_t total = 0;
         uint64_t pos = ln->spos;
-        for (loom_tp_stream_req_t *r = ln->sq_head; r != NULL && n_iov < SEND_IOV;
+        for (loom_wire_req_t *r = ln->sq_head; r != NULL && n_iov < SEND_IOV;
              r = r->lane_next[l], pos = 0)
             if (lane_iov(s, r, l, pos, iov, SEND_IOV, &n_iov, &total) < lane_total(s, r, l))
                 break;
@@ -508,13 +506,13 @@ static loomResult_t send_lane(loom_tp_stream_t *s, int l)
         if (res == loomRemoteError && gone >= 0)
             warn_gone(s, l, 1, gone);
         if (res != loomSuccess) {
-            stream_break(s, res);
+            wire_break(s, res);
             return res;
         }
         size_t moved = n;
         while (moved > 0) {
-            loom_tp_stream_req_t *r = ln->sq_head;
-            const uint64_t hdr = l == 0 ? LOOM_TP_STREAM_HDR_BYTES : 0;
+            loom_wire_req_t *r = ln->sq_head;
+            const uint64_t hdr = l == 0 ? LOOM_WIRE_HDR_BYTES : 0;
             const uint64_t left = lane_total(s, r, l) - ln->spos;
             const uint64_t take = moved < left ? moved : left;
             const uint64_t before = ln->spos > hdr ? ln->spos : hdr;
@@ -532,21 +530,21 @@ static loomResult_t send_lane(loom_tp_stream_t *s, int l)
 }
 
 /* Parses a complete header: parks the frame, then tries to match it. */
-static loomResult_t take_header(loom_tp_stream_t *s)
+static loomResult_t take_header(loom_wire_t *s)
 {
     loom_tp_frame_header_t h;
     if (loom_tp_frame_header_decode(s->rhdr, sizeof(s->rhdr), &h) != 0) {
         LOOM_WARN("%s: protocol error on the connection from rank %d to rank %d: frame magic "
                   "0x%08x, expected 0x%08x",
-                  s->tp_name, s->peer, s->rank, get_le32(s->rhdr), LOOM_TP_STREAM_MAGIC);
-        stream_break(s, loomRemoteError);
+                  s->tp_name, s->peer, s->rank, get_le32(s->rhdr), LOOM_WIRE_MAGIC);
+        wire_break(s, loomRemoteError);
         return loomRemoteError;
     }
     if (s->stamp != NULL && h.tag == LOOM_TP_TAG_PROBE && h.nbytes == 0) {
         s->rhdr_have = 0; /* consumed here: a probe never parks */
-        if (s->stamp->check(s->stamp->arg, s->peer, h.tag, s->rhdr + LOOM_TP_STREAM_STAMP_OFF) ==
+        if (s->stamp->check(s->stamp->arg, s->peer, h.tag, s->rhdr + LOOM_WIRE_STAMP_OFF) ==
             loomInvalidUsage)
-            stream_break(s, loomInvalidUsage);
+            wire_break(s, loomInvalidUsage);
         return s->broken;
     }
     s->park_tag = h.tag;
@@ -558,7 +556,7 @@ static loomResult_t take_header(loom_tp_stream_t *s)
 }
 
 /* Copies the read-ahead's unconsumed bytes into iov, in order; returns how many. */
-static size_t ra_copy(loom_tp_stream_t *s, const struct iovec *iov, int n_iov)
+static size_t ra_copy(loom_wire_t *s, const struct iovec *iov, int n_iov)
 {
     size_t n = 0;
     for (int i = 0; i < n_iov && s->ra_off < s->ra_len; i++) {
@@ -580,9 +578,9 @@ static size_t ra_copy(loom_tp_stream_t *s, const struct iovec *iov, int n_iov)
  * follows in this call (it would only find nothing). With a payload still
  * arriving the loop reads on until the channel is empty: returning would
  * send the caller to sleep once per readv. */
-static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
+static loomResult_t recv_lane(loom_wire_t *s, int l)
 {
-    loom_tp_stream_lane_t *ln = &s->lanes[l];
+    loom_wire_lane_t *ln = &s->lanes[l];
     int drained = 0;
     for (;;) {
         if (s->broken != loomSuccess)
@@ -592,7 +590,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         size_t total = 0;
         int all_queued = 1; /* the iovecs reach the end of the last queued share */
         uint64_t pos = ln->rpos;
-        for (loom_tp_stream_req_t *r = ln->rq_head; r != NULL; r = r->lane_next[l], pos = 0) {
+        for (loom_wire_req_t *r = ln->rq_head; r != NULL; r = r->lane_next[l], pos = 0) {
             if (n_iov == RECV_IOV - 2 ||
                 lane_iov(s, r, l, pos, iov, RECV_IOV - 2, &n_iov, &total) < lane_total(s, r, l)) {
                 all_queued = 0;
@@ -602,7 +600,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         if (l == 0 && all_queued && !s->parked &&
             (n_iov > 0 || s->posted_head != NULL || s->rhdr_have > 0)) {
             iov[n_iov].iov_base = s->rhdr + s->rhdr_have;
-            iov[n_iov].iov_len = LOOM_TP_STREAM_HDR_BYTES - s->rhdr_have;
+            iov[n_iov].iov_len = LOOM_WIRE_HDR_BYTES - s->rhdr_have;
             total += iov[n_iov++].iov_len;
             with_hdr = 1;
         }
@@ -626,7 +624,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
             if (res == loomRemoteError && gone >= 0)
                 warn_gone(s, l, 0, gone);
             if (res != loomSuccess) {
-                stream_break(s, res);
+                wire_break(s, res);
                 return res;
             }
             if (n == 0)
@@ -640,7 +638,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         }
         size_t moved = n;
         while (moved > 0 && ln->rq_head != NULL) {
-            loom_tp_stream_req_t *r = ln->rq_head;
+            loom_wire_req_t *r = ln->rq_head;
             const uint64_t left = lane_total(s, r, l) - ln->rpos;
             const uint64_t take = moved < left ? moved : left;
             ln->rpos += take;
@@ -651,7 +649,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
         }
         if (moved > 0) { /* lane 0 only: the header iovec took the rest */
             s->rhdr_have += moved;
-            if (s->rhdr_have == LOOM_TP_STREAM_HDR_BYTES)
+            if (s->rhdr_have == LOOM_WIRE_HDR_BYTES)
                 LOOM_CHECK(take_header(s));
         }
         /* While a payload streams in, its sender is likely writing more: read on. */
@@ -660,7 +658,7 @@ static loomResult_t recv_lane(loom_tp_stream_t *s, int l)
     }
 }
 
-loomResult_t loom_tp_stream_push(loom_tp_stream_t *s)
+loomResult_t loom_wire_push(loom_wire_t *s)
 {
     if (s->broken != loomSuccess)
         return s->broken;
@@ -669,9 +667,9 @@ loomResult_t loom_tp_stream_push(loom_tp_stream_t *s)
     return loomSuccess;
 }
 
-loomResult_t loom_tp_stream_progress(loom_tp_stream_t *s)
+loomResult_t loom_wire_progress(loom_wire_t *s)
 {
-    LOOM_CHECK(loom_tp_stream_push(s));
+    LOOM_CHECK(loom_wire_push(s));
     if (s->parked && s->park_check)
         match_parked(s); /* a later call's frame: this rank may be in that call now */
     /* Lane 0 first: the headers it reads give the other lanes their work. */
@@ -680,10 +678,10 @@ loomResult_t loom_tp_stream_progress(loom_tp_stream_t *s)
     return loomSuccess;
 }
 
-loomResult_t loom_tp_stream_test(loom_tp_stream_req_t *req, int *done_p, size_t *nbytes_p)
+loomResult_t loom_wire_test(loom_wire_req_t *req, int *done_p, size_t *nbytes_p)
 {
     if (req->state == REQ_PENDING)
-        (void)loom_tp_stream_progress(req->s); /* a failure lands in the requests' states */
+        (void)loom_wire_progress(req->s); /* a failure lands in the requests' states */
     if (req->state == REQ_DONE) {
         *done_p = 1;
         *nbytes_p = req->is_send ? req->len : (size_t)req->msg_bytes;
@@ -699,12 +697,12 @@ loomResult_t loom_tp_stream_test(loom_tp_stream_req_t *req, int *done_p, size_t 
     return loomSuccess;
 }
 
-int loom_tp_stream_lane_wants_write(const loom_tp_stream_t *s, int lane)
+int loom_wire_lane_wants_write(const loom_wire_t *s, int lane)
 {
     return s->broken == loomSuccess && s->lanes[lane].sq_head != NULL;
 }
 
-int loom_tp_stream_lane_wants_read(const loom_tp_stream_t *s, int lane)
+int loom_wire_lane_wants_read(const loom_wire_t *s, int lane)
 {
     if (s->broken != loomSuccess)
         return 0;
@@ -713,23 +711,23 @@ int loom_tp_stream_lane_wants_read(const loom_tp_stream_t *s, int lane)
     return lane == 0 && !s->parked && (s->posted_head != NULL || s->rhdr_have > 0);
 }
 
-int loom_tp_stream_buffered(const loom_tp_stream_t *s)
+int loom_wire_buffered(const loom_wire_t *s)
 {
-    return s->ra_off < s->ra_len && loom_tp_stream_lane_wants_read(s, 0);
+    return s->ra_off < s->ra_len && loom_wire_lane_wants_read(s, 0);
 }
 
-int loom_tp_stream_wants_write(const loom_tp_stream_t *s)
+int loom_wire_wants_write(const loom_wire_t *s)
 {
     for (int l = 0; l < s->nlanes; l++)
-        if (loom_tp_stream_lane_wants_write(s, l))
+        if (loom_wire_lane_wants_write(s, l))
             return 1;
     return 0;
 }
 
-int loom_tp_stream_wants_read(const loom_tp_stream_t *s)
+int loom_wire_wants_read(const loom_wire_t *s)
 {
     for (int l = 0; l < s->nlanes; l++)
-        if (loom_tp_stream_lane_wants_read(s, l))
+        if (loom_wire_lane_wants_read(s, l))
             return 1;
     return 0;
 }
