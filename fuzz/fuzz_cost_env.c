@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
-    const loom_link_cost_t keep = {LOOM_LINK_TCP, 1.0, 2.0, 3.0, 4.0};
+    const loom_link_cost_t keep = {LOOM_LINK_TCP, 1.0, 2.0, 3.0, 4.0, {0}};
     loom_link_cost_t l = keep;
     double v[4];
     const int got = loom_link_cost_parse(text, &l); /* a NUL in the input ends the text */

@@ -20,6 +20,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -32,11 +33,11 @@
  * effective values there: with more ranks than cores a dependent step costs a
  * hand-over by the scheduler, which is what makes one-step algorithms win. */
 static const loom_link_cost_t builtin[LOOM_LINK_NUM] = {
-    [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0},
+    [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0, {0}},
     /* ucx starts from tcp's constants (the same scheduling costs per step and
      * message); loom_link_cost_at_rate puts the RDMA port's rate in beta. */
-    [LOOM_LINK_UCX] = {LOOM_LINK_UCX, 120000.0, 0.5, 0.15, 10000.0},
-    [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 120000.0, 0.5, 0.15, 10000.0},
+    [LOOM_LINK_UCX] = {LOOM_LINK_UCX, 120000.0, 0.5, 0.15, 10000.0, {0}},
+    [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 120000.0, 0.5, 0.15, 10000.0, {0}},
 };
 
 static const char *const class_names[LOOM_LINK_NUM] = {"shm", "ucx", "tcp"};
@@ -107,32 +108,88 @@ int loom_link_cost_is_set(loom_link_class_t cls)
     return text != NULL && text[0] != '\0';
 }
 
-loom_link_cost_t loom_link_cost_default(loom_link_class_t cls)
+/* l with LOOM_COST_<cls>'s constants when it is set and valid (source ENV);
+ * an invalid value is WARNed once and l stays. */
+static loom_link_cost_t apply_env(loom_link_cost_t l)
 {
     static const char *const env_names[LOOM_LINK_NUM] = {"SHM", "UCX", "TCP"};
     static int warned[LOOM_LINK_NUM];
-    loom_link_cost_t l = loom_link_cost_builtin(cls);
     const char *text = cost_text(l.cls);
     if (text == NULL || text[0] == '\0')
         return l;
-    if (loom_link_cost_parse(text, &l) != 0) {
+    loom_link_cost_t set = l;
+    if (loom_link_cost_parse(text, &set) != 0) {
         if (!__atomic_exchange_n(&warned[l.cls], 1, __ATOMIC_RELAXED))
             LOOM_WARN("LOOM_COST_%s=\"%s\" is not \"alpha_us,beta_ns,gamma_ns[,o_us]\" "
-                      "(non-negative numbers); using the defaults",
+                      "(non-negative numbers); ignored",
                       env_names[l.cls], text);
-        return loom_link_cost_builtin(cls);
+        return l;
+    }
+    set.src[LOOM_COST_ALPHA] = set.src[LOOM_COST_BETA] = set.src[LOOM_COST_GAMMA] =
+        LOOM_COST_SRC_ENV;
+    int commas = 0; /* o is the fourth value, optional */
+    for (const char *c = text; *c; c++)
+        commas += *c == ',';
+    if (commas == 3)
+        set.src[LOOM_COST_O] = LOOM_COST_SRC_ENV;
+    return set;
+}
+
+loom_link_cost_t loom_link_cost_default(loom_link_class_t cls)
+{
+    return apply_env(loom_link_cost_builtin(cls));
+}
+
+loom_link_cost_t loom_link_cost_with_rate(loom_link_cost_t l, double ns_per_byte)
+{
+    if (!(ns_per_byte > 0) || l.src[LOOM_COST_BETA] == LOOM_COST_SRC_ENV)
+        return l;
+    if (l.cls == LOOM_LINK_UCX || (l.cls == LOOM_LINK_TCP && ns_per_byte > l.beta_ns)) {
+        l.beta_ns = ns_per_byte;
+        l.src[LOOM_COST_BETA] = LOOM_COST_SRC_TOPOLOGY;
     }
     return l;
 }
 
 loom_link_cost_t loom_link_cost_at_rate(loom_link_class_t cls, double ns_per_byte)
 {
-    loom_link_cost_t l = loom_link_cost_default(cls);
-    if (!(ns_per_byte > 0) || loom_link_cost_is_set(l.cls))
-        return l;
-    if (l.cls == LOOM_LINK_UCX || (l.cls == LOOM_LINK_TCP && ns_per_byte > l.beta_ns))
-        l.beta_ns = ns_per_byte;
-    return l;
+    return loom_link_cost_with_rate(loom_link_cost_default(cls), ns_per_byte);
+}
+
+double loom_cost_round(double v)
+{
+    if (!(v > 0) || isinf(v))
+        return v > 0 ? v : 0.0;
+    return exp2(round(4.0 * log2(v)) / 4.0);
+}
+
+loom_link_cost_t loom_link_cost_measured(loom_link_class_t cls, const double *v)
+{
+    loom_link_cost_t l = loom_link_cost_builtin(cls);
+    double *field[LOOM_COST_NCONST] = {&l.alpha_ns, &l.beta_ns, &l.gamma_ns, &l.o_ns};
+    for (int k = 0; k < LOOM_COST_NCONST; k++) {
+        if (!(v[k] >= 0))
+            continue;
+        *field[k] = loom_cost_round(v[k]);
+        l.src[k] = LOOM_COST_SRC_MEASURED;
+    }
+    return apply_env(l);
+}
+
+const char *loom_cost_src_name(loom_cost_src_t src)
+{
+    static const char *const names[LOOM_COST_SRC_NUM] = {"builtin", "measured", "topology", "env"};
+    return (unsigned)src < LOOM_COST_SRC_NUM ? names[src] : "unknown";
+}
+
+void loom_link_cost_describe(const loom_link_cost_t *l, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "alpha %.3g us (%s), o %.3g us (%s), beta %.3g ns/B (%s), gamma %.3g ns/B (%s)",
+             l->alpha_ns / 1e3, loom_cost_src_name(l->src[LOOM_COST_ALPHA]), l->o_ns / 1e3,
+             loom_cost_src_name(l->src[LOOM_COST_O]), l->beta_ns,
+             loom_cost_src_name(l->src[LOOM_COST_BETA]), l->gamma_ns,
+             loom_cost_src_name(l->src[LOOM_COST_GAMMA]));
 }
 
 double loom_link_message_ns(const loom_link_cost_t *l, double nbytes)
@@ -183,6 +240,19 @@ static bfly_shape_t shape(int n)
     int lgp = loom_floor_log2(n);
     bfly_shape_t s = {(double)(1 << lgp), (double)lgp, (1 << lgp) != n ? 1.0 : 0.0};
     return s;
+}
+
+/* How many times the busiest host link carries what one rank sends when
+ * every rank sends to every other alike (the direct and pairwise
+ * algorithms): the ppn ranks of a host send (n - ppn) / (n - 1) of their
+ * bytes off the host, all through its link; 1 on one host (or where that is
+ * less). beta is per byte of one flow, as measured between two hosts. */
+static double host_share(const loom_cost_call_t *c)
+{
+    if (c->nhosts <= 1 || c->ppn <= 1 || c->nranks <= 1)
+        return 1.0;
+    const double n = c->nranks, P = c->ppn;
+    return fmax(1.0, P * (n - P) / (n - 1));
 }
 
 static double ring_depth(const loom_cost_call_t *c)
@@ -240,7 +310,7 @@ double loom_cost_allreduce_direct(const loom_cost_call_t *c, const loom_link_cos
         return 0.0;
     double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
     double r = rounds(S, n * (double)c->chunk_bytes);
-    return loom_cost_eval(l, 2 * r, 4 * (n - 1) * r, 2 * q * S, S * c->acc_ratio);
+    return loom_cost_eval(l, 2 * r, 4 * (n - 1) * r, 2 * q * S * host_share(c), S * c->acc_ratio);
 }
 
 /* Reduce to rank 0 (n-1 messages per chunk round into it), then its broadcast:
@@ -281,7 +351,7 @@ double loom_cost_allgather_direct(const loom_cost_call_t *c, const loom_link_cos
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes;
-    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S, S / n);
+    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S * host_share(c), S / n);
 }
 
 // ---- ReduceScatter --------------------------------------------------------------
@@ -313,7 +383,7 @@ double loom_cost_reduce_scatter_direct(const loom_cost_call_t *c, const loom_lin
         return 0.0;
     double n = c->nranks, S = c->nbytes, q = (n - 1) / n;
     double r = rounds(S / n, (double)c->chunk_bytes);
-    return loom_cost_eval(l, r, 2 * (n - 1) * r, q * S, S * c->acc_ratio);
+    return loom_cost_eval(l, r, 2 * (n - 1) * r, q * S * host_share(c), S * c->acc_ratio);
 }
 
 // ---- Broadcast ------------------------------------------------------------------
@@ -417,7 +487,7 @@ double loom_cost_alltoall_pairwise(const loom_cost_call_t *c, const loom_link_co
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes;
-    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S, S / n);
+    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) / n * S * host_share(c), S / n);
 }
 
 double loom_cost_alltoallv_pairwise(const loom_cost_call_t *c, const loom_link_cost_t *l)

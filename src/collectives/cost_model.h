@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * cost_model.h - the alpha-beta-gamma model that chooses collective
- * algorithms: link classes with their constants (defaults measured on the
- * development machine, LOOM_COST_<CLASS> overrides, LOOM_CALIBRATE=1 to
- * measure at communicator creation), the description of a call that cost
+ * algorithms: link classes with their constants (measured at communicator
+ * creation by calibrate.c, the link's rate from the topology, built-in
+ * defaults where neither is known, LOOM_COST_<CLASS> overrides over all of
+ * them; each constant records where it came from), the description of a call that cost
  * functions see, and the cost function of every algorithm in the table of
  * algo_select.c. Pure arithmetic: nothing here talks to peers (calibrate.c
  * does). Callers: algo_select.c, calibrate.c, tools/loom_info, unit tests.
@@ -29,6 +30,20 @@ extern "C" {
  * ucx where UCX carries every link that is not shared memory. */
 typedef enum { LOOM_LINK_SHM, LOOM_LINK_UCX, LOOM_LINK_TCP, LOOM_LINK_NUM } loom_link_class_t;
 
+/* Where a constant came from, weakest first: a later source replaces an
+ * earlier one (the topology's rate only as its rule says, see
+ * loom_link_cost_with_rate). */
+typedef enum {
+    LOOM_COST_SRC_BUILTIN,  /* the built-in default */
+    LOOM_COST_SRC_MEASURED, /* measured at communicator creation, agreed, rounded */
+    LOOM_COST_SRC_TOPOLOGY, /* the interface's speed or the RDMA port's rate */
+    LOOM_COST_SRC_ENV,      /* LOOM_COST_<CLASS> */
+    LOOM_COST_SRC_NUM
+} loom_cost_src_t;
+
+/* The constants in the order of loom_link_cost_t.src. */
+enum { LOOM_COST_ALPHA, LOOM_COST_BETA, LOOM_COST_GAMMA, LOOM_COST_O, LOOM_COST_NCONST };
+
 /* The model's constants for one link class. */
 typedef struct {
     loom_link_class_t cls;
@@ -36,6 +51,7 @@ typedef struct {
     double beta_ns;  /* per byte the busiest rank moves, ns */
     double gamma_ns; /* per byte it reduces or copies locally, ns */
     double o_ns;     /* per message it sends or receives, ns */
+    unsigned char src[LOOM_COST_NCONST]; /* loom_cost_src_t of alpha, beta, gamma, o */
 } loom_link_cost_t;
 
 /* One call as a cost function sees it. Every field is equal on every rank of
@@ -85,6 +101,24 @@ int loom_link_cost_is_set(loom_link_class_t cls);
  * that (RDMA moves bytes at the port's rate without the CPU). shm: unchanged.
  * Where LOOM_COST_<cls> is set, its constants stand unchanged. */
 loom_link_cost_t loom_link_cost_at_rate(loom_link_class_t cls, double ns_per_byte);
+/* As loom_link_cost_at_rate, on constants l that may have been measured:
+ * beta (source TOPOLOGY where the rate changes it) unless LOOM_COST_<cls>
+ * set it. */
+loom_link_cost_t loom_link_cost_with_rate(loom_link_cost_t l, double ns_per_byte);
+/* v rounded to the nearest power of 2^(1/4) (a step of 19 %, so within 9 %
+ * of v); 0 (and anything not positive) gives 0. Measured constants vary from
+ * run to run by more than that step only rarely, so on one machine reruns
+ * mostly get the same constants, hence the same algorithms. */
+double loom_cost_round(double v);
+/* The constants of cls from an agreed measurement v[LOOM_COST_NCONST]
+ * (alpha, beta, gamma, o in ns; a value < 0: not measured, the default
+ * stands), each rounded (loom_cost_round), source MEASURED; where
+ * LOOM_COST_<cls> is set, its constants win. */
+loom_link_cost_t loom_link_cost_measured(loom_link_class_t cls, const double *v);
+/* "builtin", "measured", "topology" or "env". */
+const char *loom_cost_src_name(loom_cost_src_t src);
+/* Writes "alpha 1.2 us (measured), o ..., beta ..., gamma ..." into buf. */
+void loom_link_cost_describe(const loom_link_cost_t *l, char *buf, size_t len);
 /* Predicted time of one message of nbytes on l: one step, a send and a
  * receive, the bytes. */
 double loom_link_message_ns(const loom_link_cost_t *l, double nbytes);

@@ -33,7 +33,13 @@ namespace {
 
 loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o_ns = 0)
 {
-    return {LOOM_LINK_SHM, alpha_ns, beta_ns, gamma_ns, o_ns};
+    loom_link_cost_t l{}; // every source builtin
+    l.cls = LOOM_LINK_SHM;
+    l.alpha_ns = alpha_ns;
+    l.beta_ns = beta_ns;
+    l.gamma_ns = gamma_ns;
+    l.o_ns = o_ns;
+    return l;
 }
 
 loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
@@ -405,6 +411,28 @@ TEST(CostModel, HierarchySharesTheHostLink)
              loom_cost_allreduce_ring(&pair, &slow), loom_cost_allreduce_direct(&pair, &slow)});
         EXPECT_DOUBLE_EQ(loom_cost_allreduce_hier(&c, &tcp), flat) << L;
     }
+}
+
+// Where every rank sends to every other alike (direct, pairwise), a host's ranks send
+// (n - P) / (n - 1) of their bytes off the host, all through its one link: P (n - P) / (n - 1)
+// times one rank's bytes cross it. On 2 hosts x 2, 4/3: direct AllReduce's 2 (3/4) S become 2 S.
+TEST(CostModel, FlatAllToAllSharesTheHostLink)
+{
+    const loom_link_cost_t bytes_only = Link(0, 1, 0, 0);
+    const double S = 1 << 20;
+    const loom_cost_call_t c22 = HostsCall(2, 2, S);
+    EXPECT_DOUBLE_EQ(loom_cost_allreduce_direct(&c22, &bytes_only), 2 * S);
+    EXPECT_DOUBLE_EQ(loom_cost_allgather_direct(&c22, &bytes_only), S);
+    EXPECT_DOUBLE_EQ(loom_cost_reduce_scatter_direct(&c22, &bytes_only), S);
+    EXPECT_DOUBLE_EQ(loom_cost_alltoall_pairwise(&c22, &bytes_only), S);
+    const loom_cost_call_t c32 = HostsCall(3, 2, S); // 2 * 4 / 5 = 1.6 times 5/6 S
+    EXPECT_DOUBLE_EQ(loom_cost_allgather_direct(&c32, &bytes_only), S * 5 / 6 * 1.6);
+    const loom_cost_call_t c41 = HostsCall(4, 1, S); // one rank per host: its own link
+    EXPECT_DOUBLE_EQ(loom_cost_allgather_direct(&c41, &bytes_only), S * 3 / 4);
+    const loom_cost_call_t one_host = Call(4, S);
+    EXPECT_DOUBLE_EQ(loom_cost_allgather_direct(&one_host, &bytes_only), S * 3 / 4);
+    // The ring crosses each host link once each way: no share.
+    EXPECT_DOUBLE_EQ(loom_cost_allgather_ring(&c22, &bytes_only), S * 3 / 4);
 }
 
 TEST(CostModel, ParseConstants)
