@@ -3,17 +3,22 @@
  * loom_info.c - what this loom build is and how it is configured: version,
  * transports built in, the algorithms per collective, (-p) every LOOM_*
  * parameter with its current value and documentation, and (-d) the cost
- * model's decision table: the algorithm chosen per collective and size for a
- * link class and rank count (AllToAllv, chosen by the layout alone, in a line
+ * model's constants per link class with where each came from (measured on
+ * this machine by a communicator of two processes, as loom measures at
+ * creation; the topology; the built-in defaults; LOOM_COST_<CLASS>) and its
+ * decision table: the algorithm chosen per collective and size for a link
+ * class and rank count (AllToAllv, chosen by the layout alone, in a line
  * below it). Like ucx_info.
  * Reads internals (the parameter, transport and algorithm tables); changes nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coll.h"
+#include "comm.h"
 #include "cost_model.h"
 #include "kernels.h"
 #include "loom.h"
@@ -30,7 +35,10 @@ static void usage(void)
            "  -a  algorithms per collective (in tie-break order)\n"
            "  -t  topology: LOOM_TOPO_FILE's if set, else this host as detected (packages,\n"
            "      NUMA nodes, NICs with state and speed, RDMA ports, GPUs) and this process\n"
-           "  -d  decision table: the algorithm the cost model picks per collective and size\n"
+           "  -d  the cost model's constants per link class and where each came from (shm and\n"
+           "      tcp measured by two processes over LOOM_NET=shm and tcp, unless\n"
+           "      LOOM_CALIBRATE=0), then its decision table: the algorithm it picks per\n"
+           "      collective and size\n"
            "      (8 B to 1 GiB, float32), for link classes shm, ucx and tcp and 2, 4, 8\n"
            "      ranks; -c and -n restrict it to one class and one rank count. LOOM_COST_SHM,\n"
            "      LOOM_COST_UCX, LOOM_COST_TCP and LOOM_CHUNK_BYTES apply as in a communicator.\n"
@@ -84,9 +92,74 @@ static void size_text(double b, char *buf, size_t len)
     snprintf(buf, len, "%.0f %s", b, unit[u]);
 }
 
+/* The constants a communicator of this machine would use per class: shm
+ * and tcp as two processes measure them over LOOM_NET=shm or tcp when they
+ * create a communicator (the built-in defaults with LOOM_CALIBRATE=0, or
+ * where that fails), ucx's from the defaults (UCX runs between hosts). */
+static loom_link_cost_t g_cost[LOOM_LINK_NUM];
+
+/* A communicator of two processes (this one and a child) over net: its
+ * constants into *l_p; -1 where it could not be created. */
+static int measure_class(const char *net, loom_link_cost_t *l_p)
+{
+    if (setenv("LOOM_NET", net, 1) != 0)
+        return -1;
+    loom_param_reset_cache();
+    loomUniqueId id;
+    if (loomGetUniqueId(&id) != loomSuccess)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    loomComm_t comm = NULL;
+    loomResult_t res = loomCommInitRank(&comm, 2, id, pid == 0 ? 1 : 0);
+    if (res == loomSuccess && pid != 0)
+        *l_p = comm->coll.link;
+    if (res == loomSuccess)
+        loomCommDestroy(comm);
+    if (pid == 0)
+        _exit(res == loomSuccess ? 0 : 1);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    return res == loomSuccess && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void cost_constants(void)
+{
+    static const char *const nets[LOOM_LINK_NUM] = {"shm", NULL, "tcp"};
+    const char *net = getenv("LOOM_NET");
+    char *saved = net ? strdup(net) : NULL;
+    for (int c = 0; c < LOOM_LINK_NUM; c++) {
+        g_cost[c] = loom_link_cost_default((loom_link_class_t)c);
+        if (nets[c] != NULL && loom_param_CALIBRATE() != 0 &&
+            measure_class(nets[c], &g_cost[c]) != 0)
+            fprintf(stderr,
+                    "loom_info: a communicator over LOOM_NET=%s failed; the %s class "
+                    "shows its defaults\n",
+                    nets[c], nets[c]);
+    }
+    if (saved) {
+        setenv("LOOM_NET", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("LOOM_NET");
+    }
+    loom_param_reset_cache();
+    for (int c = 0; c < LOOM_LINK_NUM; c++) {
+        char text[256];
+        loom_link_cost_describe(&g_cost[c], text, sizeof(text));
+        printf("# cost constants %s: %s\n", loom_link_class_name((loom_link_class_t)c), text);
+    }
+    printf(
+        "# (measured: by two processes of this machine, as each communicator measures at "
+        "creation; topology: the link's rate; builtin: the default; env: LOOM_COST_<CLASS>)\n\n");
+}
+
 static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
 {
-    loom_link_cost_t link = loom_link_cost_default(cls);
+    loom_link_cost_t link = g_cost[cls];
     const int ppn = nhosts > 1 && nranks % nhosts == 0 ? nranks / nhosts : 0;
     size_t chunk = (size_t)loom_param_CHUNK_BYTES();
     if (chunk < 4096)
@@ -117,7 +190,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
                              .ppn = ppn,
                              .contiguous = 1,
                              .rank_order = loom_param_DETERMINISTIC() != 0,
-                             .intra = loom_link_cost_default(LOOM_LINK_SHM)};
+                             .intra = g_cost[LOOM_LINK_SHM]};
     for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
         char sz[32];
         size_text(bytes, sz, sizeof(sz));
@@ -252,6 +325,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (decisions)
+        cost_constants();
     if (decisions && nhosts > 1) {
         /* Several hosts: the communicator's class is tcp (or -c's), shm inside each host. */
         int n = nranks > 0 ? nranks : 2 * nhosts;

@@ -2,21 +2,27 @@
  *
  * calibrate.c - sets up a communicator's collective context: its link class
  * (the slowest transport any peer is reached by: tcp unless every peer is
- * reached through shared memory), the class's cost constants, and with
- * LOOM_CALIBRATE=1 a short measurement of them at creation.
+ * reached through shared memory), and the model's constants for that class
+ * and for the links inside a host, measured at creation unless
+ * LOOM_CALIBRATE=0.
  *
  * Measurement: every rank sends to rank+1 and receives from rank-1 at the
- * same time, 8-byte messages (alpha + o: median time per exchange) and 1 MiB
- * messages (beta: the extra median time per byte), so the ring-coupled
- * exchanges run at the pace of the slowest link; then CAL_MSGS 8-byte
- * messages at once to rank+1, rank+2, ... (o: the extra time per message);
- * gamma times a float32 sum over 256 KiB locally.
+ * same time, 8-byte messages (alpha + o: median time per exchange) and
+ * CAL_BIG_BYTES messages (beta: the extra median time per byte), so the
+ * ring-coupled exchanges run at the pace of the slowest link; then CAL_MSGS
+ * 8-byte messages at once to rank+1, rank+2, ... (o: the extra time per
+ * message); gamma times a float32 sum over 256 KiB locally. Across hosts the
+ * same exchanges among the ranks of each host measure the links inside it.
  * The ranks' values differ, so they then agree: one AllReduce (direct, max,
- * float64) of {class, alpha, beta, gamma, o}; every rank adopts the maximum,
- * so every rank's model, hence every rank's choice of algorithm, is the same
- * (different choices would deadlock). Costs a few milliseconds per
- * communicator; off by default.
+ * float64) of the class, both sets of constants and the rates of the hosts'
+ * interfaces and RDMA ports; every rank adopts the maximum, rounded to a
+ * coarse grid (loom_cost_round), so every rank's model, hence every rank's
+ * choice of algorithm, is the same (different choices would deadlock), and
+ * reruns on one machine mostly get the same constants. The interface's rate
+ * bounds a measured beta across hosts from below, the RDMA port's rate
+ * replaces it (loom_link_cost_with_rate); LOOM_COST_<CLASS> wins over all.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,10 +32,10 @@
 #include "timer.h"
 
 #define CAL_SMALL_BYTES 8
-#define CAL_SMALL_ITERS 20
+#define CAL_SMALL_ITERS 10
 #define CAL_BIG_BYTES   (1u << 20)
-#define CAL_BIG_ITERS   5
-#define CAL_MAX_ITERS   20
+#define CAL_BIG_ITERS   3
+#define CAL_MAX_ITERS   10
 #define CAL_GAMMA_ELEMS (64u * 1024u)
 #define CAL_GAMMA_REPS  8
 #define CAL_MSGS        8   /* messages posted at once to measure o */
@@ -94,55 +100,153 @@ static double measure_gamma(uint8_t *acc, uint8_t *src)
     return ns / ((double)CAL_GAMMA_REPS * CAL_GAMMA_ELEMS * sizeof(float));
 }
 
-static loomResult_t calibrate(loom_coll_ctx_t *ctx)
+/* Measures alpha, beta, gamma, o (ns) of the links among ctx's ranks into v;
+ * steps CAL_STEP + step0 .. + 3 of the running collective's tags. */
+static loomResult_t measure(loom_coll_ctx_t *ctx, uint8_t *s, uint8_t *r, unsigned step0, double *v)
 {
-    uint8_t *parts[2];
-    size_t sizes[2] = {CAL_BIG_BYTES, CAL_BIG_BYTES};
-    LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2, parts));
-    memset(parts[0], 0, CAL_BIG_BYTES);
-    loom_p2p_set_context(ctx->p2p, "calibration", ctx->seq);
     uint64_t warm, one, many, big;
-    uint8_t *s = parts[0], *r = parts[1];
-    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, 2, CAL_STEP, &warm));
-    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, CAL_SMALL_ITERS, CAL_STEP + 1, &one));
-    LOOM_CHECK(
-        exchange(ctx, s, r, CAL_SMALL_BYTES, CAL_MSGS, CAL_SMALL_ITERS, CAL_STEP + 2, &many));
-    LOOM_CHECK(exchange(ctx, s, r, CAL_BIG_BYTES, 1, CAL_BIG_ITERS, CAL_STEP + 3, &big));
-    loom_link_cost_t *l = &ctx->link;
+    const unsigned st = CAL_STEP + step0;
+    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, 2, st, &warm));
+    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, CAL_SMALL_ITERS, st + 1, &one));
+    LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, CAL_MSGS, CAL_SMALL_ITERS, st + 2, &many));
+    LOOM_CHECK(exchange(ctx, s, r, CAL_BIG_BYTES, 1, CAL_BIG_ITERS, st + 3, &big));
     /* one = alpha + 2 o (a send and a receive), many = alpha + 2 CAL_MSGS o,
      * big = one + CAL_BIG_BYTES beta. */
     double o = many > one ? (double)(many - one) / (2.0 * (CAL_MSGS - 1)) : 0.0;
     if (o > (double)one / 4)
         o = (double)one / 4; /* noise in "many" must not leave a step without latency */
-    double alpha = (double)one - 2 * o;
     double beta = ((double)big - (double)one) / CAL_BIG_BYTES;
     if (beta < 1e-3)
         beta = 1e-3; /* a noisy measurement never makes bytes free */
-    double gamma = measure_gamma(s, r);
-    LOOM_INFO(LOOM_LOG_COLL,
-              "calibration measured: rank %d class %s alpha %.17g ns beta %.17g ns/B gamma %.17g "
-              "ns/B o %.17g ns",
-              ctx->rank, loom_link_class_name(l->cls), alpha, beta, gamma, o);
-    /* Agree on the maximum of every value (the class too: tcp > ucx > shm). */
-    double v[5] = {(double)l->cls, alpha, beta, gamma, o};
+    v[LOOM_COST_ALPHA] = (double)one - 2 * o;
+    v[LOOM_COST_BETA] = beta;
+    v[LOOM_COST_GAMMA] = measure_gamma(s, r);
+    v[LOOM_COST_O] = o;
+    return loomSuccess;
+}
+
+/* The context of this rank's host's ranks (group: their communicator ranks,
+ * room for nranks), for measuring the links inside it; 0 ranks where the host
+ * has only this one. */
+static loom_coll_ctx_t host_part(const loom_coll_ctx_t *ctx, int *group)
+{
+    loom_coll_ctx_t part = *ctx;
+    part.nranks = 0;
+    for (int r = 0; r < ctx->nranks; r++) {
+        if (ctx->hosts.host_of[r] != ctx->hosts.host)
+            continue;
+        if (r == ctx->rank)
+            part.rank = part.nranks;
+        group[part.nranks++] = r;
+    }
+    part.group = group;
+    if (part.nranks < 2)
+        part.nranks = 0;
+    return part;
+}
+
+/* rank < 0: the agreed values, logged under INIT as well. */
+static void log_constants(int rank, const char *what, loom_link_class_t cls, const double *v)
+{
+    char who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof(who), "rank %d ", rank);
+    LOOM_INFO(LOOM_LOG_COLL | (rank < 0 ? LOOM_LOG_INIT : 0),
+              "calibration %s: %sclass %s alpha %.17g ns beta %.17g ns/B gamma %.17g ns/B o "
+              "%.17g ns",
+              what, who, loom_link_class_name(cls), v[LOOM_COST_ALPHA], v[LOOM_COST_BETA],
+              v[LOOM_COST_GAMMA], v[LOOM_COST_O]);
+}
+
+/* The agreement vector: the class, the communicator's constants, the host's
+ * (-1: none measured), the ns per byte of the interface and of the port. */
+enum {
+    AG_CLASS,
+    AG_LINK,
+    AG_INTRA = AG_LINK + LOOM_COST_NCONST,
+    AG_TCP = AG_INTRA + LOOM_COST_NCONST,
+    AG_RDMA,
+    AG_NUM
+};
+
+static loomResult_t agree_max(loom_coll_ctx_t *ctx, double *v, size_t n)
+{
     loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
                               .sendbuff = v,
                               .recvbuff = v,
-                              .count = 5,
+                              .count = n,
                               .dt = loomFloat64,
                               .op = loomMax};
-    LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
-    l->cls = v[0] >= (double)LOOM_LINK_TCP   ? LOOM_LINK_TCP
-             : v[0] >= (double)LOOM_LINK_UCX ? LOOM_LINK_UCX
-                                             : LOOM_LINK_SHM;
-    l->alpha_ns = v[1];
-    l->beta_ns = v[2];
-    l->gamma_ns = v[3];
-    l->o_ns = v[4];
-    LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
-              "calibration agreed: class %s alpha %.17g ns beta %.17g ns/B gamma %.17g ns/B o "
-              "%.17g ns",
-              loom_link_class_name(l->cls), l->alpha_ns, l->beta_ns, l->gamma_ns, l->o_ns);
+    return loom_allreduce_direct(ctx, &agree);
+}
+
+static loom_link_class_t class_of(double v)
+{
+    return v >= (double)LOOM_LINK_TCP   ? LOOM_LINK_TCP
+           : v >= (double)LOOM_LINK_UCX ? LOOM_LINK_UCX
+                                        : LOOM_LINK_SHM;
+}
+
+/* Measures (unless LOOM_CALIBRATE=0) and agrees; across hosts the constants
+ * then follow the agreed rates. Every rank makes the same calls: whether it
+ * measures depends on LOOM_CALIBRATE alone (the same on every rank), whether
+ * it agrees also on the host count. */
+static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
+{
+    const int measuring = loom_param_CALIBRATE() != 0;
+    const int spans = ctx->hosts.nhosts > 1;
+    if (!measuring && !spans)
+        return loomSuccess;
+    double v[AG_NUM];
+    for (int k = 0; k < AG_NUM; k++)
+        v[k] = -1.0;
+    v[AG_CLASS] = (double)ctx->link.cls;
+    v[AG_TCP] = spans && tcp_mbps > 0 ? 8000.0 / tcp_mbps : 0;
+    v[AG_RDMA] = spans && rdma_mbps > 0 ? 8000.0 / rdma_mbps : 0;
+    if (measuring) {
+        uint8_t *parts[2];
+        size_t sizes[2] = {CAL_BIG_BYTES, CAL_BIG_BYTES};
+        LOOM_CHECK(loom_coll_scratch_parts(ctx, sizes, 2, parts));
+        memset(parts[0], 0, CAL_BIG_BYTES);
+        loom_p2p_set_context(ctx->p2p, "calibration", ctx->seq);
+        LOOM_CHECK(measure(ctx, parts[0], parts[1], 0, &v[AG_LINK]));
+        log_constants(ctx->rank, "measured", ctx->link.cls, &v[AG_LINK]);
+        if (!spans) {
+            memcpy(&v[AG_INTRA], &v[AG_LINK], sizeof(double) * LOOM_COST_NCONST);
+        } else {
+            int *group = malloc((size_t)ctx->nranks * sizeof(*group));
+            if (group == NULL) {
+                LOOM_WARN("rank %d: out of memory for a host's ranks (%d)", ctx->rank, ctx->nranks);
+                return loomSystemError;
+            }
+            loom_coll_ctx_t part = host_part(ctx, group);
+            loomResult_t res = loomSuccess;
+            if (part.nranks > 0)
+                res = measure(&part, parts[0], parts[1], 4, &v[AG_INTRA]);
+            free(group);
+            LOOM_CHECK(res);
+        }
+    }
+    LOOM_CHECK(agree_max(ctx, v, AG_NUM));
+    const loom_link_class_t cls = class_of(v[AG_CLASS]);
+    if (measuring)
+        log_constants(-1, "agreed", cls, &v[AG_LINK]);
+    const loom_link_class_t intra_cls = ctx->intra.cls;
+    ctx->link = measuring ? loom_link_cost_measured(cls, &v[AG_LINK]) : loom_link_cost_default(cls);
+    /* Inside the host of a single-host communicator the links are the communicator's. */
+    if (measuring && (spans || intra_cls == cls))
+        ctx->intra = loom_link_cost_measured(intra_cls, &v[AG_INTRA]);
+    if (spans && cls != LOOM_LINK_SHM) {
+        const double ns_per_byte = cls == LOOM_LINK_TCP ? v[AG_TCP] : v[AG_RDMA];
+        const double before = ctx->link.beta_ns;
+        ctx->link = loom_link_cost_with_rate(ctx->link, ns_per_byte);
+        if (ctx->link.beta_ns != before)
+            LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
+                      "rank %d: slowest %s link between hosts %.0f Mbit/s: beta %.3f ns/B "
+                      "instead of %.3f",
+                      ctx->rank, loom_link_class_name(cls), 8000.0 / ns_per_byte, ctx->link.beta_ns,
+                      before);
+    }
     return loomSuccess;
 }
 
@@ -156,37 +260,6 @@ static loom_link_class_t intra_class(loom_p2p_t *p2p, const loom_hosts_t *h, int
             strcmp(loom_p2p_transport_name(p2p, peer), "shm") != 0)
             return LOOM_LINK_TCP;
     return LOOM_LINK_SHM;
-}
-
-/* Across hosts the ranks agree on the link class (a pair of hosts may have
- * fallen back from ucx to tcp) and on the rate of the slowest network link:
- * each rank knows the speed of the interface its TCP uses and the rate of
- * its best RDMA port; one small AllReduce takes the maximum of the class and
- * of the time per byte, and the class's constants then follow that rate
- * (loom_link_cost_at_rate). Interfaces without a speed (loopback, most
- * virtual ones) leave the defaults. Not done when LOOM_CALIBRATE measures. */
-static loomResult_t link_rate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
-{
-    double v[3] = {(double)ctx->link.cls, tcp_mbps > 0 ? 8000.0 / tcp_mbps : 0,
-                   rdma_mbps > 0 ? 8000.0 / rdma_mbps : 0};
-    loom_coll_args_t agree = {.kind = LOOM_COLL_ALLREDUCE,
-                              .sendbuff = v,
-                              .recvbuff = v,
-                              .count = 3,
-                              .dt = loomFloat64,
-                              .op = loomMax};
-    LOOM_CHECK(loom_allreduce_direct(ctx, &agree));
-    loom_link_class_t cls = v[0] >= (double)LOOM_LINK_TCP ? LOOM_LINK_TCP : LOOM_LINK_UCX;
-    double ns_per_byte = cls == LOOM_LINK_TCP ? v[1] : v[2];
-    double before = loom_link_cost_default(cls).beta_ns;
-    ctx->link = loom_link_cost_at_rate(cls, ns_per_byte);
-    if (ctx->link.beta_ns != before)
-        LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_INIT,
-                  "rank %d: slowest %s link between hosts %.0f Mbit/s: beta %.3f ns/B instead "
-                  "of %.3f",
-                  ctx->rank, loom_link_class_name(cls), 8000.0 / ns_per_byte, ctx->link.beta_ns,
-                  before);
-    return loomSuccess;
 }
 
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
@@ -213,17 +286,16 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     if (ctx->chunk_bytes < 4096)
         ctx->chunk_bytes = 4096;
     ctx->link = loom_link_cost_default(detect_class(p2p, rank, nranks));
-    if (loom_param_CALIBRATE() != 0 && nranks > 1)
-        LOOM_CHECK(calibrate(ctx));
-    else if (ctx->hosts.nhosts > 1 && ctx->link.cls != LOOM_LINK_SHM)
-        LOOM_CHECK(link_rate(ctx, tcp_mbps, rdma_mbps));
+    if (nranks > 1)
+        LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
+    char link[256], intra[256];
+    loom_link_cost_describe(&ctx->link, link, sizeof(link));
+    loom_link_cost_describe(&ctx->intra, intra, sizeof(intra));
     LOOM_INFO(LOOM_LOG_COLL,
-              "rank %d: link class %s, alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B, o %.1f "
-              "us, ring depth %d%s; %d host(s), %d rank(s) per host",
-              rank, loom_link_class_name(ctx->link.cls), ctx->link.alpha_ns / 1e3,
-              ctx->link.beta_ns, ctx->link.gamma_ns, ctx->link.o_ns / 1e3, ctx->ring_depth,
-              loom_param_CALIBRATE() != 0 ? " (calibrated)" : "", ctx->hosts.nhosts,
-              ctx->hosts.ppn);
+              "rank %d: link class %s, %s, ring depth %d; inside a host %s, %s; %d host(s), %d "
+              "rank(s) per host",
+              rank, loom_link_class_name(ctx->link.cls), link, ctx->ring_depth,
+              loom_link_class_name(ctx->intra.cls), intra, ctx->hosts.nhosts, ctx->hosts.ppn);
     return loomSuccess;
 }

@@ -215,13 +215,14 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
 loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* Fills ctx for a new communicator: rank, size, chunk, the host layout from
- * peers[nranks], the link class (slowest link) and its constants, and the
- * constants inside a host; with LOOM_CALIBRATE=1 measures the class's and
- * makes every rank adopt the same values (calibrate.c). Across hosts the
- * ranks agree on the class, and beta follows the slowest rank's rate for it
- * (loom_link_cost_at_rate): tcp_mbps, the speed of the interface its TCP
- * uses, or rdma_mbps, the rate of its RDMA port (<= 0 unknown). Collective
- * when calibrating or across hosts. */
+ * peers[nranks], the link class (slowest link) and the constants of that
+ * class and of the links inside a host: measured and agreed by every rank
+ * unless LOOM_CALIBRATE=0 (calibrate.c), the built-in defaults otherwise,
+ * LOOM_COST_<CLASS> over both. Across hosts the ranks agree on the class,
+ * and beta follows the slowest rank's rate for it (loom_link_cost_with_rate):
+ * tcp_mbps, the speed of the interface its TCP uses, or rdma_mbps, the rate
+ * of its RDMA port (<= 0 unknown). Collective when measuring or across
+ * hosts. */
 loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
                                 const loom_peer_info_t *peers, int tcp_mbps, int rdma_mbps);
 /* The layout of nranks ranks with the given host hashes, seen from rank
