@@ -107,122 +107,153 @@ static void usage(void)
            g_prog, g_prog);
 }
 
-void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
+static const bench_opts_t defaults = {
+    .min_bytes = 32u << 20,
+    .max_bytes = 32u << 20,
+    .step_bytes = 1u << 20,
+    .step_factor = 1,
+    .iters = 20,
+    .warmup_iters = 1,
+    .agg_iters = 1,
+    .check = 1,
+    .blocking = 0,
+    .unalign = 0,
+    .timeout_s = 0,
+    .average = 1,
+    .dtype = loomFloat32,
+    .op = loomSum,
+    .root = 0,
+    .json_path = NULL,
+};
+
+static const char shortopts[] = "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:M:a:h";
+
+static const struct option longopts[] = {
+    {"nthreads", required_argument, 0, 't'},
+    {"ngpus", required_argument, 0, 'g'},
+    {"minbytes", required_argument, 0, 'b'},
+    {"maxbytes", required_argument, 0, 'e'},
+    {"stepbytes", required_argument, 0, 'i'},
+    {"stepfactor", required_argument, 0, 'f'},
+    {"iters", required_argument, 0, 'n'},
+    {"agg_iters", required_argument, 0, 'm'},
+    {"warmup_iters", required_argument, 0, 'w'},
+    {"check", required_argument, 0, 'c'},
+    {"op", required_argument, 0, 'o'},
+    {"datatype", required_argument, 0, 'd'},
+    {"root", required_argument, 0, 'r'},
+    {"blocking", required_argument, 0, 'z'},
+    {"unalign", required_argument, 0, 'u'},
+    {"timeout", required_argument, 0, 'T'},
+    {"output_file", required_argument, 0, 'J'},
+    {"model", required_argument, 0, 'M'},
+    {"average", required_argument, 0, 'a'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* -t and -g exist so that nccl-tests command lines run: only 1 makes sense here. */
+static void check_one_per_process(int c, const char *value)
 {
-    static const bench_opts_t defaults = {
-        .min_bytes = 32u << 20,
-        .max_bytes = 32u << 20,
-        .step_bytes = 1u << 20,
-        .step_factor = 1,
-        .iters = 20,
-        .warmup_iters = 1,
-        .agg_iters = 1,
-        .check = 1,
-        .blocking = 0,
-        .unalign = 0,
-        .timeout_s = 0,
-        .average = 1,
-        .dtype = loomFloat32,
-        .op = loomSum,
-        .root = 0,
-        .json_path = NULL,
-    };
-    *o = defaults;
-    g_prog = prog;
-    static const struct option longopts[] = {
-        {"nthreads", required_argument, 0, 't'},
-        {"ngpus", required_argument, 0, 'g'},
-        {"minbytes", required_argument, 0, 'b'},
-        {"maxbytes", required_argument, 0, 'e'},
-        {"stepbytes", required_argument, 0, 'i'},
-        {"stepfactor", required_argument, 0, 'f'},
-        {"iters", required_argument, 0, 'n'},
-        {"agg_iters", required_argument, 0, 'm'},
-        {"warmup_iters", required_argument, 0, 'w'},
-        {"check", required_argument, 0, 'c'},
-        {"op", required_argument, 0, 'o'},
-        {"datatype", required_argument, 0, 'd'},
-        {"root", required_argument, 0, 'r'},
-        {"blocking", required_argument, 0, 'z'},
-        {"unalign", required_argument, 0, 'u'},
-        {"timeout", required_argument, 0, 'T'},
-        {"output_file", required_argument, 0, 'J'},
-        {"model", required_argument, 0, 'M'},
-        {"average", required_argument, 0, 'a'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:M:a:h", longopts,
-                            NULL)) != -1) {
-        switch (c) {
-        case 't':
-        case 'g':
-            if (parse_int(c == 't' ? "-t" : "-g", optarg, 1) != 1)
-                bench_die("start one process per rank with loomrun -n N instead",
-                          "-%c accepts only 1: each rank is one process with one host buffer", c);
-            break;
-        case 'b':
-            o->min_bytes = parse_size("-b", optarg);
-            break;
-        case 'e':
-            o->max_bytes = parse_size("-e", optarg);
-            break;
-        case 'i':
-            o->step_bytes = parse_size("-i", optarg);
-            break;
-        case 'f':
-            o->step_factor = (size_t)parse_int("-f", optarg, 1);
-            break;
-        case 'n':
-            o->iters = parse_int("-n", optarg, 1);
-            break;
-        case 'm':
-            o->agg_iters = parse_int("-m", optarg, 1);
-            break;
-        case 'w':
-            o->warmup_iters = parse_int("-w", optarg, 0);
-            break;
-        case 'c':
-            o->check = parse_int("-c", optarg, 0);
-            break;
-        case 'o':
-            o->op = parse_name("-o", optarg, bench_op_names, loomNumOps);
-            break;
-        case 'd':
-            o->dtype = parse_name("-d", optarg, bench_type_names, loomNumTypes);
-            break;
-        case 'r':
-            o->root = strcmp(optarg, "all") ? parse_int("-r", optarg, 0) : -1;
-            break;
-        case 'z':
-            o->blocking = parse_int("-z", optarg, 0);
-            break;
-        case 'u':
-            o->unalign = parse_int("-u", optarg, 0);
-            break;
-        case 'T':
-            o->timeout_s = parse_int("-T", optarg, 0);
-            break;
-        case 'J':
-            o->json_path = optarg;
-            break;
-        case 'a':
-            o->average = parse_int("-a", optarg, 0);
-            break;
-        case 'M':
-            o->model = parse_int("-M", optarg, 0);
-            break;
-        case 'h':
-            usage();
-            exit(EXIT_SUCCESS);
-        default:
-            usage();
-            exit(EXIT_FAILURE);
-        }
+    if (parse_int(c == 't' ? "-t" : "-g", value, 1) != 1)
+        bench_die("start one process per rank with loomrun -n N instead",
+                  "-%c accepts only 1: each rank is one process with one host buffer", c);
+}
+
+/* The flags whose value is a size in bytes; NULL for the others. */
+static size_t *size_field(bench_opts_t *o, int c)
+{
+    switch (c) {
+    case 'b':
+        return &o->min_bytes;
+    case 'e':
+        return &o->max_bytes;
+    case 'i':
+        return &o->step_bytes;
+    default:
+        return NULL;
     }
-    if (optind < argc)
-        bench_die("run with -h for the flags", "unexpected argument '%s'", argv[optind]);
+}
+
+/* The flags whose value is an int, with its least value in *min_p; NULL for the others. */
+static int *int_field(bench_opts_t *o, int c, int *min_p)
+{
+    *min_p = 0;
+    switch (c) {
+    case 'n':
+        *min_p = 1;
+        return &o->iters;
+    case 'm':
+        *min_p = 1;
+        return &o->agg_iters;
+    case 'w':
+        return &o->warmup_iters;
+    case 'c':
+        return &o->check;
+    case 'z':
+        return &o->blocking;
+    case 'u':
+        return &o->unalign;
+    case 'T':
+        return &o->timeout_s;
+    case 'a':
+        return &o->average;
+    case 'M':
+        return &o->model;
+    default:
+        return NULL;
+    }
+}
+
+/* The flags that name a value (-o, -d, -r) or a file (-J); 0 when c is none of them. */
+static int apply_named(bench_opts_t *o, int c, const char *value)
+{
+    switch (c) {
+    case 'o':
+        o->op = parse_name("-o", value, bench_op_names, loomNumOps);
+        return 1;
+    case 'd':
+        o->dtype = parse_name("-d", value, bench_type_names, loomNumTypes);
+        return 1;
+    case 'r':
+        o->root = strcmp(value, "all") ? parse_int("-r", value, 0) : -1;
+        return 1;
+    case 'J':
+        o->json_path = value;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* One flag from getopt_long: c and its value (optarg). */
+static void apply_flag(bench_opts_t *o, int c, const char *value)
+{
+    char flag[3] = {'-', (char)c, '\0'};
+    size_t *size_p = size_field(o, c);
+    int min, *int_p = int_field(o, c, &min);
+    if (size_p)
+        *size_p = parse_size(flag, value);
+    else if (int_p)
+        *int_p = parse_int(flag, value, min);
+    else if (c == 'f')
+        o->step_factor = (size_t)parse_int(flag, value, 1);
+    else if (c == 't' || c == 'g')
+        check_one_per_process(c, value);
+    else if (apply_named(o, c, value))
+        return;
+    else if (c == 'h') {
+        usage();
+        exit(EXIT_SUCCESS);
+    } else {
+        usage();
+        exit(EXIT_FAILURE);
+    }
+}
+
+/* What only the flags together can get wrong, and values out of range. */
+static void check_opts(const bench_opts_t *o)
+{
     if (o->min_bytes > o->max_bytes)
         bench_die(NULL, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", o->min_bytes,
                   o->max_bytes);
@@ -235,4 +266,16 @@ void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
                   "-M %d is not supported", o->model);
     if (o->average > 3)
         bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);
+}
+
+void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)
+{
+    *o = defaults;
+    g_prog = prog;
+    int c;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1)
+        apply_flag(o, c, optarg);
+    if (optind < argc)
+        bench_die("run with -h for the flags", "unexpected argument '%s'", argv[optind]);
+    check_opts(o);
 }
