@@ -3,10 +3,12 @@
 #
 # compare.py - bench/compare's driver, started by bench/compare/run: builds
 # what is missing (loom's benchmarks, bench/peers' programs with each MPI's
-# mpicc), measures the memcpy and TCP limits, runs loom, Open MPI, MPICH and
-# Gloo interleaved (for each rank count, collective and repetition: loom, then
-# each peer) on the same size bands with the same iteration policy and binding,
-# then writes results.json, busbw.png and the ratio table. It exits non-zero
+# mpicc), measures the memcpy and TCP limits, runs loom once traced (the
+# algorithm and the model's prediction per size, the library's probe lines),
+# then loom, Open MPI, MPICH, Intel MPI and Gloo interleaved (for each rank
+# count, collective and repetition: loom, then each peer) on the same size
+# bands with the same iteration policy and binding, and writes results.json,
+# busbw.png and the ratio table. It exits non-zero
 # only when something failed to build or run (or gave wrong results), never
 # because of a ratio. The last line it prints says which.
 import argparse
@@ -89,7 +91,8 @@ def make_bands(sizes):
 def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="bench/compare/run",
-        description="loom side by side with Open MPI, MPICH and Gloo (torch.distributed)")
+        description="loom side by side with Open MPI, MPICH, Intel MPI and Gloo "
+                    "(torch.distributed)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 2 ranks, 8 B, 64 KiB, 4 MiB, 1 repetition")
     ap.add_argument("--out", help="output directory (default BUILD_DIR/compare)")
@@ -103,10 +106,11 @@ def parse_args(argv):
     ap.add_argument("--net", choices=["shm", "tcp"], default="shm",
                     help="shm: every implementation's default local path; tcp: loom with "
                          "LOOM_NET=tcp, MPIs forced onto TCP")
-    ap.add_argument("--impls", default="loom,ompi,mpich,gloo",
-                    help="implementations to run (default loom,ompi,mpich,gloo)")
+    ap.add_argument("--impls", default=",".join(impls.KEYS),
+                    help=f"implementations to run (default {','.join(impls.KEYS)})")
     ap.add_argument("--timeout", type=int, help="seconds one launch may take")
-    ap.add_argument("--no-install", action="store_true", help="do not apt-get the peers")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not install the peers (apt-get, pip)")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     mode = QUICK if a.quick else FULL
@@ -117,7 +121,7 @@ def parse_args(argv):
     a.colls = [c.strip() for c in a.colls.split(",") if c.strip()]
     a.impls = [c.strip() for c in a.impls.split(",") if c.strip()]
     bad = [c for c in a.colls if c not in impls.COLLS]
-    bad += [i for i in a.impls if i not in ("loom", "ompi", "mpich", "gloo")]
+    bad += [i for i in a.impls if i not in impls.KEYS]
     if bad or not a.colls or not a.ranks or min(a.ranks) < 1 or a.reps < 1:
         ap.error(f"bad --colls/--impls/--ranks/--reps ({', '.join(bad) or 'empty or < 1'})")
     return a
@@ -132,6 +136,9 @@ class Config:
         self.out = os.path.abspath(a.out or os.path.join(self.build, "compare"))
         self.logs = os.path.join(self.out, "logs")
         self.peers_bin = os.path.join(self.out, "bin")
+        # bench/compare/run sets it; the same default as install_peers.sh's otherwise
+        self.impi_prefix = os.environ.get("LOOM_IMPI_PREFIX") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loom", "impi")
         self.net, self.timeout = a.net, a.timeout
         self.warmup = 5
         self.python = sys.executable
@@ -171,21 +178,31 @@ def build_loom(cfg, colls):
     return f"still missing after the build: {', '.join(missing)}" if missing else None
 
 
-def build_mpi(cfg):
-    """mpi_coll_bench with each installed MPI's own mpicc; returns errors by flavor."""
+def build_peers(cfg, impl_list):
+    """mpi_coll_bench with each MPI's own mpicc; an MPI whose build fails is
+    skipped with the compiler's message as its reason."""
     src = os.path.join(cfg.root, "bench", "peers", "mpi_coll_bench.c")
-    os.makedirs(cfg.peers_bin, exist_ok=True)
-    errors = {}
-    for flavor in ("openmpi", "mpich"):
-        cc = shutil.which(f"mpicc.{flavor}")
-        if not cc:
-            continue
-        out = os.path.join(cfg.peers_bin, f"mpi_coll_bench.{flavor}")
-        r = subprocess.run([cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-o", out, src],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            errors[flavor] = (r.stderr or r.stdout).strip()[-800:]
-    return errors
+    for impl in impl_list:
+        if isinstance(impl, impls.Mpi):
+            impl.build(src)
+
+
+def trace_all(a, cfg, loom, doc):
+    """One traced loom launch per rank count and collective: doc's "trace"
+    rows (algorithm and prediction per size) and "probe" lines."""
+    for n in a.ranks:
+        for coll in a.colls:
+            t = loom.trace(coll, n, a.sizes)
+            if t["error"]:
+                doc["failures"].append({"impl": "loom", "coll": coll, "nranks": n,
+                                        "error": f"traced launch: {t['error']}"})
+            for size, r in sorted(t["rows"].items()):
+                doc["trace"].append(dict(r, coll=coll, nranks=n, size=size))
+            for p in t["probe"]:
+                if p["line"] not in {x["line"] for x in doc["probe"]}:
+                    doc["probe"].append(dict(p, nranks=n))
+            say(f"[{n} ranks {report.NAMES[coll]:<13} traced] {len(t['rows'])} sizes, "
+                f"{t['seconds']:.1f}s" + (" FAILED" if t["error"] else ""))
 
 
 def run_all(a, cfg, impl_list, doc):
@@ -264,11 +281,8 @@ def main(argv):
         say(f"# loom build failed: {err}")
         say("compare: FAILED (loom could not be built)")
         return 1
-    build_errors = build_mpi(cfg)
-    for flavor, e in build_errors.items():
-        say(f"# mpicc.{flavor} failed: {e}")
-
     impl_list = impls.make_all(cfg, a.impls)
+    build_peers(cfg, impl_list)
     doc = {
         "tool": "bench/compare", "mode": "quick" if a.quick else "full", "net": a.net,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t_start)),
@@ -282,14 +296,12 @@ def main(argv):
                    "binding": "rank r on the (r mod C)-th usable CPU, every implementation",
                    "statistic": "median of the repetitions' times (each the mean over ranks)"},
         "machine": sysinfo.machine(), "load_start": sysinfo.load(),
-        "packages": sysinfo.packages(), "loom": sysinfo.loom_source(root),
-        "implementations": {}, "limits": {}, "measurements": [], "failures": [],
-        "unsupported": [], "complete": False,
+        "packages": sysinfo.packages(cfg.impi_prefix), "loom": sysinfo.loom_source(root),
+        "implementations": {}, "limits": {}, "trace": [], "probe": [], "measurements": [],
+        "failures": [], "unsupported": [], "complete": False,
     }
     doc["loom"]["build_dir"] = cfg.build
-    for flavor, e in build_errors.items():
-        doc["failures"].append({"impl": "ompi" if flavor == "openmpi" else "mpich",
-                                "error": f"mpicc.{flavor}: {e}"})
+    say(f"# machine: {sysinfo.machine_text(doc['machine'])}")
     for impl in impl_list:
         doc["implementations"][impl.key] = impl.info()
         state = "ready" if impl.available() else f"skipped: {impl.reason}"
@@ -302,6 +314,10 @@ def main(argv):
     doc["limits"]["start"] = sysinfo.limits(cfg.build, 300, a.quick)
     for line in sysinfo.limits_text(doc["limits"]["start"]):
         say(f"# limit: {line}")
+    trace_all(a, cfg, next(i for i in active if i.key == "loom"), doc)
+    for p in doc["probe"]:
+        say(f"# loom probe (rank {p['rank']} of {p['nranks']}): {p['line']}")
+    doc["properties"] = sysinfo.properties(doc["machine"], doc["limits"]["start"], doc["probe"])
     with tempfile.TemporaryDirectory(prefix="loom-compare-") as tmp:
         cfg.tmp = tmp
         try:
@@ -317,16 +333,22 @@ def main(argv):
 def finish(a, cfg, doc, active, t_start):
     keys = [i.key for i in active]
     labels = {i.key: i.label for i in active}
-    rows = report.summarize(doc["measurements"], keys)
+    rows = report.summarize(doc["measurements"], keys, doc["trace"])
     doc["summary"] = rows
     doc["duration_s"] = round(time.time() - t_start, 1)
     lines = [f"# loom vs peers, net {a.net}: median of {a.reps} interleaved repetition(s); "
              "time in us per call, busbw in GB/s (nccl-tests factors)",
              "# loom/best = best peer time / loom time = loom busbw / best peer busbw; "
-             "> 1: loom is faster"]
+             "> 1: loom is faster; loom/X: the same against peer X alone",
+             "# algo, model us: what loom's traced launch chose and the cost model predicted; "
+             "meas/model = loom's measured time / the prediction",
+             f"# machine: {sysinfo.machine_text(doc['machine'])}"]
+    lines += [f"# loom probe: {p['line']}" for p in doc["probe"]]
     for k in keys:
         lines.append(f"# {labels[k]}: {doc['implementations'][k].get('path', '')}")
     lines += report.table(rows, keys, labels)
+    lines.append("")
+    lines += report.ratio_matrix(rows, labels)
     lines.append("")
     lines += report.geomean_lines(rows)
     lines += report.limit_lines(rows, doc["limits"], a.net)

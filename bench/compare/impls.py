@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # impls.py - how bench/compare runs each implementation: loom's *_perf through
-# loomrun, bench/peers/mpi_coll_bench under Open MPI's and MPICH's mpirun with
+# loomrun (and once more traced, for the model's choice), bench/peers/
+# mpi_coll_bench built and launched by Open MPI, MPICH and Intel MPI with
 # bench/peers/bind_rank, and bench/peers/gloo_bench.py as a long-lived server
 # per rank count. Every one gets the same bands (MIN:MAX:FACTOR:ITERS sweeps),
 # warm-up and check policy, binds rank r to the (r mod C)-th usable CPU, and
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import tempfile
 import time
+
+import coll_trace
 
 # The *_perf program names are the collectives' flags everywhere.
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce"]
@@ -123,22 +126,30 @@ class Loom(Impl):
                        "calls back to back (-z 2)")
         return d
 
-    def run(self, coll, nranks, bands, rep, check):
+    def env(self):
         env = dict(os.environ)
         if self.cfg.net == "tcp":
             env["LOOM_NET"] = "tcp"
-        log = self.log_path(coll, nranks, rep)
+        return env
+
+    def command(self, coll, nranks, sweep, iters, warmup, check, json_path):
+        """loomrun and the *_perf program over one sweep (MIN, MAX, FACTOR)."""
         prog = os.path.join(self.cfg.build, "bench", f"{coll}_perf")
+        # -z 2: blocking calls back to back, the shape of the MPI benchmark's loop (a
+        # stream would add its worker thread's hand-off, which MPI does not have).
+        cmd = [self.loomrun, "-v", "-n", str(nranks), prog, "-b", str(sweep[0]), "-e",
+               str(sweep[1]), "-f", str(sweep[2]), "-n", str(iters), "-w", str(warmup), "-c",
+               str(check), "-z", "2", "-T", str(self.cfg.timeout)]
+        return cmd + (["-J", json_path] if json_path else [])
+
+    def run(self, coll, nranks, bands, rep, check):
+        log = self.log_path(coll, nranks, rep)
         rows, total = [], 0.0
         for lo, hi, factor, iters in bands:
             fd, js = tempfile.mkstemp(suffix=".json", dir=self.cfg.tmp)
             os.close(fd)
-            # -z 2: blocking calls back to back, the shape of the MPI benchmark's loop (a
-            # stream would add its worker thread's hand-off, which MPI does not have).
-            cmd = [self.loomrun, "-v", "-n", str(nranks), prog, "-b", str(lo), "-e", str(hi), "-f",
-                   str(factor), "-n", str(iters), "-w", str(self.cfg.warmup), "-c",
-                   str(check), "-z", "2", "-T", str(self.cfg.timeout), "-J", js]
-            rc, secs = run_bounded(cmd, env, log, self.cfg.timeout)
+            cmd = self.command(coll, nranks, (lo, hi, factor), iters, self.cfg.warmup, check, js)
+            rc, secs = run_bounded(cmd, self.env(), log, self.cfg.timeout)
             total += secs
             try:
                 got = read_rows(js) if rc is not None else []
@@ -152,58 +163,101 @@ class Loom(Impl):
             rows += got
         return Outcome(rows=rows, seconds=total)
 
+    def trace(self, coll, nranks, sizes):
+        """One untimed launch with LOOM_COLL_TRACE=1: per size, the algorithm and
+        the model's prediction for the out-of-place and in-place calls, and the
+        library's probe lines. Returns {"rows", "probe", "error", "seconds"}."""
+        log = os.path.join(self.cfg.logs, f"loom_{coll}_n{nranks}_trace.log")
+        if os.path.exists(log):
+            os.unlink(log)
+        env = dict(self.env(), LOOM_COLL_TRACE="1", LOOM_DEBUG="INFO", LOOM_DEBUG_SUBSYS="ALL")
+        total, error = 0.0, None
+        for sweep in trace_sweeps(sizes):
+            # -a 0: rank 0's time, so that no rank waits on a reduction of the times
+            cmd = self.command(coll, nranks, sweep, 1, 0, 0, None) + ["-a", "0"]
+            rc, secs = run_bounded(cmd, env, log, self.cfg.timeout)
+            total += secs
+            if rc != 0:
+                error = ("timed out" if rc is None else f"exit status {rc}") + f": {tail(log)}"
+                break
+        with open(log, errors="replace") as f:
+            lines = f.readlines()
+        rows = {}
+        for size, calls in coll_trace.calls_by_row(lines).items():
+            if size in sizes:
+                rows[size] = {"out_of_place": coll_trace.row_choice(calls),
+                              "in_place": coll_trace.row_choice(calls, in_place=True),
+                              "calls": len(calls)}
+        return {"rows": rows, "probe": coll_trace.probe_lines(lines), "error": error,
+                "seconds": total}
+
+
+def trace_sweeps(sizes):
+    """The traced launches' sweeps: one doubling sweep when every size is the
+    smallest times a power of 2 (the defaults are), else one per size."""
+    lo = min(sizes)
+    if all(s % lo == 0 and (s // lo) & (s // lo - 1) == 0 for s in sizes):
+        return [(lo, max(sizes), 2)]
+    return [(s, s, 2) for s in sizes]
+
 
 class Mpi(Impl):
-    """Open MPI or MPICH, with the bench/peers program built by that MPI's mpicc."""
+    """An MPI with the bench/peers program built by its own mpicc and started by
+    its own launcher with bench/peers/bind_rank. Subclasses name the tools and
+    the environment; build() and run() are the same for every MPI."""
 
-    def __init__(self, cfg, flavor):
+    mpicc = launcher = None  # paths, set by the subclass
+    paths = {}  # --net value: the path its ranks take to each other
+    launch = ""  # how its ranks are started and pinned
+
+    def __init__(self, cfg):
         super().__init__(cfg)
-        self.flavor = flavor
-        self.key = "ompi" if flavor == "openmpi" else "mpich"
-        self.label = "Open MPI" if flavor == "openmpi" else "MPICH"
-        self.mpirun = shutil.which(f"mpirun.{flavor}")
-        self.binary = os.path.join(cfg.peers_bin, f"mpi_coll_bench.{flavor}")
+        self.binary = os.path.join(cfg.peers_bin, f"mpi_coll_bench.{self.key}")
         self.bind = os.path.join(cfg.build, "bench", "peers", "bind_rank")
-        if not self.mpirun:
-            self.reason = f"mpirun.{flavor} not found"
-        elif not os.access(self.binary, os.X_OK):
-            self.reason = f"{self.binary} was not built (mpicc.{flavor} failed or is missing)"
 
     def info(self):
         d = super().info()
-        if self.flavor == "openmpi":
-            d["path"] = ("pml ob1, btl tcp,self: TCP between every pair of ranks"
-                         if self.cfg.net == "tcp" else "defaults: pml ob1, btl vader (shared memory)")
-            d["launch"] = ("mpirun.openmpi --bind-to none --oversubscribe --allow-run-as-root, "
-                           "bind_rank pins rank r to the (r mod C)-th usable CPU")
-        else:
-            d["path"] = ("MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self: ch4:ucx over TCP between every "
-                         "pair of ranks" if self.cfg.net == "tcp"
-                         else "defaults: ch4:ucx (UCX shared-memory transports)")
-            d["launch"] = ("mpirun.mpich -bind-to none, bind_rank pins rank r to the (r mod C)-th "
-                           "usable CPU")
+        d["path"], d["launch"] = self.paths[self.cfg.net], self.launch
         return d
 
+    def env(self):
+        """The environment of mpicc and of the launch."""
+        return dict(os.environ)
+
     def command(self, nranks):
-        if self.flavor == "openmpi":
-            cmd = [self.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                   "-n", str(nranks)]
-            if self.cfg.net == "tcp":
-                cmd += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
-            return cmd
-        return [self.mpirun, "-bind-to", "none", "-n", str(nranks)]
+        """The launcher's command line up to the program."""
+        raise NotImplementedError
+
+    def find_debian_tools(self, flavor):
+        """mpirun.FLAVOR and mpicc.FLAVOR, Debian's names, from PATH."""
+        self.launcher = shutil.which(f"mpirun.{flavor}")
+        self.mpicc = shutil.which(f"mpicc.{flavor}")
+        if not self.launcher or not self.mpicc:
+            self.reason = f"mpirun.{flavor} or mpicc.{flavor} not found"
+
+    def build(self, src):
+        """mpi_coll_bench from src with this MPI's mpicc; sets reason on failure."""
+        if self.reason:
+            return
+        os.makedirs(self.cfg.peers_bin, exist_ok=True)
+        try:
+            r = subprocess.run([self.mpicc, "-O2", "-std=c11", "-Wall", "-Wextra", "-o",
+                                self.binary, src], capture_output=True, text=True, timeout=300,
+                               env=self.env())
+            err = (r.stderr or r.stdout).strip()[-800:] if r.returncode != 0 else None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            err = str(e)
+        if err or not os.access(self.binary, os.X_OK):
+            self.reason = f"{os.path.basename(self.mpicc)} failed: {err}"
 
     def run(self, coll, nranks, bands, rep, check):
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        if self.flavor == "mpich" and self.cfg.net == "tcp":
-            env.update(MPIR_CVAR_NOLOCAL="1", UCX_TLS="tcp,self")
         log = self.log_path(coll, nranks, rep)
         fd, js = tempfile.mkstemp(suffix=".json", dir=self.cfg.tmp)
         os.close(fd)
         cmd = self.command(nranks) + [self.bind, self.binary, "-C", coll, "-w",
                                       str(self.cfg.warmup), "-c", str(check), "-J", js]
         cmd += [f"{lo}:{hi}:{f}:{it}" for lo, hi, f, it in bands]
-        rc, secs = run_bounded(cmd, env, log, self.cfg.timeout)
+        rc, secs = run_bounded(cmd, self.env(), log, self.cfg.timeout)
         try:
             rows = read_rows(js) if rc is not None else []
         except (OSError, ValueError):
@@ -214,6 +268,89 @@ class Mpi(Impl):
             why = "timed out" if rc is None else f"exit status {rc}"
             return Outcome(error=f"{why}: {tail(log)}", seconds=secs)
         return Outcome(rows=rows, seconds=secs)
+
+
+class OpenMpi(Mpi):
+    key, label = "ompi", "Open MPI"
+    paths = {"tcp": "pml ob1, btl tcp,self: TCP between every pair of ranks",
+             "shm": "defaults: pml ob1, btl vader (shared memory)"}
+    launch = ("mpirun.openmpi --bind-to none --oversubscribe --allow-run-as-root, bind_rank "
+              "pins rank r to the (r mod C)-th usable CPU")
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.find_debian_tools("openmpi")
+
+
+    def env(self):
+        return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+    def command(self, nranks):
+        cmd = [self.launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-n", str(nranks)]
+        if self.cfg.net == "tcp":
+            cmd += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+        return cmd
+
+
+class Mpich(Mpi):
+    key, label = "mpich", "MPICH"
+    paths = {"tcp": "MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self: ch4:ucx over TCP between every pair "
+                    "of ranks",
+             "shm": "defaults: ch4:ucx (UCX shared-memory transports)"}
+    launch = "mpirun.mpich -bind-to none, bind_rank pins rank r to the (r mod C)-th usable CPU"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.find_debian_tools("mpich")
+
+
+    def env(self):
+        if self.cfg.net == "tcp":
+            return dict(os.environ, MPIR_CVAR_NOLOCAL="1", UCX_TLS="tcp,self")
+        return dict(os.environ)
+
+    def command(self, nranks):
+        return [self.launcher, "-bind-to", "none", "-n", str(nranks)]
+
+
+class IntelMpi(Mpi):
+    """Intel MPI as install_peers.sh pip-installs it into cfg.impi_prefix."""
+
+    key, label = "impi", "Intel MPI"
+    paths = {"tcp": "I_MPI_FABRICS=ofi FI_PROVIDER=tcp FI_TCP_IFACE=lo: libfabric's tcp "
+                    "provider between every pair of ranks",
+             "shm": "I_MPI_FABRICS=shm: its shared-memory fabric"}
+    launch = ("mpiexec (Hydra) with I_MPI_PIN=0, bind_rank pins rank r to the (r mod C)-th "
+              "usable CPU")
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.prefix = cfg.impi_prefix
+        self.launcher = os.path.join(self.prefix, "bin", "mpiexec")
+        self.mpicc = os.path.join(self.prefix, "bin", "mpicc")
+        if not (os.access(self.launcher, os.X_OK) and os.access(self.mpicc, os.X_OK)):
+            self.reason = (f"Intel MPI is not installed in {self.prefix} (install_peers.sh "
+                           "pip-installs impi-rt and impi-devel there)")
+
+    def info(self):
+        return dict(super().info(), prefix=self.prefix)
+
+    def env(self):
+        lib = os.path.join(self.prefix, "lib")
+        old_ld = os.environ.get("LD_LIBRARY_PATH")
+        env = dict(os.environ, I_MPI_ROOT=self.prefix, FI_PROVIDER_PATH=lib,
+                   PATH=os.path.join(self.prefix, "bin") + os.pathsep + os.environ.get("PATH", ""),
+                   LD_LIBRARY_PATH=lib + (os.pathsep + old_ld if old_ld else ""),
+                   I_MPI_PIN="0")  # its own pinning would undo bind_rank's
+        if self.cfg.net == "tcp":
+            env.update(I_MPI_FABRICS="ofi", FI_PROVIDER="tcp", FI_TCP_IFACE="lo")
+        else:
+            env["I_MPI_FABRICS"] = "shm"
+        return env
+
+    def command(self, nranks):
+        return [self.launcher, "-n", str(nranks)]
 
 
 class Gloo(Impl):
@@ -320,8 +457,11 @@ class Gloo(Impl):
         return Outcome(rows=answer["results"], seconds=secs)
 
 
+# Every implementation, in interleaving order (loom first).
+KEYS = ["loom", "ompi", "mpich", "impi", "gloo"]
+
+
 def make_all(cfg, wanted):
-    """The implementations to run, in interleaving order (loom first)."""
-    makers = {"loom": lambda: Loom(cfg), "ompi": lambda: Mpi(cfg, "openmpi"),
-              "mpich": lambda: Mpi(cfg, "mpich"), "gloo": lambda: Gloo(cfg)}
-    return [makers[k]() for k in ["loom", "ompi", "mpich", "gloo"] if k in wanted]
+    """The implementations to run, in interleaving order."""
+    makers = {"loom": Loom, "ompi": OpenMpi, "mpich": Mpich, "impi": IntelMpi, "gloo": Gloo}
+    return [makers[k](cfg) for k in KEYS if k in wanted]

@@ -6,17 +6,40 @@
 # per collective and rank count). Time ratio = best peer time / loom time and
 # busbw ratio = loom busbw / best peer busbw are the same number, since every
 # implementation uses the same bytes and bus factor: > 1 means loom is faster.
-# It runs nothing; compare.py calls it.
+# Beside loom's time: the algorithm its traced launch chose and the model's
+# prediction. It runs nothing; compare.py calls it.
 import math
 import statistics
+
+import coll_trace
 
 NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
          "alltoall": "AlltoAll", "broadcast": "Broadcast", "reduce": "Reduce"}
 
 
-def summarize(measurements, impl_keys):
+def model_of(traces, coll, nranks, size, loom_us):
+    """The traced call that stands for loom's compared column (in place for
+    Broadcast, as compare.record measures it) with measured/predicted."""
+    for t in traces:
+        if (t["coll"], t["nranks"], t["size"]) == (coll, nranks, size):
+            call = t["in_place"] if coll == "broadcast" else t["out_of_place"]
+            return coll_trace.with_ratio(call, loom_us)
+    return None
+
+
+def best_peer(times, peers):
+    """The peer with the least time (None without peers) and best time / loom's."""
+    if not peers:
+        return None, None
+    best = min(peers, key=lambda k: times[k])
+    loom = times.get("loom")
+    return best, (times[best] / loom if loom else None)
+
+
+def summarize(measurements, impl_keys, traces=()):
     """One record per (collective, ranks, size) with each implementation's
-    median time and the busbw at that time, the best peer and the ratio."""
+    median time and the busbw at that time, the best of all peers and the
+    ratio to it, the ratio to each peer, and the model's choice."""
     groups = {}
     for m in measurements:
         if m["size"] == 0:
@@ -31,15 +54,11 @@ def summarize(measurements, impl_keys):
             # busbw is bytes x factor / time: scale any repetition's to the median time
             busbw = ms[0]["busbw"] * ms[0]["time_us"] / t if t > 0 else 0.0
             rec["impls"][impl] = {"time_us": t, "busbw": busbw, "reps": len(ms)}
-        peers = [k for k in impl_keys if k != "loom" and k in rec["impls"]]
-        best = min(peers, key=lambda k: rec["impls"][k]["time_us"]) if peers else None
-        rec["best_peer"] = best
-        rec["ratio"] = None
-        if best and "loom" in rec["impls"] and rec["impls"]["loom"]["time_us"] > 0:
-            rec["ratio"] = rec["impls"][best]["time_us"] / rec["impls"]["loom"]["time_us"]
-        rec["loom_over_peer"] = {
-            k: rec["impls"][k]["time_us"] / rec["impls"]["loom"]["time_us"]
-            for k in peers if "loom" in rec["impls"] and rec["impls"]["loom"]["time_us"] > 0}
+        times = {k: v["time_us"] for k, v in rec["impls"].items() if v["time_us"] > 0}
+        peers = [k for k in impl_keys if k != "loom" and k in times]
+        rec["best_peer"], rec["ratio"] = best_peer(times, peers)
+        rec["loom_over_peer"] = {k: times[k] / times["loom"] for k in peers if "loom" in times}
+        rec["model"] = model_of(traces, coll, nranks, size, times.get("loom"))
         rows.append(rec)
     order = {c: i for i, c in enumerate(NAMES)}
     rows.sort(key=lambda r: (order.get(r["coll"], 99), r["nranks"], r["size"]))
@@ -70,9 +89,12 @@ def table(rows, impls, labels):
     head = f"{'collective':<13} {'ranks':>5} {'size':>9} |"
     for k in impls:
         head += f" {labels[k][:18]:^18} |"
-    head += f" {'best peer':<9} {'loom/best':>9}"
+    peers = [k for k in impls if k != "loom"]
+    head += f" {'best peer':<9} {'loom/best':>9} |"
+    head += "".join(f" {'loom/' + k:>10}" for k in peers)
+    head += f" | {'algo':<14} {'model us':>9} {'meas/model':>10}"
     sub = f"{'':<13} {'':>5} {'':>9} |" + "".join(
-        f" {'time us':>9} {'GB/s':>7}  |" for _ in impls) + f" {'':<9} {'':>9}"
+        f" {'time us':>9} {'GB/s':>7}  |" for _ in impls)
     out = [head, sub, "-" * len(head)]
     for r in rows:
         line = f"{NAMES.get(r['coll'], r['coll']):<13} {r['nranks']:>5} {fmt_size(r['size']):>9} |"
@@ -80,9 +102,47 @@ def table(rows, impls, labels):
             v = r["impls"].get(k)
             line += (f" {fmt_time(v['time_us'])} {v['busbw']:7.2f}  |" if v
                      else f" {'-':>9} {'-':>7}  |")
-        ratio = f"{r['ratio']:9.2f}" if r["ratio"] is not None else f"{'-':>9}"
         best = labels[r["best_peer"]] if r["best_peer"] else "-"
-        out.append(line + f" {best:<9} {ratio}")
+        line += f" {best:<9} {fmt_ratio(r['ratio'], 9)} |"
+        line += "".join(f" {fmt_ratio(r['loom_over_peer'].get(k), 10)}" for k in peers)
+        out.append(line + " | " + model_cells(r.get("model")))
+    return out
+
+
+def fmt_ratio(v, width):
+    return f"{v:{width}.2f}" if v is not None else f"{'-':>{width}}"
+
+
+def model_cells(m):
+    """algo, predicted us and measured/predicted, or dashes."""
+    if not m:
+        return f"{'-':<14} {'-':>9} {'-':>10}"
+    ratio = fmt_ratio(m["measured_over_model"], 10)
+    return f"{m['algo'][:14]:<14} {fmt_time(m['model_us'])} {ratio}"
+
+
+def ratio_matrix(rows, labels):
+    """Markdown: loom/best peer per collective x ranks (lines) and size
+    (columns), each with the best peer's key; bold below 1."""
+    sizes = sorted({r["size"] for r in rows})
+    out = ["| collective | ranks | " + " | ".join(fmt_size(s) for s in sizes) + " |",
+           "|---|---:|" + "---:|" * len(sizes)]
+    cells = {}
+    for r in rows:
+        if r["ratio"] is None:
+            continue
+        v = f"{r['ratio']:.2f}"
+        cells[(r["coll"], r["nranks"], r["size"])] = \
+            f"{'**' + v + '**' if r['ratio'] < 1 else v} {r['best_peer']}"
+    seen = []
+    for r in rows:
+        if (r["coll"], r["nranks"]) not in seen:
+            seen.append((r["coll"], r["nranks"]))
+    for coll, n in seen:
+        out.append(f"| {NAMES.get(coll, coll)} | {n} | " + " | ".join(
+            cells.get((coll, n, s), "–") for s in sizes) + " |")
+    used = sorted({r["best_peer"] for r in rows if r["best_peer"]})
+    out.append("best peer: " + ", ".join(f"{k} = {labels.get(k, k)}" for k in used))
     return out
 
 

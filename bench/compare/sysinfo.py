@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # sysinfo.py - what bench/compare records about the machine (CPU model, cores,
-# memory, kernel, load, package versions, loom's commit) and the two limits it
-# measures in the same run with bench/peers' memcpy_bw and tcp_bw. It reads
-# /proc, dpkg and git; it runs no collective.
+# caches, memory, kernel, load, package versions, loom's commit) and the two
+# limits it measures in the same run with bench/peers' memcpy_bw and tcp_bw.
+# It reads /proc, /sys, dpkg, pip's records and git; it runs no collective.
+import glob
 import json
 import os
 import platform
@@ -51,7 +52,49 @@ def machine():
         "kernel": platform.release(),
         "os": os_name,
         "hostname": platform.node(),
+        "packages": cpu_packages(),
+        "caches": caches(),
     }
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_packages():
+    """How many CPU packages (sockets) the online CPUs sit in."""
+    ids = {_read(p) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/"
+                                       "physical_package_id")}
+    ids.discard(None)
+    return len(ids) or None
+
+
+def caches(cpu_dir="/sys/devices/system/cpu/cpu0/cache"):
+    """CPU 0's data and unified caches: [{"level", "type", "size", "shared_cpus"}]
+    (size as the kernel writes it, e.g. 2048K; shared_cpus: the CPUs that share
+    it, so an L3 shared by every CPU of a package is the package's L3)."""
+    out = []
+    for d in sorted(glob.glob(os.path.join(cpu_dir, "index[0-9]*"))):
+        kind = _read(os.path.join(d, "type"))
+        if kind == "Instruction":
+            continue
+        out.append({"level": int(_read(os.path.join(d, "level")) or 0), "type": kind,
+                    "size": _read(os.path.join(d, "size")),
+                    "shared_cpus": _read(os.path.join(d, "shared_cpu_list"))})
+    return out
+
+
+def machine_text(m):
+    """One line: CPU model, CPUs, packages and caches."""
+    cache = ", ".join(f"L{c['level']} {c['size']} (CPUs {c['shared_cpus']})"
+                      for c in m.get("caches") or [] if c["level"] >= 2)
+    return (f"{m.get('cpu_model')}, {m.get('cpus_usable')} usable of {m.get('cpus_online')} "
+            f"CPUs, {m.get('packages')} package(s), {cache or 'caches unknown'}, "
+            f"{m.get('memory_gib')} GiB")
 
 
 def load():
@@ -62,11 +105,19 @@ def load():
         return None
 
 
-def packages():
+def packages(impi_prefix=None):
+    """Debian packages' versions and, from pip's records in impi_prefix, Intel MPI's."""
     out = {}
     for p in PACKAGES:
         v = _cmd(["dpkg-query", "-W", "-f", "${Version}", p])
         out[p] = v or None
+    if impi_prefix:
+        for name in ("impi_rt", "impi_devel"):
+            found = glob.glob(os.path.join(impi_prefix, "lib", "python3*", "site-packages",
+                                           f"{name}-*.dist-info"))
+            out[name.replace("_", "-")] = (os.path.basename(found[0])[len(name) + 1:
+                                                                     -len(".dist-info")]
+                                           if found else None)
     return out
 
 
@@ -124,3 +175,17 @@ def limits_text(lim):
     else:
         lines.append(f"tcp: failed: {t.get('error')}")
     return lines
+
+
+def properties(m, lim, probe):
+    """What every result carries about the machine, measured: CPU model,
+    packages, caches, memcpy and TCP loopback rates (medians, GB/s) and loom's
+    own probe lines."""
+    runs = (lim.get("memcpy") or {}).get("results", [])
+    mem = {str(r["threads"]): r["median_gbps"] for r in runs}
+    tcp = lim.get("tcp") or {}
+    return {"cpu_model": m.get("cpu_model"), "packages": m.get("packages"),
+            "caches": m.get("caches"), "memcpy_gbps_by_threads": mem,
+            "tcp_loopback_gbps": {k: tcp[k]["median_gbps"] for k in ("one_way", "both_ways")
+                                  if k in tcp},
+            "loom_probe": [p["line"] for p in probe]}

@@ -3,10 +3,14 @@
 # summary.py - turns bench/hosts' raw measurements into its report: the median
 # time per rate x layout x size of loom's bf16 AllReduce and of Echo, busbw at
 # that median, Echo's relative error, the ratio AllReduce time / Echo time
-# (> 1: Echo is faster) and the wire floor of an uncompressed all-reduce on the
-# measured link. It runs nothing; bench/hosts/run calls it.
+# (> 1: Echo is faster), the wire floor of an uncompressed all-reduce on the
+# measured link, and beside each time the algorithm loom's traced launch chose
+# with the cost model's prediction. It runs nothing; bench/hosts/run calls it.
 import math
 import statistics
+
+import coll_trace  # bench/compare's, on the path bench/hosts/run sets
+from sysinfo import machine_text as sysinfo_text  # bench/compare's too
 
 def fmt_size(n):
     for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -41,8 +45,17 @@ def wire_floor_us(size, hosts, link_bps):
     return 2 * (hosts - 1) / hosts * size / link_bps * 1e6
 
 
-def summarize(measurements, links):
-    """One row per (rate, layout, size) with each program's median."""
+def traced_call(traces, rate, layout, prog, size):
+    """The out-of-place call the traced launch made at this size, or None."""
+    for t in traces:
+        if (t["rate"], t["layout"], t["prog"], t["size"]) == (rate, layout, prog, size):
+            return t["out_of_place"]
+    return None
+
+
+def summarize(measurements, links, traces=()):
+    """One row per (rate, layout, size) with each program's median and the
+    model's choice and prediction beside it."""
     groups = {}
     for m in measurements:
         key = (m["rate"], m["layout"], m["size"])
@@ -58,7 +71,9 @@ def summarize(measurements, links):
             errs = [x["relerr"] for x in ms if x.get("relerr") is not None]
             rec["progs"][prog] = {"time_us": t, "busbw": busbw, "reps": len(ms),
                                   "times_us": [x["time_us"] for x in ms],
-                                  "relerr": max(errs) if errs else None}
+                                  "relerr": max(errs) if errs else None,
+                                  "model": coll_trace.with_ratio(
+                                      traced_call(traces, rate, layout, prog, size), t)}
         lo, ec = rec["progs"].get("loom"), rec["progs"].get("echo")
         rec["speedup"] = lo["time_us"] / ec["time_us"] if lo and ec and ec["time_us"] > 0 else None
         rec["wire_floor_us"] = wire_floor_us(size, hosts, link_bytes_per_s(links.get(rate)))
@@ -108,21 +123,30 @@ def link_lines(links):
 
 def table_lines(rows, rate, layout):
     """Markdown table of one rate x layout."""
-    out = ["| size | wire floor us | AllReduce us | AllReduce busbw | Echo us | Echo busbw "
-           "| Echo rel. error | AllReduce/Echo |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| size | wire floor us | AllReduce us | AllReduce busbw | algo, model us "
+           "(measured/model) | Echo us | Echo busbw | Echo rel. error | AllReduce/Echo |",
+           "|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         if r["rate"] != rate or r["layout"] != layout:
             continue
         lo, ec = r["progs"].get("loom"), r["progs"].get("echo")
         line = f"| {fmt_size(r['size'])} | {fmt_num(r['wire_floor_us'])} |"
-        for p in (lo, ec):
-            line += (f" {fmt_num(p['time_us'])} | {p['busbw']:.3f} |" if p else " - | - |")
+        line += (f" {fmt_num(lo['time_us'])} | {lo['busbw']:.3f} | {model_cell(lo['model'])} |"
+                 if lo else " - | - | - |")
+        line += f" {fmt_num(ec['time_us'])} | {ec['busbw']:.3f} |" if ec else " - | - |"
         err = ec.get("relerr") if ec else None
         line += f" {err:.4f} |" if err is not None else " - |"
         line += f" {r['speedup']:.2f} |" if r["speedup"] else " - |"
         out.append(line)
     return out
+
+
+def model_cell(m):
+    """'ring, 632.0 (1.05)': the algorithm, the predicted time and measured/predicted."""
+    if not m:
+        return "-"
+    ratio = f"{m['measured_over_model']:.2f}" if m["measured_over_model"] else "-"
+    return f"{m['algo']}, {fmt_num(m['model_us'])} ({ratio})"
 
 
 def fmt_load(avg):
@@ -164,8 +188,13 @@ def markdown(doc, rows):
              "busbw in GB/s with AllReduce's factor 2(n-1)/n on the bf16 bytes for both "
              "programs; AllReduce/Echo > 1 means Echo is faster. The wire floor is the least "
              "time an uncompressed all-reduce needs on the measured link: "
-             "2(H-1)/H x size / (per-direction TCP rate).", "",
-             "## Links: raw TCP between two host namespaces (one socket, 4 MiB buffers)", ""]
+             "2(H-1)/H x size / (per-direction TCP rate). Beside each time: the algorithm "
+             "loom's traced launch (LOOM_COLL_TRACE=1, one untimed call per size) chose, the "
+             "cost model's predicted time and measured/predicted (AllReduce only: an Echo call is "
+             "several collectives).", "",
+             f"Machine: {sysinfo_text(doc['machine'])}."]
+    lines += [f"loom probe: `{p['line']}`" for p in doc.get("probe", [])]
+    lines += ["", "## Links: raw TCP between two host namespaces (one socket, 4 MiB buffers)", ""]
     lines += link_lines(doc["links"])
     for rate in doc["policy"]["rates"]:
         for layout in doc["policy"]["layouts"]:

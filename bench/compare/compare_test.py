@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+#
+# compare_test.py - unit tests of bench/compare's pure parts on crafted input:
+# the reader of loom's traced launches (coll_trace.py: per row the algorithm
+# and the model's prediction, the probe lines), the best-of-all-peers ratio and
+# the ratio table (report.py), the traced sweeps and Intel MPI's environment
+# (impls.py). Runs nothing. Run by meson's 'tools' suite.
+import os
+import sys
+import types
+import unittest
+
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coll_trace  # noqa: E402
+import impls  # noqa: E402
+import report  # noqa: E402
+
+P0 = "vm:10:10 [0] LOOM INFO "
+P1 = "vm:11:11 [1] LOOM INFO "
+
+
+def call(coll, nbytes, algo, model, extra=""):
+    """A trace message; extra stands for words a later format may add."""
+    return (f"{coll} seq 3: {nbytes} bytes float sum algo {algo}{extra} order rank transport "
+            f"shm 12.0 us (model {model} us) -> no error\n")
+
+
+def column(coll, nbytes, algo, model, extra=""):
+    """What bench/common.c's driver does for one column with -n 1 -a 0."""
+    return [P0 + call(coll, nbytes, algo, model, extra), P0 + call("barrier", 0, "shm", "0.0"),
+            P1 + call(coll, nbytes, "other", "9.9"), P0 + call(coll, nbytes, algo, model, extra),
+            P0 + call("broadcast", 8, "tiny", "1.5")]
+
+
+class TraceTest(unittest.TestCase):
+    def log(self):
+        lines = [P0 + "rank 0: link class shm, alpha 1.0 us, beta 0.1 ns/B\n",
+                 P1 + "rank 1: link class shm, alpha 1.0 us, beta 0.1 ns/B\n",
+                 P0 + "shm machine: l2 2048 KiB, l3 300 MiB, copy 11.9 GB/s\n",
+                 P1 + "shm machine: l2 2048 KiB, l3 300 MiB, copy 11.9 GB/s\n",
+                 P0 + call("allgather", 128, "shm", "0.0"),
+                 "#       size         count      type\n",
+                 P0 + call("barrier", 0, "shm", "0.0")]
+        lines += column("allreduce", 65536, "ring", "40.0") + column("allreduce", 65536, "rd",
+                                                                     "30.0", " copy cma")
+        lines += ["       65536         16384     float     sum      -1     8.1 ...\n"]
+        lines += column("allreduce", 1 << 20, "ring", "300.5") + column(
+            "allreduce", 1 << 20, "ring", "310.0")
+        lines += ["     1048576        262144     float     sum      -1   250.0 ...\n",
+                  "# Out of bounds values : 0 OK\n"]
+        return lines
+
+    def test_calls_go_to_the_next_row_without_barriers_or_other_ranks(self):
+        rows = coll_trace.calls_by_row(self.log())
+        self.assertEqual(sorted(rows), [65536, 1 << 20])
+        self.assertEqual(len(rows[65536]), 6)
+        self.assertEqual(coll_trace.row_choice(rows[65536]), {"algo": "ring", "model_us": 40.0})
+        self.assertEqual(coll_trace.row_choice(rows[65536], in_place=True),
+                         {"algo": "rd", "model_us": 30.0})
+        self.assertEqual(coll_trace.row_choice(rows[1 << 20], in_place=True)["model_us"], 310.0)
+
+    def test_a_message_without_algo_or_model_is_no_call(self):
+        self.assertIsNone(coll_trace.call_of("allreduce seq 1: 8 bytes algo ring 3 us"))
+        self.assertIsNone(coll_trace.call_of("rank 0: collective scratch is now 8 bytes"))
+        self.assertEqual(coll_trace.call_of("x algo hier reason l3 (model 1.5e3 us)"),
+                         {"algo": "hier", "model_us": 1500.0})
+
+    def test_probe_lines_once_each(self):
+        got = coll_trace.probe_lines(self.log())
+        self.assertEqual([p["line"][:12] for p in got],
+                         ["rank 0: link", "rank 1: link", "shm machine:"])
+        self.assertEqual(got[2]["rank"], 0)
+
+    def test_ratio_to_a_prediction_of_zero_is_none(self):
+        self.assertIsNone(coll_trace.with_ratio({"algo": "shm", "model_us": 0.0}, 5.0)
+                          ["measured_over_model"])
+        self.assertAlmostEqual(coll_trace.with_ratio({"algo": "ring", "model_us": 4.0}, 5.0)
+                               ["measured_over_model"], 1.25)
+
+
+def meas(impl, coll, size, t, rep=1):
+    return {"impl": impl, "coll": coll, "nranks": 2, "rep": rep, "size": size, "count": 1,
+            "time_us": t, "busbw": 1000.0 / t, "nwrong": 0}
+
+
+class ReportTest(unittest.TestCase):
+    def rows(self):
+        ms = [meas("loom", "all_reduce", 64, 10.0), meas("ompi", "all_reduce", 64, 12.0),
+              meas("impi", "all_reduce", 64, 8.0), meas("gloo", "all_reduce", 64, 50.0),
+              meas("loom", "broadcast", 64, 4.0), meas("loom", "broadcast", 64, 6.0, rep=2),
+              meas("loom", "broadcast", 64, 5.0, rep=3), meas("mpich", "broadcast", 64, 10.0)]
+        traces = [{"coll": "broadcast", "nranks": 2, "size": 64,
+                   "out_of_place": {"algo": "flat", "model_us": 1.0},
+                   "in_place": {"algo": "tree", "model_us": 4.0}}]
+        return report.summarize(ms, ["loom", "ompi", "mpich", "impi", "gloo"], traces)
+
+    def test_best_of_all_peers_and_each_peer(self):
+        ar, bc = self.rows()
+        self.assertEqual(ar["best_peer"], "impi")
+        self.assertAlmostEqual(ar["ratio"], 0.8)
+        self.assertEqual(sorted(ar["loom_over_peer"]), ["gloo", "impi", "ompi"])
+        self.assertAlmostEqual(ar["loom_over_peer"]["ompi"], 1.2)
+        self.assertIsNone(ar["model"])
+        self.assertEqual(bc["best_peer"], "mpich")
+        self.assertAlmostEqual(bc["ratio"], 2.0)  # median of loom's 4, 6, 5
+
+    def test_broadcast_is_set_against_the_in_place_prediction(self):
+        m = self.rows()[1]["model"]
+        self.assertEqual(m["algo"], "tree")
+        self.assertAlmostEqual(m["measured_over_model"], 1.25)
+
+    def test_ratio_matrix_names_the_best_peer_and_marks_losses(self):
+        out = report.ratio_matrix(self.rows(), {"impi": "Intel MPI", "mpich": "MPICH"})
+        self.assertEqual(out[2], "| AllReduce | 2 | **0.80** impi |")
+        self.assertEqual(out[3], "| Broadcast | 2 | 2.00 mpich |")
+        self.assertEqual(out[4], "best peer: impi = Intel MPI, mpich = MPICH")
+
+
+class ImplsTest(unittest.TestCase):
+    def test_one_doubling_sweep_when_it_covers_every_size(self):
+        self.assertEqual(impls.trace_sweeps([8, 65536, 1 << 20, 128 << 20]), [(8, 128 << 20, 2)])
+        self.assertEqual(impls.trace_sweeps([8, 24]), [(8, 8, 2), (24, 24, 2)])
+
+    def cfg(self, net):
+        return types.SimpleNamespace(impi_prefix="/opt/impi", peers_bin="/tmp/bin",
+                                     build="/tmp/build", net=net)
+
+    def test_intel_mpi_fabrics(self):
+        shm = impls.IntelMpi(self.cfg("shm"))
+        self.assertIn("not installed in /opt/impi", shm.reason)
+        env = shm.env()
+        self.assertEqual((env["I_MPI_FABRICS"], env["I_MPI_PIN"]), ("shm", "0"))
+        self.assertEqual(env["FI_PROVIDER_PATH"], "/opt/impi/lib")
+        self.assertTrue(env["LD_LIBRARY_PATH"].startswith("/opt/impi/lib"))
+        self.assertTrue(env["PATH"].startswith("/opt/impi/bin"))
+        tcp = impls.IntelMpi(self.cfg("tcp")).env()
+        self.assertEqual((tcp["I_MPI_FABRICS"], tcp["FI_PROVIDER"]), ("ofi", "tcp"))
+        self.assertEqual(impls.IntelMpi(self.cfg("tcp")).command(4), ["/opt/impi/bin/mpiexec",
+                                                                      "-n", "4"])
+
+
+if __name__ == "__main__":
+    unittest.main()
