@@ -38,6 +38,7 @@ install_impi() {
     echo "install_peers: pip-installing impi-rt and impi-devel $IMPI_VERSION into $IMPI_PREFIX"
     # --prefix keeps pip away from the interpreter's own site-packages.
     if ! "$py" -m pip install -q --disable-pip-version-check --no-warn-script-location \
+            --root-user-action=ignore \
             --prefix "$IMPI_PREFIX" "impi-rt==$IMPI_VERSION" "impi-devel==$IMPI_VERSION"; then
         echo "install_peers: pip install of Intel MPI $IMPI_VERSION failed" >&2
         return 1
