@@ -137,6 +137,8 @@ class ImplsTest(unittest.TestCase):
         self.assertTrue(env["PATH"].startswith("/opt/impi/bin"))
         tcp = impls.IntelMpi(self.cfg("tcp")).env()
         self.assertEqual((tcp["I_MPI_FABRICS"], tcp["FI_PROVIDER"]), ("ofi", "tcp"))
+        self.assertEqual(tcp["I_MPI_COLL_INTRANODE"], "pt2pt")
+        self.assertNotIn("I_MPI_COLL_INTRANODE", env)
         self.assertEqual(impls.IntelMpi(self.cfg("tcp")).command(4), ["/opt/impi/bin/mpiexec",
                                                                       "-n", "4"])
 
