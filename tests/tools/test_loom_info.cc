@@ -96,8 +96,11 @@ TEST(LoomInfo, HostsDecisionTablePicksTheHierarchyOnASlowNetwork)
     int status = 0;
     // A 1 Gbit/s network (8 ns per byte) between 2 hosts of 2 ranks: large calls go through
     // the hierarchy, tiny ones stay flat. Every algorithm competes with LOOM_DETERMINISTIC=0.
+    // Every constant is given (loom_info would otherwise measure shm and tcp's o on this
+    // machine): tiny calls stay flat only while a step inside a host costs as much as these say.
+    const char *costs = "LOOM_COST_TCP=100,8,0.15,10 LOOM_COST_SHM=120,0.5,0.15,7";
     const std::string out =
-        RunInfo("-d -n 4 -H 2", &status, "LOOM_COST_TCP=100,8,0.15 LOOM_DETERMINISTIC=0");
+        RunInfo("-d -n 4 -H 2", &status, std::string(costs) + " LOOM_DETERMINISTIC=0");
     ASSERT_EQ(status, 0) << out;
     EXPECT_NE(out.find("4 ranks on 2 host(s)"), std::string::npos) << out;
     const std::vector<std::string> big = Row(out, "32 MiB"), tiny = Row(out, "8 B");
@@ -110,7 +113,7 @@ TEST(LoomInfo, HostsDecisionTablePicksTheHierarchyOnASlowNetwork)
     // In rank order (the default) AllReduce takes the chain across the hosts, which moves as
     // few bytes between 2 hosts as the hierarchy; ReduceScatter's hierarchy has no rank-order
     // form, so a flat algorithm serves it.
-    const std::string ordered = RunInfo("-d -n 4 -H 2", &status, "LOOM_COST_TCP=100,8,0.15");
+    const std::string ordered = RunInfo("-d -n 4 -H 2", &status, costs);
     ASSERT_EQ(status, 0) << ordered;
     const std::vector<std::string> row = Row(ordered, "32 MiB");
     ASSERT_EQ(row.size(), 14u) << ordered;
