@@ -186,8 +186,9 @@ bool AllMaySucceed(const Case &c, int odd, int n)
 }
 
 // One case on one rank: a communicator of its own, the mismatched call, a Barrier after it.
-// Over the arena, calls whose every rank may complete leave no trace there for the next call.
-void RunCase(const Case &c, int odd, int rank, int n, bool arena)
+// Over the arena, calls whose every rank may complete leave no trace there for the next call;
+// over ucx their untaken message may still be in flight when the next call looks (quiet_ok).
+void RunCase(const Case &c, int odd, int rank, int n, bool quiet_ok)
 {
     loomtest::SetContext(CaseName(c) + " (odd rank " + std::to_string(odd) + ")");
     const std::string want = std::string("differ in ") + FieldWord(c.field);
@@ -230,7 +231,7 @@ void RunCase(const Case &c, int odd, int rank, int n, bool arena)
     // The communicator is broken for everyone; a rank that finished the call learns it now.
     const loomResult_t next = loomBarrier(comm, nullptr);
     const std::string next_msg = loomGetLastError(comm);
-    if (next == loomSuccess && arena && AllMaySucceed(c, odd, n)) {
+    if (next == loomSuccess && quiet_ok && AllMaySucceed(c, odd, n)) {
         loomCommDestroy(comm);
         return;
     }
@@ -347,7 +348,7 @@ TEST_P(Mismatch, EveryRankFailsNamingTheField)
             [&round, &net](int rank, int n, loomComm_t) {
                 for (size_t i = 0; i < round.size(); i++)
                     RunCase(round[i], static_cast<int>(i % static_cast<size_t>(n)), rank, n,
-                            net.arena);
+                            net.arena || std::string(net.name) == "ucx");
             },
             opts));
     }
