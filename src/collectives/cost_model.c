@@ -27,11 +27,12 @@
 #include "check.h"
 #include "param.h"
 
-/* Defaults fitted to benchmarks of every algorithm on the development machine
- * (2 cores, 2 to 8 ranks; docs/ALGORITHMS.md has the numbers and the fit),
- * per class: alpha ns, beta ns/byte, gamma ns/byte, o ns. alpha and o are
- * effective values there: with more ranks than cores a dependent step costs a
- * hand-over by the scheduler, which is what makes one-step algorithms win. */
+/* Fallbacks, per class: alpha ns, beta ns/byte, gamma ns/byte, o ns. Every
+ * communicator measures its own at creation (calibrate.c); these serve only
+ * where nothing is measured: LOOM_CALIBRATE=0, and a class the communicator
+ * does not use (loom_info's tables). They are deliberately pessimistic
+ * (alpha and o as costly as a scheduler hand-over with more ranks than
+ * cores), so that an unmeasured model prefers algorithms with few steps. */
 static const loom_link_cost_t builtin[LOOM_LINK_NUM] = {
     [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0, {0}},
     /* ucx starts from tcp's constants (the same scheduling costs per step and
