@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * topo.h - what loom knows about the machines it runs on: per host, the CPU packages, NUMA nodes
- * and cores, the network interfaces with their state and speed, the RDMA ports and the GPUs; per
- * rank, its host, its local index, its CPU binding and its NUMA node. Detected (topo_detect.c,
- * which chooses among hwloc, libibverbs, NVML and sysfs, and is the only file that reads /sys) or
- * loaded from a file (topo_file.c, the format of docs/topology.md), and written to one with
- * LOOM_TOPO_DUMP_FILE.
+ * and cores with their caches, the network interfaces with their state and speed, the RDMA ports
+ * and the GPUs; per rank, its host, its local index, its CPU binding and its NUMA node. Detected
+ * (topo_detect.c, which chooses among hwloc, libibverbs, NVML and sysfs, and is the only file that
+ * reads /sys) or loaded from a file (topo_file.c, the format of docs/topology.md), and written to
+ * one with LOOM_TOPO_DUMP_FILE.
  *
  * Records are plain fixed-size structs so that ranks can exchange them through the bootstrap.
  */
@@ -57,6 +57,9 @@ typedef struct {
     char hostname[LOOM_TOPO_NAME];
     int32_t packages, cores, cpus; /* sockets, physical cores, logical CPUs */
     int32_t l3_kb;                 /* L3 cache of one package in KiB (all its L3s), -1 unknown */
+    /* The private caches of one core in KiB, those of the first online CPU, -1 unknown: its L1
+     * data cache, and its L2 (its size even where several cores share it). */
+    int32_t l1d_kb, l2_kb;
     int32_t nnuma, nnics, nrdma, ngpus;
     int32_t nvswitch; /* GPUs all-to-all through NVSwitch */
     loom_topo_numa_t numa[LOOM_TOPO_MAX_NUMA];
@@ -108,7 +111,7 @@ void loom_topo_free(loom_topo_t *t);
 /* A human-readable summary (loom_info). */
 void loom_topo_print(const loom_topo_t *t, FILE *f);
 /* Makes a record received from another process safe to use: counts clamped to the arrays,
- * every string terminated. */
+ * every string terminated, cache sizes a file cannot hold made unknown (-1). */
 void loom_topo_sanitize_host(loom_topo_host_t *h);
 void loom_topo_sanitize_rank(loom_topo_rank_t *r);
 /* Allocates hosts and ranks (zeroed); -1 on allocation failure. */

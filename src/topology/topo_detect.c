@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * topo_detect.c - decides where each part of a host's description comes from, and reads what
- * Linux describes in sysfs: CPUs, cores, packages and L3 caches (devices/system/cpu), NUMA nodes
+ * Linux describes in sysfs: CPUs, cores, packages and caches (devices/system/cpu), NUMA nodes
  * (devices/system/node), network interfaces (class/net), RDMA ports (class/infiniband) and
  * NVIDIA GPUs (bus/pci). For this machine it prefers hwloc (CPUs, NUMA, device placement),
  * libibverbs (RDMA ports) and NVML (GPUs, NVLinks) where the build or the system has them, and
@@ -159,10 +159,53 @@ out:
     free(core);
 }
 
-/* The L3 of one package, that of the first online CPU: the sum of the distinct L3 caches its
- * CPUs use (cpuN/cache/indexM with level 3), told apart by the first CPU of their
- * shared_cpu_list, since chiplet CPUs have several per package. -1 if sysfs shows none. */
-static void detect_l3(loom_topo_host_t *h, const char *root)
+/* The size of cache index idx of cpu in KiB ("49152K", "2M"), or -1 if sysfs does not say. */
+static long cache_kb(const char *root, int cpu, int idx)
+{
+    char rel[160], buf[64], *end;
+    pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/size", cpu, idx);
+    if (read_line(root, rel, buf, sizeof(buf)))
+        return -1;
+    long size = strtol(buf, &end, 10);
+    if (end == buf || size <= 0 || size > (1L << 30))
+        return -1;
+    size = *end == 'M' ? size << 10 : *end == 'G' ? size << 20 : size;
+    return size > (1L << 30) ? -1 : size; /* beyond any cache, and what a file may hold */
+}
+
+/* The cache level of cpu's index idx, or -1 past the last one (index0, 1, ... without gaps). */
+static long cache_level(const char *root, int cpu, int idx)
+{
+    char rel[160];
+    pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/level", cpu, idx);
+    return read_long(root, rel, -1);
+}
+
+/* The L1 data and L2 caches of one core, those of cpu: level 1 of type Data or Unified (never
+ * Instruction), and level 2 of any type but Instruction. */
+static void detect_core_caches(loom_topo_host_t *h, const char *root, int cpu)
+{
+    for (int i = 0; i < 16; i++) {
+        char rel[160], type[32];
+        long level = cache_level(root, cpu, i), kb;
+        if (level < 0)
+            break;
+        pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/type", cpu, i);
+        if ((level != 1 && level != 2) || read_line(root, rel, type, sizeof(type)) ||
+            !strcmp(type, "Instruction") || (kb = cache_kb(root, cpu, i)) < 0)
+            continue;
+        if (level == 1)
+            h->l1d_kb = (int32_t)kb;
+        else
+            h->l2_kb = (int32_t)kb;
+    }
+}
+
+/* The caches of the first online CPU's core (detect_core_caches) and the L3 of its package: the
+ * sum of the distinct L3 caches the package's CPUs use (cpuN/cache/indexM with level 3), told
+ * apart by the first CPU of their shared_cpu_list, since chiplet CPUs have several per package.
+ * What sysfs does not show stays -1. */
+static void detect_caches(loom_topo_host_t *h, const char *root)
 {
     char buf[4096], rel[160];
     unsigned char *online = malloc(MAX_CPUS);
@@ -176,14 +219,15 @@ static void detect_l3(loom_topo_host_t *h, const char *root)
             continue;
         pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
         long p = read_long(root, rel, 0);
-        if (pkg0 < 0)
+        if (pkg0 < 0) {
             pkg0 = p;
+            detect_core_caches(h, root, c);
+        }
         if (p != pkg0)
             continue;
-        /* index0, 1, ... without gaps; a few levels per CPU */
+        /* a few levels per CPU */
         for (int i = 0; i < 16; i++) {
-            pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/level", c, i);
-            long level = read_long(root, rel, -1);
+            long level = cache_level(root, c, i);
             if (level < 0)
                 break;
             if (level != 3)
@@ -194,16 +238,10 @@ static void detect_l3(loom_topo_host_t *h, const char *root)
             int seen = 0;
             for (int k = 0; k < nseen; k++)
                 seen |= first_seen[k] == first;
-            if (seen)
+            long size = seen ? -1 : cache_kb(root, c, i);
+            if (size < 0)
                 continue;
-            pathf(rel, sizeof(rel), "/sys/devices/system/cpu/cpu%d/cache/index%d/size", c, i);
-            if (read_line(root, rel, buf, sizeof(buf)))
-                continue;
-            char *end;
-            long size = strtol(buf, &end, 10); /* "49152K" */
-            if (end == buf || size <= 0 || size > (1L << 30))
-                continue;
-            kb += *end == 'M' ? size << 10 : *end == 'G' ? size << 20 : size;
+            kb += size;
             first_seen[nseen++] = first;
         }
     }
@@ -449,7 +487,7 @@ void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
      * only the sysfs readers can see */
     int here = !*root;
     memset(h, 0, sizeof(*h));
-    h->l3_kb = -1;
+    h->l1d_kb = h->l2_kb = h->l3_kb = -1;
     if (!here) {
         if (read_line(root, "/proc/sys/kernel/hostname", h->hostname, sizeof(h->hostname)))
             pathf(h->hostname, sizeof(h->hostname), "unknown");
@@ -468,7 +506,7 @@ void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
     if (!cpu_lib) {
         detect_cpus(h, root);
         detect_numa(h, root);
-        detect_l3(h, root);
+        detect_caches(h, root);
     }
     if (h->packages <= 0)
         h->packages = 1;

@@ -16,6 +16,7 @@
 #define MAX_HOSTS    4096
 #define MAX_RANKS    (1 << 20)
 #define MAX_CPU_ID   (1L << 20) /* a CPU list's ids: far beyond any machine, and no overflow */
+#define MAX_CACHE_KB (1 << 30)  /* a cache size's bound in a file: 1 TiB */
 
 int loom_topo_alloc(loom_topo_t *t, int nhosts, int nranks)
 {
@@ -36,9 +37,18 @@ static int32_t clamp_count(int32_t n, int32_t max)
     return n < 0 ? 0 : n > max ? max : n;
 }
 
+/* A cache size as a file holds it: -1 (unknown) for anything outside 0 to MAX_CACHE_KB. */
+static int32_t cache_kb(int32_t kb)
+{
+    return kb >= 0 && kb <= MAX_CACHE_KB ? kb : -1;
+}
+
 void loom_topo_sanitize_host(loom_topo_host_t *h)
 {
     TERMINATE(h->hostname);
+    h->l1d_kb = cache_kb(h->l1d_kb);
+    h->l2_kb = cache_kb(h->l2_kb);
+    h->l3_kb = cache_kb(h->l3_kb);
     h->nnuma = clamp_count(h->nnuma, LOOM_TOPO_MAX_NUMA);
     h->nnics = clamp_count(h->nnics, LOOM_TOPO_MAX_NICS);
     h->nrdma = clamp_count(h->nrdma, LOOM_TOPO_MAX_RDMA);
@@ -86,10 +96,10 @@ int loom_topo_write(const loom_topo_t *t, FILE *f)
         fprintf(f, "%s\n    {", i ? "," : "");
         w_str(f, "hostname", h->hostname, ", ");
         fprintf(f,
-                "\"packages\": %d, \"cores\": %d, \"cpus\": %d, \"l3_kb\": %d, "
-                "\"nvswitch\": %s,\n",
-                h->packages, h->cores, h->cpus, h->l3_kb >= 0 ? h->l3_kb : -1,
-                h->nvswitch ? "true" : "false");
+                "\"packages\": %d, \"cores\": %d, \"cpus\": %d, \"l1d_kb\": %d, "
+                "\"l2_kb\": %d, \"l3_kb\": %d, \"nvswitch\": %s,\n",
+                h->packages, h->cores, h->cpus, cache_kb(h->l1d_kb), cache_kb(h->l2_kb),
+                cache_kb(h->l3_kb), h->nvswitch ? "true" : "false");
         fputs("      \"numa\": [", f);
         for (int j = 0; j < h->nnuma; j++) {
             const loom_topo_numa_t *m = &h->numa[j];
@@ -254,7 +264,9 @@ static int read_host(rd_t *r, const loom_json_t *o, loom_topo_host_t *h, size_t 
         get_int(r, o, "packages", 1, 1024, &h->packages, 0, 0) ||
         get_int(r, o, "cpus", 1, 1 << 20, &h->cpus, 0, 0) ||
         get_int(r, o, "cores", 1, h->cpus, &h->cores, 0, 0) ||
-        get_int(r, o, "l3_kb", -1, 1 << 30, &h->l3_kb, 1, -1) ||
+        get_int(r, o, "l1d_kb", -1, MAX_CACHE_KB, &h->l1d_kb, 1, -1) ||
+        get_int(r, o, "l2_kb", -1, MAX_CACHE_KB, &h->l2_kb, 1, -1) ||
+        get_int(r, o, "l3_kb", -1, MAX_CACHE_KB, &h->l3_kb, 1, -1) ||
         get_bool(r, o, "nvswitch", &h->nvswitch, 1))
         return -1;
     int bad;
@@ -435,6 +447,15 @@ int loom_topo_read(const char *path, loom_topo_t *t, char *err, size_t errlen)
     return rc;
 }
 
+/* "<label>48 KiB", or in MiB from 1 MiB on ("<label>1.25 MiB"). */
+static void print_kb(char *buf, size_t len, const char *label, int32_t kb)
+{
+    if (kb < 1024)
+        snprintf(buf, len, "%s%d KiB", label, (int)kb);
+    else
+        snprintf(buf, len, "%s%g MiB", label, kb / 1024.0);
+}
+
 void loom_topo_print(const loom_topo_t *t, FILE *f)
 {
     fprintf(f, "%d host%s, %d rank%s\n", t->nhosts, t->nhosts == 1 ? "" : "s", t->nranks,
@@ -444,11 +465,16 @@ void loom_topo_print(const loom_topo_t *t, FILE *f)
         int nr = 0;
         for (int k = 0; k < t->nranks; k++)
             nr += t->ranks[k].host == i;
-        char l3[48] = "";
+        char l3[48] = "", l1d[32] = "", l2[32] = "";
         if (h->l3_kb > 0)
             snprintf(l3, sizeof(l3), ", L3 %g MiB per package", h->l3_kb / 1024.0);
-        fprintf(f, "host %d %s: %d package%s, %d cores, %d CPUs%s, %d ranks\n", i, h->hostname,
-                h->packages, h->packages == 1 ? "" : "s", h->cores, h->cpus, l3, nr);
+        if (h->l1d_kb > 0)
+            print_kb(l1d, sizeof(l1d), ", L1d ", h->l1d_kb);
+        if (h->l2_kb > 0)
+            print_kb(l2, sizeof(l2), ", L2 ", h->l2_kb);
+        fprintf(f, "host %d %s: %d package%s, %d cores, %d CPUs%s%s%s%s, %d ranks\n", i,
+                h->hostname, h->packages, h->packages == 1 ? "" : "s", h->cores, h->cpus, l3, l1d,
+                l2, l1d[0] || l2[0] ? " per core" : "", nr);
         for (int j = 0; j < h->nnuma; j++)
             fprintf(f, "  numa %d: CPUs %s (%d), %lld MiB\n", h->numa[j].id, h->numa[j].cpulist,
                     h->numa[j].cpus, (long long)h->numa[j].mem_mb);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * topo_hwloc.c - the host's CPUs, cores, packages, L3 caches and NUMA nodes as hwloc sees them,
+ * topo_hwloc.c - the host's CPUs, cores, packages, caches and NUMA nodes as hwloc sees them,
  * and the NUMA node of the NICs, RDMA devices and GPUs that sysfs left unplaced, through hwloc's
  * PCI and OS-device objects. hwloc knows machines whose sysfs is odd (no node directory, cores
  * numbered per die) and places devices by their local CPUs when firmware gives no numa_node.
@@ -121,6 +121,16 @@ static int32_t l3_of_package(hwloc_topology_t topo, int32_t packages)
     return kb > INT32_MAX ? INT32_MAX : (int32_t)kb;
 }
 
+/* The size in KiB of the cache of the given type above the first PU (the first online CPU, as
+ * sysfs counts them), or -1 when there is none (synthetic topologies without that level). */
+static int32_t cache_of_first_pu(hwloc_topology_t topo, hwloc_obj_type_t type)
+{
+    hwloc_obj_t pu = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PU, 0);
+    hwloc_obj_t c = pu ? hwloc_get_ancestor_obj_by_type(topo, type, pu) : NULL;
+    unsigned long long kb = c && c->attr ? c->attr->cache.size >> 10 : 0;
+    return kb && kb <= (1ULL << 30) ? (int32_t)kb : -1;
+}
+
 /* Configures and loads a topology: a synthetic one, or this machine with its I/O devices. */
 static int load(hwloc_topology_t *topo_p, const char *synthetic)
 {
@@ -174,6 +184,8 @@ int loom_topo_hwloc_detect(loom_topo_host_t *h, const char *synthetic)
     h->packages = packages > 0 ? packages : 1;
     h->cores = cores > 0 ? cores : pus;
     h->l3_kb = l3_of_package(topo, h->packages);
+    h->l1d_kb = cache_of_first_pu(topo, HWLOC_OBJ_L1CACHE);
+    h->l2_kb = cache_of_first_pu(topo, HWLOC_OBJ_L2CACHE);
     fill_numa(topo, h);
     place_devices(topo, h);
     hwloc_topology_destroy(topo);

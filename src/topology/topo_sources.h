@@ -13,12 +13,12 @@
 #include "topo_config.h"
 
 #if LOOM_HAVE_HWLOC
-/* Fills packages, cores, cpus, l3_kb and numa[] from hwloc, and the NUMA node of each NIC, RDMA
- * device and GPU already in h whose node is unknown (-1) and that hwloc places under exactly one
- * node. synthetic NULL: this machine, CPUs outside this process's cgroup included (as sysfs
- * counts them); otherwise an hwloc synthetic description, e.g. "pack:2 numa:1 core:4 pu:2"
- * (tests). Returns 0, or -1 with h's CPU and NUMA fields untouched if hwloc could not load the
- * topology. */
+/* Fills packages, cores, cpus, l1d_kb, l2_kb, l3_kb and numa[] from hwloc, and the NUMA node of
+ * each NIC, RDMA device and GPU already in h whose node is unknown (-1) and that hwloc places
+ * under exactly one node. synthetic NULL: this machine, CPUs outside this process's cgroup
+ * included (as sysfs counts them); otherwise an hwloc synthetic description, e.g. "pack:2 numa:1
+ * core:4 pu:2" (tests). Returns 0, or -1 with h's CPU and NUMA fields untouched if hwloc could not
+ * load the topology. */
 int loom_topo_hwloc_detect(loom_topo_host_t *h, const char *synthetic);
 #endif
 

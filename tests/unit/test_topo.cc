@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_topo.cc - the topology module: detection from a made-up sysfs tree (a 2-socket host with
-// L3 caches, NICs, an RDMA port and a GPU) and from this machine, the fixtures of tests/data/topo
-// read and written back unchanged, and bad files refused with a message naming the field. The
-// fixtures' folder comes in LOOM_TOPO_FIXTURES.
+// L3 caches, NICs, an RDMA port and a GPU; CPUs with L1 and L2 caches) and from this machine, the
+// fixtures of tests/data/topo read and written back unchanged, and bad files refused with a message
+// naming the field. The fixtures' folder comes in LOOM_TOPO_FIXTURES.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -137,6 +137,57 @@ TEST(Topo, DetectsAMadeUpTwoSocketHost)
     EXPECT_EQ(loom_topo_best_rdma_gbps(&r), 400);
 }
 
+// The L1d and L2 of the first online CPU (cpu2 here): the L1 Instruction cache is not the L1d,
+// in whichever order sysfs lists them; the L2 shared by two cores counts whole; the other CPUs'
+// caches do not count.
+TEST(Topo, DetectsTheCoreCachesOfTheFirstOnlineCpu)
+{
+    for (bool instruction_first : {false, true}) {
+        FakeRoot fs;
+        fs.Put("/sys/devices/system/cpu/online", "2-5");
+        for (int c = 0; c < 6; c++) {
+            std::string cache = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/cache/";
+            std::string l1d = instruction_first ? "index1/" : "index0/";
+            std::string l1i = instruction_first ? "index0/" : "index1/";
+            fs.Put(cache + l1d + "level", "1");
+            fs.Put(cache + l1d + "type", "Data");
+            fs.Put(cache + l1d + "size", c == 2 ? "48K" : "16K");
+            fs.Put(cache + l1i + "level", "1");
+            fs.Put(cache + l1i + "type", "Instruction");
+            fs.Put(cache + l1i + "size", "64K");
+            fs.Put(cache + "index2/level", "2");
+            fs.Put(cache + "index2/type", "Unified");
+            fs.Put(cache + "index2/size", c == 2 ? "2M" : "512K");
+            fs.Put(cache + "index2/shared_cpu_list", c < 4 ? "2-3" : "4-5");
+            fs.Put(cache + "index3/level", "3");
+            fs.Put(cache + "index3/type", "Unified");
+            fs.Put(cache + "index3/size", "32768K");
+            fs.Put(cache + "index3/shared_cpu_list", "2-5");
+        }
+        loom_topo_host_t h;
+        loom_topo_detect_host(&h, fs.root());
+        EXPECT_EQ(h.l1d_kb, 48) << "L1i listed first: " << instruction_first;
+        EXPECT_EQ(h.l2_kb, 2048) << "L1i listed first: " << instruction_first;
+        EXPECT_EQ(h.l3_kb, 32768);
+    }
+    // A unified L1 is the data cache too; a CPU without cache directories has neither.
+    FakeRoot unified;
+    unified.Put("/sys/devices/system/cpu/online", "0");
+    unified.Put("/sys/devices/system/cpu/cpu0/cache/index0/level", "1");
+    unified.Put("/sys/devices/system/cpu/cpu0/cache/index0/type", "Unified");
+    unified.Put("/sys/devices/system/cpu/cpu0/cache/index0/size", "32K");
+    loom_topo_host_t h;
+    loom_topo_detect_host(&h, unified.root());
+    EXPECT_EQ(h.l1d_kb, 32);
+    EXPECT_EQ(h.l2_kb, -1);
+    EXPECT_EQ(h.l3_kb, -1);
+    FakeRoot none;
+    none.Put("/sys/devices/system/cpu/online", "0-1");
+    loom_topo_detect_host(&h, none.root());
+    EXPECT_EQ(h.l1d_kb, -1);
+    EXPECT_EQ(h.l2_kb, -1);
+}
+
 TEST(Topo, BestRdmaRateCountsActivePortsOnly)
 {
     loom_topo_host_t h;
@@ -204,7 +255,8 @@ TEST(Topo, FixturesReadAndWriteBackUnchanged)
     for (const Want &w :
          {Want{"vm-2core.json", 1, 2, 0, 1}, Want{"cpu-2socket-2x100g.json", 1, 4, 0, 3},
           Want{"gpu-8x-nvswitch-8x400g.json", 1, 8, 8, 9},
-          Want{"cluster-4x-gpu-node.json", 4, 32, 8, 9}}) {
+          Want{"cluster-4x-gpu-node.json", 4, 32, 8, 9}, Want{"shm-small-l3.json", 1, 0, 0, 0},
+          Want{"shm-large-l3.json", 1, 0, 0, 0}}) {
         loom_topo_t t, back;
         char err[512];
         ASSERT_EQ(loom_topo_read(Fixture(w.file).c_str(), &t, err, sizeof(err)), 0) << err;
@@ -236,6 +288,45 @@ TEST(Topo, FixturesReadAndWriteBackUnchanged)
     loom_topo_free(&t);
 }
 
+// The caches each fixture gives: the shm collectives' decision tests plan with them.
+TEST(Topo, FixturesDescribeTheirCaches)
+{
+    struct Want {
+        const char *file;
+        int packages, cores, cpus, l1d_kb, l2_kb, l3_kb;
+    };
+    for (const Want &w : {
+             Want{"shm-small-l3.json", 1, 8, 16, 32, 512, 32768},  // EPYC-like, 32 MiB L3
+             Want{"shm-large-l3.json", 1, 2, 2, 48, 2048, 307200}, // cloud Xeon VM, 300 MiB
+             Want{"vm-2core.json", 1, 2, 2, 48, 2048, -1},         // no L3 in the file
+             Want{"gpu-8x-nvswitch-8x400g.json", 2, 112, 224, 48, 2048, -1},
+             Want{"cpu-2socket-2x100g.json", 2, 64, 128, -1, -1, -1}, // no caches in the file
+         }) {
+        loom_topo_t t;
+        char err[512];
+        ASSERT_EQ(loom_topo_read(Fixture(w.file).c_str(), &t, err, sizeof(err)), 0) << err;
+        ASSERT_EQ(t.nhosts, 1) << w.file;
+        const loom_topo_host_t &h = t.hosts[0];
+        EXPECT_EQ(h.packages, w.packages) << w.file;
+        EXPECT_EQ(h.cores, w.cores) << w.file;
+        EXPECT_EQ(h.cpus, w.cpus) << w.file;
+        EXPECT_EQ(h.l1d_kb, w.l1d_kb) << w.file;
+        EXPECT_EQ(h.l2_kb, w.l2_kb) << w.file;
+        EXPECT_EQ(h.l3_kb, w.l3_kb) << w.file;
+        EXPECT_EQ(h.nnuma, 1 + (w.packages > 1)) << w.file;
+        loom_topo_free(&t);
+    }
+    loom_topo_t t;
+    char err[512];
+    ASSERT_EQ(loom_topo_read(Fixture("cluster-4x-gpu-node.json").c_str(), &t, err, sizeof(err)), 0)
+        << err;
+    for (int i = 0; i < t.nhosts; i++) {
+        EXPECT_EQ(t.hosts[i].l1d_kb, 48) << i;
+        EXPECT_EQ(t.hosts[i].l2_kb, 2048) << i;
+    }
+    loom_topo_free(&t);
+}
+
 // Records from other ranks arrive as raw bytes: whatever they hold, once sanitized they are
 // safe to print and write.
 TEST(Topo, SanitizedRecordsAreSafeWhateverTheyHeld)
@@ -246,7 +337,11 @@ TEST(Topo, SanitizedRecordsAreSafeWhateverTheyHeld)
     memset(t.ranks, 'y', sizeof(*t.ranks));
     t.hosts[0].nnics = 1000;
     t.hosts[0].ngpus = -5;
+    t.hosts[0].l2_kb = 2048; // a size a file holds stays; the 'x' bytes of the others do not
     loom_topo_sanitize_host(&t.hosts[0]);
+    EXPECT_EQ(t.hosts[0].l1d_kb, -1);
+    EXPECT_EQ(t.hosts[0].l2_kb, 2048);
+    EXPECT_EQ(t.hosts[0].l3_kb, -1);
     loom_topo_sanitize_rank(&t.ranks[0]);
     t.ranks[0].host = 0;
     EXPECT_EQ(t.hosts[0].nnics, LOOM_TOPO_MAX_NICS);

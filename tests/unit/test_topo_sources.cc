@@ -4,7 +4,7 @@
 // hwloc on synthetic machines, the InfiniBand rate table and libibverbs on this machine (no
 // devices: no ports, no error), and NVML loaded with dlopen, from a fake library built with the
 // tests (its path in LOOM_FAKE_NVML) and from libraries that are absent or are not NVML. Also
-// the host record's L3 size through a topology file, where it is optional.
+// the host record's cache sizes through a topology file, where they are optional.
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
@@ -57,6 +57,8 @@ TEST(TopoHwloc, DescribesASyntheticTwoSocketHost)
     EXPECT_EQ(h.cores, 8);
     EXPECT_EQ(h.cpus, 16);
     EXPECT_EQ(h.l3_kb, -1); // no cache level in the description
+    EXPECT_EQ(h.l1d_kb, -1);
+    EXPECT_EQ(h.l2_kb, -1);
     ASSERT_EQ(h.nnuma, 2);
     EXPECT_EQ(h.numa[0].id, 0);
     EXPECT_STREQ(h.numa[0].cpulist, "0-7");
@@ -66,18 +68,23 @@ TEST(TopoHwloc, DescribesASyntheticTwoSocketHost)
     EXPECT_EQ(h.numa[1].mem_mb, 1024); // hwloc's synthetic default
 }
 
-TEST(TopoHwloc, CountsEveryL3OfAPackageAndTheNodesMemory)
+TEST(TopoHwloc, CountsEveryL3OfAPackageTheCoreCachesAndTheNodesMemory)
 {
     loom_topo_host_t h;
     memset(&h, 0, sizeof(h));
-    // one package with two L3s of 32 MiB (a chiplet CPU), a node of 64 GiB, one PU per core
+    // one package with two L3s of 32 MiB (a chiplet CPU), each over two L2s of 1 MiB that two
+    // cores share; per core an L1d of 32 KiB and an L1i of 64 KiB (not the L1d); a node of
+    // 64 GiB, one PU per core
     ASSERT_EQ(loom_topo_hwloc_detect(&h, "pack:1 [numa(memory=68719476736)] l3:2(size=33554432) "
-                                         "core:4 pu:1"),
+                                         "l2:2(size=1048576) l1d:2(size=32768) "
+                                         "l1i:1(size=65536) core:1 pu:1"),
               0);
     EXPECT_EQ(h.packages, 1);
     EXPECT_EQ(h.cores, 8);
     EXPECT_EQ(h.cpus, 8);
     EXPECT_EQ(h.l3_kb, 65536);
+    EXPECT_EQ(h.l1d_kb, 32);
+    EXPECT_EQ(h.l2_kb, 1024); // shared, at its full size
     ASSERT_EQ(h.nnuma, 1);
     EXPECT_EQ(h.numa[0].mem_mb, 65536);
     EXPECT_STREQ(h.numa[0].cpulist, "0-7");
@@ -106,6 +113,10 @@ TEST(TopoHwloc, AgreesWithSysfsOnThisMachine)
     EXPECT_EQ(hw.cores, fs.cores);
     EXPECT_EQ(hw.packages, fs.packages);
     EXPECT_EQ(hw.l3_kb, fs.l3_kb);
+    EXPECT_EQ(hw.l1d_kb, fs.l1d_kb);
+    EXPECT_EQ(hw.l2_kb, fs.l2_kb);
+    EXPECT_NE(fs.l1d_kb, 0); // a size, or -1 where sysfs shows none; never left unset
+    EXPECT_NE(fs.l2_kb, 0);
     if (fs.nnuma > 0) { // a kernel without NUMA has no node directory; hwloc still shows one
         ASSERT_EQ(hw.nnuma, fs.nnuma);
         for (int i = 0; i < fs.nnuma; i++) {
@@ -250,7 +261,23 @@ TEST(TopoNvml, AnAbsentOrForeignLibraryChangesNothing)
     }
 }
 
-// ---- The L3 field in files ----
+// ---- The cache fields in files ----
+
+// t as loom_topo_write writes it, or as loom_topo_print prints it.
+std::string Render(const loom_topo_t &t, bool print)
+{
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (print)
+        loom_topo_print(&t, f);
+    else
+        EXPECT_EQ(loom_topo_write(&t, f), 0);
+    fclose(f);
+    std::string text(buf, len);
+    free(buf);
+    return text;
+}
 
 TEST(TopoFile, L3IsOptionalAndRoundTrips)
 {
@@ -262,14 +289,7 @@ TEST(TopoFile, L3IsOptionalAndRoundTrips)
     char err[512];
     ASSERT_EQ(loom_topo_parse(with.data(), with.size(), &t, err, sizeof(err)), 0) << err;
     EXPECT_EQ(t.hosts[0].l3_kb, 262144);
-    char *buf = nullptr;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    ASSERT_EQ(loom_topo_write(&t, f), 0);
-    loom_topo_print(&t, f);
-    fclose(f);
-    std::string text(buf, len);
-    free(buf);
+    std::string text = Render(t, false) + Render(t, true);
     EXPECT_NE(text.find("\"l3_kb\": 262144"), std::string::npos) << text;
     EXPECT_NE(text.find("L3 256 MiB per package"), std::string::npos) << text;
     loom_topo_free(&t);
@@ -280,6 +300,56 @@ TEST(TopoFile, L3IsOptionalAndRoundTrips)
         "cores": 2, "cpus": 2, "l3_kb": -7}]})";
     EXPECT_EQ(loom_topo_parse(bad.data(), bad.size(), &t, err, sizeof(err)), -1);
     EXPECT_NE(std::string(err).find("l3_kb"), std::string::npos) << err;
+}
+
+// l1d_kb and l2_kb: optional (-1 when absent), written beside l3_kb, read back unchanged,
+// printed per core, and refused out of range with the key named.
+TEST(TopoFile, CoreCachesAreOptionalAndRoundTrip)
+{
+    const std::string with = R"({"loom_topology": 1, "hosts": [{"hostname": "h", "packages": 1,
+        "cores": 2, "cpus": 2, "l1d_kb": 48, "l2_kb": 2048, "l3_kb": 307200}]})";
+    loom_topo_t t, back;
+    char err[512];
+    ASSERT_EQ(loom_topo_parse(with.data(), with.size(), &t, err, sizeof(err)), 0) << err;
+    EXPECT_EQ(t.hosts[0].l1d_kb, 48);
+    EXPECT_EQ(t.hosts[0].l2_kb, 2048);
+    std::string text = Render(t, false);
+    EXPECT_NE(text.find("\"l1d_kb\": 48, \"l2_kb\": 2048, \"l3_kb\": 307200"), std::string::npos)
+        << text;
+    ASSERT_EQ(loom_topo_parse(text.data(), text.size(), &back, err, sizeof(err)), 0) << err;
+    EXPECT_EQ(back.hosts[0].l1d_kb, 48);
+    EXPECT_EQ(back.hosts[0].l2_kb, 2048);
+    EXPECT_EQ(back.hosts[0].l3_kb, 307200);
+    loom_topo_free(&back);
+    text = Render(t, true);
+    EXPECT_NE(text.find("L3 300 MiB per package, L1d 48 KiB, L2 2 MiB per core"), std::string::npos)
+        << text;
+    loom_topo_free(&t);
+
+    // A file written before these keys existed: unknown, and written as unknown.
+    const std::string without = R"({"loom_topology": 1, "hosts": [{"hostname": "h",
+        "packages": 1, "cores": 2, "cpus": 2, "l3_kb": 1024}]})";
+    ASSERT_EQ(loom_topo_parse(without.data(), without.size(), &t, err, sizeof(err)), 0) << err;
+    EXPECT_EQ(t.hosts[0].l1d_kb, -1);
+    EXPECT_EQ(t.hosts[0].l2_kb, -1);
+    text = Render(t, false) + Render(t, true);
+    EXPECT_NE(text.find("\"l1d_kb\": -1, \"l2_kb\": -1"), std::string::npos) << text;
+    EXPECT_EQ(text.find("per core"), std::string::npos) << text;
+    loom_topo_free(&t);
+
+    struct Bad {
+        const char *field, *key;
+    };
+    for (const Bad &b : {Bad{R"("l1d_kb": 1073741825)", "hosts[0].l1d_kb"},
+                         Bad{R"("l1d_kb": -2)", "hosts[0].l1d_kb"},
+                         Bad{R"("l2_kb": 2147483648)", "hosts[0].l2_kb"},
+                         Bad{R"("l2_kb": "2048")", "hosts[0].l2_kb"}}) {
+        const std::string bad = R"({"loom_topology": 1, "hosts": [{"hostname": "h",
+            "packages": 1, "cores": 2, "cpus": 2, )" +
+                                std::string(b.field) + "}]}";
+        EXPECT_EQ(loom_topo_parse(bad.data(), bad.size(), &t, err, sizeof(err)), -1) << bad;
+        EXPECT_NE(std::string(err).find(b.key), std::string::npos) << b.field << ": " << err;
+    }
 }
 
 } // namespace
