@@ -157,6 +157,41 @@ static void cost_constants(void)
         "creation; topology: the link's rate; builtin: the default; env: LOOM_COST_<CLASS>)\n\n");
 }
 
+/* The machine a communicator of this host would plan its shm calls with; single copy is
+ * assumed to work for every rank (the arena checks it at creation). */
+static void shm_machine_here(loom_shm_machine_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    loom_topo_host_t here;
+    loom_topo_detect_caches(&here, NULL);
+    loom_shm_set_detected_caches(here.l1d_kb, here.l2_kb, here.l3_kb);
+    const char *path = loom_param_TOPO_FILE();
+    if (path && *path) { /* its first host's caches, as a communicator's rank 0 would take */
+        loom_topo_t t = {0};
+        char err[256];
+        if (loom_topo_read(path, &t, err, sizeof(err)) == 0 && t.nhosts > 0)
+            loom_shm_set_file_caches(t.hosts[0].l1d_kb, t.hosts[0].l2_kb, t.hosts[0].l3_kb);
+        loom_topo_free(&t);
+    }
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cpus = cpus > 0 ? (int)cpus : 0;
+    m->page = (size_t)getpagesize();
+    loom_shm_caches(&m->l1d, &m->l2, &m->l3);
+    m->half = (size_t)loom_param_SHM_COLL_BYTES() / 2;
+    const long cma = loom_param_SHM_COLL_CMA();
+    m->single_copy = cma < 0 ? 0 : cma > 2 ? 2 : (int)cma;
+    m->kernel_fast = m->single_copy == 1 && loom_arena_kernel_copy_fast();
+}
+
+/* A shm cell of the decision table: the variant the plan chooses. */
+static const char *shm_cell(loom_coll_kind_t kind, double bytes, int nranks,
+                            const loom_shm_machine_t *m, const loom_shm_overrides_t *o)
+{
+    loom_shm_plan_t p;
+    loom_shm_plan(kind, (size_t)bytes, nranks, m, o, &p);
+    return loom_shm_algo_name(p.variant);
+}
+
 static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
 {
     loom_link_cost_t link = g_cost[cls];
@@ -171,16 +206,22 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
            link.gamma_ns, nranks, nhosts, chunk,
            loom_param_DETERMINISTIC() ? "reductions in rank order (LOOM_DETERMINISTIC=1)"
                                       : "every reduction order (LOOM_DETERMINISTIC=0)");
+    loom_shm_machine_t m;
+    loom_shm_overrides_t o;
+    shm_machine_here(&m);
+    loom_shm_overrides(&o);
+    if (cls == LOOM_LINK_SHM) {
+        char text[256];
+        loom_shm_machine_text(&m, text, sizeof(text));
+        printf("# shm plan: %s; streaming from %zu KiB written\n", text,
+               loom_shm_nt_threshold(&m, nranks) >> 10);
+    }
     printf("# %10s", "bytes");
     for (size_t k = 0; k < NKINDS; k++)
         printf(" %-24s", loom_coll_name(decision_kinds[k]));
     printf("\n");
     int n = 0;
     const loom_algo_t *table = loom_algo_table(&n);
-    /* Single copy also needs every rank's process_vm_readv to work: assumed here. */
-    const int shm_cma_mode = (int)loom_param_SHM_COLL_CMA();
-    const int shm_crowded = loom_shm_crowded(nranks);
-    const int shm_kernel_fast = shm_cma_mode == 1 && loom_shm_kernel_copy_fast();
     const double gib = 1024.0 * 1024.0 * 1024.0;
     loom_cost_call_t call = {.nranks = nranks,
                              .acc_ratio = 1.0,
@@ -202,9 +243,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
             char cell[48];
             if (a != NULL && strcmp(a->name, "shm") == 0) /* it picks by size itself */
                 snprintf(cell, sizeof(cell), "%s",
-                         loom_shm_algo_name(loom_shm_variant(decision_kinds[k], (size_t)bytes,
-                                                             nranks, shm_cma_mode, shm_crowded,
-                                                             shm_kernel_fast)));
+                         shm_cell(decision_kinds[k], bytes, nranks, &m, &o));
             else
                 snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
             printf(" %-24s", cell);

@@ -2,7 +2,8 @@
  *
  * topo_init.c - the topology at communicator creation: LOOM_TOPO_FILE is read and checked
  * against the ranks that joined (its RDMA ports then stand for this host's in the choice of
- * transport between hosts, net_auto.c); with LOOM_TOPO_DUMP_FILE, every rank's host and binding go
+ * transport between hosts, net_auto.c, and its caches in the shared-memory plan, shm_plan.h, which
+ * otherwise reads this machine's); with LOOM_TOPO_DUMP_FILE, every rank's host and binding go
  * through the bootstrap and one rank writes the whole description. Communicators made by
  * loomCommSplit skip both: their ranks were described when their parent was made.
  */
@@ -16,6 +17,7 @@
 #include "init.h"
 #include "net_auto.h"
 #include "param.h"
+#include "shm_plan.h"
 #include "topo.h"
 
 typedef struct {
@@ -119,8 +121,21 @@ static int file_host(const struct loomComm *c, const loom_topo_t *file, const lo
     return h >= 0 && h < file->nhosts ? h : 0;
 }
 
+/* This machine's caches for the shm collectives' plan: a few sysfs reads, once per process. */
+static void detect_caches_once(void)
+{
+    static int done;
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return;
+    loom_topo_host_t h;
+    loom_topo_detect_caches(&h, NULL);
+    loom_shm_set_detected_caches(h.l1d_kb, h.l2_kb, h.l3_kb);
+    __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+}
+
 loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
 {
+    detect_caches_once();
     int want = 0, writer = -1;
     for (int r = 0; r < c->nranks; r++) {
         want |= c->peers[r].topo_flags != 0;
@@ -152,9 +167,11 @@ loomResult_t loom_topo_at_init(struct loomComm *c, loom_bootstrap_t *bs)
         } else {
             res = check_file(c, &file, &seen, path);
         }
-        if (res == loomSuccess && file.nhosts > 0)
-            loom_net_set_file_rdma(
-                loom_topo_best_rdma_gbps(&file.hosts[file_host(c, &file, &seen)]));
+        if (res == loomSuccess && file.nhosts > 0) {
+            const loom_topo_host_t *h = &file.hosts[file_host(c, &file, &seen)];
+            loom_net_set_file_rdma(loom_topo_best_rdma_gbps(h));
+            loom_shm_set_file_caches(h->l1d_kb, h->l2_kb, h->l3_kb);
+        }
     }
     if (res == loomSuccess && writer == c->rank) {
         /* A file's description wins over detection, as it does everywhere else. */

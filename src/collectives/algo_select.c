@@ -344,6 +344,27 @@ static loom_p2p_call_t call_of(const loom_coll_args_t *a)
                                                                               : LOOM_P2P_CALL_ANY};
 }
 
+/* The shared-memory plan of a call, for LOOM_COLL_TRACE: the variant and copy mode with the
+ * reason that chose them, the store thresholds with theirs, and the reduction block. */
+static void shm_trace(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, char *buf, size_t len)
+{
+    loom_shm_plan_t p;
+    loom_shm_plan_call(ctx, a, &p);
+    char out[32], in[32];
+    if (p.nt_out_min == SHM_NEVER)
+        snprintf(out, sizeof(out), "never");
+    else
+        snprintf(out, sizeof(out), "from %zu KiB", p.nt_out_min >> 10);
+    if (p.nt_in_min == SHM_NEVER)
+        snprintf(in, sizeof(in), "never");
+    else
+        snprintf(in, sizeof(in), "from %zu KiB", p.nt_in_min >> 10);
+    snprintf(buf, len,
+             " shm variant %s copy %s (%s) non-temporal stores out %s in %s (%s) block %zu KiB",
+             loom_shm_algo_name(p.variant), p.variant == SHM_ALGO_CMA ? "single" : "arena",
+             p.reason, out, in, p.store_reason, p.block_bytes >> 10);
+}
+
 loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                            const char **algo_name_p)
 {
@@ -359,14 +380,17 @@ loomResult_t loom_coll_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
     loom_p2p_set_call(ctx->p2p, coll_names[a->kind], ctx->seq, &call, coll_names, LOOM_COLL_NUM);
     if (loom_param_COLL_TRACE() == 0)
         return algo->fn(ctx, a);
+    char shm[320] = "";
+    if (strncmp(algo->name, "shm", 3) == 0)
+        shm_trace(ctx, a, shm, sizeof(shm));
     uint64_t t0 = loom_now_ns();
     loomResult_t res = algo->fn(ctx, a);
     LOOM_INFO(LOOM_LOG_COLL,
               "%s seq %llu: %zu bytes %s %s algo %s order %s transport %s "
-              "%.1f us (model %.1f us) -> %s",
+              "%.1f us (model %.1f us)%s -> %s",
               coll_names[a->kind], (unsigned long long)ctx->seq, loom_coll_bytes(a, ctx->nranks),
               loom_dtype_name(a->dt), loom_redop_name(a->op), algo->name,
               order_name(algo, ctx->nranks), loom_link_class_name(ctx->link.cls),
-              (double)(loom_now_ns() - t0) / 1e3, predicted / 1e3, loomGetErrorString(res));
+              (double)(loom_now_ns() - t0) / 1e3, predicted / 1e3, shm, loomGetErrorString(res));
     return res;
 }

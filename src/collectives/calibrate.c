@@ -29,6 +29,7 @@
 #include "algo_util.h"
 #include "check.h"
 #include "param.h"
+#include "shm_coll.h"
 #include "timer.h"
 
 #define CAL_SMALL_BYTES 8
@@ -289,6 +290,13 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
     if (nranks > 1)
         LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
+    loom_shm_machine(ctx, &ctx->shm);
+    if (rank == 0 && loom_p2p_arena(p2p) != NULL) { /* bench/compare records this line */
+        char text[320];
+        loom_shm_machine_text(&ctx->shm, text, sizeof(text));
+        LOOM_INFO(LOOM_LOG_SHM, "shm machine: %s; streaming from %zu KiB written", text,
+                  loom_shm_nt_threshold(&ctx->shm, nranks) >> 10);
+    }
     char link[256], intra[256];
     loom_link_cost_describe(&ctx->link, link, sizeof(link));
     loom_link_cost_describe(&ctx->intra, intra, sizeof(intra));

@@ -97,6 +97,17 @@ typedef struct {
     int pos;        /* this rank's index in order */
 } loom_hosts_t;
 
+/* What the shared-memory plan (shm_plan.h) knows of the machine, fixed when the communicator
+ * is made. Caches in bytes, 0 where unknown. */
+typedef struct {
+    int cpus;           /* online CPUs */
+    size_t l1d, l2, l3; /* one core's L1 data cache and L2; one package's L3 */
+    size_t half;        /* bytes of an arena slot half (one round of cico) */
+    size_t page;        /* the memory page */
+    int single_copy;    /* agreed at creation: 0 none, 1 where the rules say, 2 always */
+    int kernel_fast;    /* every rank's kernel copy beat two memcpys (creation probe) */
+} loom_shm_machine_t;
+
 /* Per-communicator state shared by all algorithms. An algorithm may run on a
  * part of the communicator (a host's ranks, or one rank per host): its
  * context then numbers that part's ranks 0..nranks-1 and `group` maps them to
@@ -119,6 +130,7 @@ typedef struct {
                               ranks (loom_coll_ctx_init) */
     int ring_depth;        /* ring segments in flight per step, equal on all ranks */
     loom_algo_memo_t memo[LOOM_COLL_NUM]; /* last choice per collective */
+    loom_shm_machine_t shm;               /* with an arena: what its plan reads */
 } loom_coll_ctx_t;
 
 /* Point-to-point within the context's group (peer is a rank of the context). */

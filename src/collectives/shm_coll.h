@@ -13,10 +13,9 @@
  *         double-buffered so that round k+1's copy-in overlaps round k's reads;
  *   cma   single copy: ranks read their part of each peer's buffer with
  *         process_vm_readv and only stage results in the slots.
- * The "shm" entry of each collective picks tiny, then flat for small
- * all-reduces and reduces, else
- * cico (cma only with LOOM_SHM_COLL_CMA=2: measured slower, see the doc).
- * Files: shm_common.c (call start, checks, the reduce loop, selection),
+ * The "shm" entry of each collective runs the variant that shm_plan.c's rules
+ * choose from the machine's measured properties (shm_plan.h).
+ * Files: shm_common.c (call start, checks, the reduce loop, copies),
  * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
  * Broadcast, AllToAll, Barrier). docs/shm-collectives.md has the protocols.
  */
@@ -29,10 +28,7 @@
 #include "arena.h"
 #include "coll.h"
 #include "p2p.h"
-
-/* Algorithm ids, carried in the call descriptor: ranks that run different
- * algorithms on one call fail instead of misreading each other's slots. */
-enum { SHM_ALGO_FLAT = 1, SHM_ALGO_CICO, SHM_ALGO_CMA, SHM_ALGO_BARRIER, SHM_ALGO_TINY };
+#include "shm_plan.h"
 
 /* Entry points for algo_select.c's table. "shm" picks by size; the others
  * force one family (LOOM_ALGO=allreduce:shm_cico). */
@@ -58,32 +54,14 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
 loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
-/* Largest AllReduce and Reduce for flat: one flag and n S of reduction beat
- * cico's two flags per round below it. */
-#define SHM_FLAT_MAX_BYTES 16384u
-/* Reduce stays flat while the root's n S of reduction is at most this: its
- * non-roots copy in and leave, where cico makes every rank wait for every
- * round (2 ranks, interleaved: 64 KiB 12.1 -> 9.8 us, 256 KiB 27 -> 16 us;
- * 8 ranks on 2 CPUs 256 KiB 59 -> 75 us, past the limit). */
-#define SHM_REDUCE_FLAT_MAX_WORK (1u << 20)
-/* The variant (SHM_ALGO_*) the "shm" entry of collective kind runs for a call
- * whose loom_coll_bytes is `bytes` on n ranks: tiny where a rank's input fits
- * a cell, flat for small AllReduce and Reduce (SHM_FLAT_MAX_BYTES;
- * Reduce while n S <= SHM_REDUCE_FLAT_MAX_WORK), else cma or cico (Barrier:
- * SHM_ALGO_BARRIER). cma_mode (the agreed LOOM_SHM_COLL_CMA, loom_shm_pick): 0 never cma; 1 cma
- * where it measured faster (AllGather, AllToAll, Broadcast and ReduceScatter in size windows,
- * narrow ones unless kernel_fast (loom_arena_copy_fast), never when crowded: more ranks than CPUs);
- * 2 always. Pure, so that loom_info's decision table shows what runs; equal on every rank of a
- * call. */
-uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded,
-                          int kernel_fast);
-/* 1 if n ranks on this machine are more than its online CPUs. */
-int loom_shm_crowded(int n);
-/* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
-const char *loom_shm_algo_name(uint32_t algo);
-
-/* loom_shm_variant for this call on ctx's communicator (the same answer on
+/* What the plan knows of ctx's machine: the caches, the CPUs, and what its
+ * arena's ranks agreed at creation (the same on every rank); loom_coll_ctx_init
+ * keeps it in ctx->shm. */
+void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m);
+/* loom_shm_plan for this call on ctx's communicator (the same answer on
  * every rank for matching calls). */
+void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p);
+/* The variant loom_shm_plan_call chooses. */
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 /* Runs the variant loom_shm_pick chooses: tiny, flat (NULL where the
  * collective has none), cma or cico. The "shm" entries are this. */
@@ -112,8 +90,9 @@ typedef struct {
     int n, me;
     uint64_t seq;
     size_t es;              /* element bytes */
-    int stream;             /* copies into recvbuff bypass the cache (loom_shm_copy) */
-    int stream_in;          /* copies into the arena bypass the cache (shm_stream_in_if) */
+    loom_shm_plan_t plan;   /* this call's store thresholds and block (loom_shm_begin) */
+    int nt_out;             /* copies into recvbuff stream past the cache (shm_nt_out_if) */
+    int nt_in;              /* copies into the arena stream past the cache (shm_nt_in_if) */
     loom_arena_desc_t desc; /* this rank's, as published */
 } shm_call_t;
 
@@ -133,7 +112,7 @@ static inline int shm_rounds_fit(size_t rounds, unsigned per_round)
     return rounds < (SHM_STEP_DONE - 4) / per_round;
 }
 
-/* Fills c's call fields (not its descriptor); InternalError without an arena. */
+/* Fills c's call fields (not its descriptor nor its plan); InternalError without an arena. */
 loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 /* Fills c->desc for algorithm algo (fields a collective does not use are 0). */
 void loom_shm_describe(shm_call_t *c, uint32_t algo);
@@ -141,7 +120,7 @@ void loom_shm_describe(shm_call_t *c, uint32_t algo);
 void loom_shm_tiny_unpack(uint64_t packed, uint64_t seq, loom_arena_desc_t *d);
 /* Fails the call with InvalidUsage naming both calls (and breaks the layer). */
 loomResult_t loom_shm_mismatch(shm_call_t *c, int rank, const loom_arena_desc_t *theirs);
-/* Starts a call: fills c, publishes the descriptor (no flag yet). */
+/* Starts a call: fills c and its plan, publishes the descriptor (no flag yet). */
 loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                             uint32_t algo);
 /* InvalidUsage (breaking the communicator) unless rank's descriptor equals
@@ -158,60 +137,32 @@ static inline loomResult_t loom_shm_end(shm_call_t *c)
  * reads this rank's buffers any more), then fails if a peer broke meanwhile. */
 loomResult_t loom_shm_finish_single_copy(shm_call_t *c);
 
-/* Smallest output (bytes one call writes into recvbuff) that the copies out
- * of the arena write with non-temporal stores: a larger output does not stay
- * in cache anyway, and streaming it skips reading each destination line
- * before overwriting it (a third of the memory traffic of a copy). */
-#define SHM_STREAM_MIN_BYTES (4u << 20)
-/* Sets c->stream for a call that writes out_bytes into recvbuff; cached: 1
- * if the destination was read just before (in place), where a normal store
- * is cheaper. */
-static inline void shm_stream_if(shm_call_t *c, size_t out_bytes, int cached)
+/* Sets c->nt_out for a call that writes out_bytes into recvbuff; cached: 1
+ * if the destination was read just before (in place), where it sits in cache
+ * and a plain store is cheaper (unless LOOM_SHM_NT_STORES=1). */
+static inline void shm_nt_out_if(shm_call_t *c, size_t out_bytes, int cached)
 {
-    c->stream = !cached && out_bytes >= SHM_STREAM_MIN_BYTES;
+    c->nt_out = out_bytes >= c->plan.nt_out_min && (!cached || c->plan.nt_out_min == 0);
 }
-/* Smallest Broadcast that copies into the arena past the cache (below),
- * with a CPU per rank and with more ranks than CPUs. */
-#define SHM_STREAM_IN_BCAST_MIN         SHM_STREAM_MIN_BYTES
-#define SHM_STREAM_IN_BCAST_CROWDED_MIN (256u << 10)
-/* Sets c->stream_in for a call that copies in_bytes into the arena: while a
- * rank finds its copies to or from the halves slow (loom_arena_copies_slow),
- * from LOOM_ARENA_SLOW_COPY_MIN on, and from `from` bytes on (0: never; a
- * Broadcast passes SHM_STREAM_IN_BCAST_MIN or _CROWDED_MIN), copies in use
- * non-temporal stores: the lines go to memory instead of staying in the
- * writer's cache, where the readers' cores must fetch them and the writer
- * must win them back. Moving lines between cores is where this machine's
- * virtual CPUs are slowest and least steady: in the phases where it crawls,
- * 2-rank Broadcast 1 MiB 380-457 -> 59-94 us and 16 MiB 7.2-8.0 -> 0.85-0.9 ms;
- * 4-rank AllGather 1 MiB 327-357 -> 111-163 us. LOOM_SHM_STREAM_IN=1 or -1
- * overrides. Otherwise only Broadcast gains: with a CPU per rank from 4 MiB
- * (366-410 -> 247-260 us, 16 MiB 1.55-1.66 -> 1.0 ms; 1 MiB lost, 60-72 ->
- * 77-104 us), with 4 ranks on 2 CPUs from 256 KiB (55-57 -> 40-46 us, 1 MiB
- * 150 -> 100-105, 16 MiB 2.8-3.1 -> 1.8-2.2 ms; 8 ranks 1 MiB 240-287 ->
- * 171-175 us). AllToAll, ReduceScatter and AllReduce lost 15-50 % at 1 and
- * 16 MiB, with 2 ranks and with 4; AllGather went either way. */
-static inline void shm_stream_in_if(shm_call_t *c, size_t in_bytes, size_t from)
+/* Sets c->nt_in for a call that copies in_bytes into the arena. */
+static inline void shm_nt_in_if(shm_call_t *c, size_t in_bytes)
 {
-    const int mode = loom_arena_stream_in_mode(c->ar); /* LOOM_SHM_STREAM_IN */
-    c->stream_in =
-        mode > 0 ||
-        (mode == 0 && ((from > 0 && in_bytes >= from) ||
-                       (in_bytes >= LOOM_ARENA_SLOW_COPY_MIN && loom_arena_copies_slow(c->ar))));
+    c->nt_in = in_bytes >= c->plan.nt_in_min;
 }
-/* Copies of bytes into this rank's half (c->stream_in applies) and out of a
- * peer's half into recvbuff (c->stream applies); long ones are timed for
- * loom_arena_note_copy. */
+/* Copies of bytes into this rank's half (c->nt_in applies) and out of a
+ * peer's half into recvbuff (c->nt_out applies). */
 void loom_shm_copy_in(const shm_call_t *c, void *dst, const void *src, size_t bytes);
 void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t bytes);
-/* memcpy, with non-temporal stores if stream (x86-64; fenced before it
+/* memcpy, with non-temporal stores if nt (x86-64; fenced before it
  * returns, so a flag posted next orders after the data). Every copy into or
  * out of the arena goes through it: where the destination lies just past the
  * source modulo 4 KiB it copies backwards itself (see shm_common.c). */
-void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream);
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt);
 
-/* Elements per reduction block: 128 KiB of data or accumulators, so that a
- * block's accumulators and the block being added stay in L2. */
-size_t loom_shm_block_elems(loomDataType_t dt);
+/* Elements per reduction block of c's plan (data or accumulators, whichever
+ * is wider), so that a block's accumulators and the block being added stay
+ * in L2. */
+size_t loom_shm_block_elems(const shm_call_t *c);
 /* dst[0..len) (and a copy in dst2, if not NULL) = the reduction over ranks
  * 0..n-1 of srcs[r][0..len), in rank order: in dst itself when the datatype is
  * its own accumulator and no source overlaps dst (srcs[0] may equal it), else

@@ -3,8 +3,9 @@
  * shm_common.c - what every shm collective shares: starting a call on the
  * arena (descriptor), checking that every rank called the same thing, the
  * end of a single-copy call, the reduction loop over rank-ordered sources,
- * the copy out of the arena (streaming stores for large calls), and whether
- * a shm algorithm can run on a communicator at all.
+ * the copies into and out of the arena (streaming stores where the plan says),
+ * the machine the plan reads, and whether a shm algorithm can run on a
+ * communicator at all.
  * It holds no algorithm (shm_reduce.c, shm_move.c). Callers: those files and
  * algo_select.c (loom_shm_algo_usable).
  *
@@ -29,92 +30,36 @@
 #include "shm_coll.h"
 #include "timer.h"
 
-#define BLOCK_BYTES (128u * 1024u)
-
-static const char *const algo_names[] = {"?",       "shm_flat",    "shm_cico",
-                                         "shm_cma", "shm_barrier", "shm_tiny"};
-
-const char *loom_shm_algo_name(uint32_t algo)
+void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
 {
-    return algo < sizeof(algo_names) / sizeof(algo_names[0]) ? algo_names[algo] : "?";
-}
-
-/* Where single copy (process_vm_readv straight into recvbuff) measured faster
- * than copying through the arena, in loom_coll_bytes: [lo, hi] with a CPU per
- * rank where the kernel copies fast (loom_shm_kernel_copy_fast), [slow_lo,
- * slow_hi] where it does not (slow_hi 0: never). Measured side by side with
- * bench/compare and interleaved A/B runs (docs/shm-collectives.md, "Single
- * copy or the arena"); above hi, pinning a large buffer's pages per call costs
- * more than the second copy. Where the kernel copies slowly, single copy still
- * wins up to a few hundred KiB for Broadcast and AllToAll: the arena's copy out
- * reads lines that another core has just written, which ran at 8 GB/s there.
- * With more ranks than CPUs never: each system call waits for a core, and
- * single copy measured at best even (Xeon) and 1.2-2.4x slower (EPYC) there. */
-static const struct {
-    loom_coll_kind_t kind;
-    size_t lo, hi, slow_lo, slow_hi;
-} cma_windows[] = {
-    {LOOM_COLL_ALLGATHER, 64u << 10, 32u << 20, 64u << 10, 256u << 10},
-    {LOOM_COLL_ALLTOALL, 64u << 10, 32u << 20, 64u << 10, 256u << 10},
-    {LOOM_COLL_BCAST, 64u << 10, 512u << 10, 32u << 10, 256u << 10},
-    {LOOM_COLL_REDUCE_SCATTER, 64u << 10, 1u << 20, 0, 0},
-};
-
-static int cma_measured_faster(loom_coll_kind_t kind, size_t bytes, int crowded, int kernel_fast)
-{
-    if (crowded)
-        return 0;
-    for (size_t i = 0; i < sizeof(cma_windows) / sizeof(cma_windows[0]); i++) {
-        if (cma_windows[i].kind != kind)
-            continue;
-        if (kernel_fast)
-            return bytes >= cma_windows[i].lo && bytes <= cma_windows[i].hi;
-        return cma_windows[i].slow_hi > 0 && bytes >= cma_windows[i].slow_lo &&
-               bytes <= cma_windows[i].slow_hi;
+    memset(m, 0, sizeof(*m));
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cpus = cpus > 0 ? (int)cpus : 0;
+    m->page = (size_t)getpagesize();
+    loom_shm_caches(&m->l1d, &m->l2, &m->l3);
+    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    if (ar != NULL) {
+        m->half = loom_arena_half_bytes(ar);
+        m->single_copy = loom_arena_single_copy(ar);
+        m->kernel_fast = loom_arena_copy_fast(ar);
     }
-    return 0;
 }
 
-uint32_t loom_shm_variant(loom_coll_kind_t kind, size_t bytes, int n, int cma_mode, int crowded,
-                          int kernel_fast)
+void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p)
 {
-    if (kind == LOOM_COLL_BARRIER)
-        return SHM_ALGO_BARRIER;
-    /* A rank's input: the whole vector, but one block of an all-gather. */
-    const size_t input = kind == LOOM_COLL_ALLGATHER && n > 0 ? bytes / (size_t)n : bytes;
-    if (input > 0 && input <= LOOM_ARENA_CELL_BYTES)
-        return SHM_ALGO_TINY;
-    if ((kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE) && bytes <= SHM_FLAT_MAX_BYTES)
-        return SHM_ALGO_FLAT;
-    if (kind == LOOM_COLL_REDUCE && n > 0 && bytes <= SHM_REDUCE_FLAT_MAX_WORK / (size_t)n)
-        return SHM_ALGO_FLAT;
-    if (cma_mode >= 2 || (cma_mode == 1 && cma_measured_faster(kind, bytes, crowded, kernel_fast)))
-        return SHM_ALGO_CMA;
-    return SHM_ALGO_CICO;
-}
-
-int loom_shm_crowded(int n)
-{
-    /* Asked on every call: sysconf reads a sysfs file each time, so read it once. */
-    static long cpus_cached; /* 0: not read yet */
-    long cpus = __atomic_load_n(&cpus_cached, __ATOMIC_RELAXED);
-    if (cpus == 0) {
-        cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (cpus <= 0)
-            cpus = -1;
-        __atomic_store_n(&cpus_cached, cpus, __ATOMIC_RELAXED);
-    }
-    return cpus > 0 && n > cpus;
+    loom_shm_overrides_t o;
+    loom_shm_overrides(&o);
+    loom_shm_plan(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks, &ctx->shm, &o, p);
 }
 
 uint32_t loom_shm_pick(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    /* The cma mode: the smallest LOOM_SHM_COLL_CMA among the ranks where every rank
-     * agreed at creation that single copy works, else 0; the same on every rank. */
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    return loom_shm_variant(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks,
-                            ar != NULL ? loom_arena_single_copy(ar) : 0,
-                            loom_shm_crowded(ctx->nranks), ar != NULL && loom_arena_copy_fast(ar));
+    /* Tiny calls need nothing of the machine, and are the ones whose every ns shows. */
+    if (loom_shm_is_tiny(a->kind, loom_coll_bytes(a, ctx->nranks), ctx->nranks))
+        return SHM_ALGO_TINY;
+    loom_shm_plan_t p;
+    loom_shm_plan_call(ctx, a, &p);
+    return p.variant;
 }
 
 loomResult_t loom_shm_run(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t flat,
@@ -158,8 +103,9 @@ loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_
     c->me = ctx->rank;
     c->seq = ctx->seq;
     c->es = loom_dtype_size(a->dt);
-    c->stream = 0;
-    c->stream_in = 0;
+    c->nt_out = 0;
+    c->nt_in = 0;
+    memset(&c->plan, 0, sizeof(c->plan));
     if (c->ar == NULL) {
         LOOM_WARN("rank %d: %s seq %llu: shm algorithm without a shared arena", c->me,
                   loom_coll_name(a->kind), (unsigned long long)c->seq);
@@ -190,6 +136,8 @@ loomResult_t loom_shm_begin(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_coll
                             uint32_t algo)
 {
     LOOM_CHECK(loom_shm_call_init(c, ctx, a));
+    if (algo != SHM_ALGO_BARRIER) /* the barrier copies nothing */
+        loom_shm_plan_call(ctx, a, &c->plan);
     loom_shm_describe(c, algo);
     return loom_arena_begin(c->ar, &c->desc);
 }
@@ -260,13 +208,13 @@ loomResult_t loom_shm_finish_single_copy(shm_call_t *c)
 
 #if defined(__x86_64__)
 /* 64 bytes from s to d: streaming stores (d 16-byte aligned) or plain ones. */
-static inline void move64(uint8_t *d, const uint8_t *s, int stream)
+static inline void move64(uint8_t *d, const uint8_t *s, int nt)
 {
     const __m128i x0 = _mm_loadu_si128((const __m128i *)s);
     const __m128i x1 = _mm_loadu_si128((const __m128i *)(s + 16));
     const __m128i x2 = _mm_loadu_si128((const __m128i *)(s + 32));
     const __m128i x3 = _mm_loadu_si128((const __m128i *)(s + 48));
-    if (stream) {
+    if (nt) {
         _mm_stream_si128((__m128i *)d, x0);
         _mm_stream_si128((__m128i *)(d + 16), x1);
         _mm_stream_si128((__m128i *)(d + 32), x2);
@@ -280,12 +228,12 @@ static inline void move64(uint8_t *d, const uint8_t *s, int stream)
 }
 #endif
 
-void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
+void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt)
 {
 #if defined(__x86_64__)
     uint8_t *d = dst;
     const uint8_t *s = src;
-    if (stream && bytes >= 256) {
+    if (nt && bytes >= 256) {
         const size_t head = (size_t)(-(uintptr_t)d & 15u); /* streaming stores are aligned */
         memcpy(d, s, head);
         d += head;
@@ -311,50 +259,36 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int stream)
         return;
     }
 #else
-    (void)stream;
+    (void)nt;
 #endif
     memcpy(dst, src, bytes);
 }
 
-/* Copies between the arena and the caller's buffers, long ones timed for
- * loom_arena_note_copy. */
-static void copy_timed(const shm_call_t *c, void *dst, const void *src, size_t bytes, int stream,
-                       int out)
-{
-    if (bytes < LOOM_ARENA_SLOW_COPY_MIN) {
-        loom_shm_copy(dst, src, bytes, stream);
-        return;
-    }
-    const uint64_t t0 = loom_now_ns();
-    loom_shm_copy(dst, src, bytes, stream);
-    loom_arena_note_copy(c->ar, out, bytes, loom_now_ns() - t0);
-}
-
 void loom_shm_copy_in(const shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
-    copy_timed(c, dst, src, bytes, c->stream_in, 0);
+    loom_shm_copy(dst, src, bytes, c->nt_in);
 }
 
 void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t bytes)
 {
-    copy_timed(c, dst, src, bytes, c->stream, 1);
+    loom_shm_copy(dst, src, bytes, c->nt_out);
 }
 
 // ---- reduction -----------------------------------------------------------------------
 
-size_t loom_shm_block_elems(loomDataType_t dt)
+size_t loom_shm_block_elems(const shm_call_t *c)
 {
-    size_t es = loom_dtype_size(dt), as = loom_acc_size(dt);
+    size_t es = loom_dtype_size(c->a->dt), as = loom_acc_size(c->a->dt);
     size_t w = es > as ? es : as;
-    return BLOCK_BYTES / (w ? w : 1);
+    return c->plan.block_bytes / (w ? w : 1);
 }
 
 loomResult_t loom_shm_scratch(shm_call_t *c, uint8_t **acc_p, uint8_t **tmp_p)
 {
     uint8_t *s;
-    LOOM_CHECK(loom_coll_scratch(c->ctx, 2 * (size_t)BLOCK_BYTES, &s));
+    LOOM_CHECK(loom_coll_scratch(c->ctx, 2 * c->plan.block_bytes, &s));
     *acc_p = s;
-    *tmp_p = s + BLOCK_BYTES;
+    *tmp_p = s + c->plan.block_bytes;
     return loomSuccess;
 }
 

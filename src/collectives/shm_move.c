@@ -97,10 +97,10 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
     /* The other blocks of recvbuff are only written: streamed when large. */
-    shm_stream_if(&c, (size_t)(c.n - 1) * bytes, 0);
-    shm_stream_in_if(&c, bytes, 0);
+    shm_nt_out_if(&c, (size_t)(c.n - 1) * bytes, 0);
+    shm_nt_in_if(&c, bytes);
     if (send != recv + (size_t)c.me * bytes)
-        loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.stream);
+        loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.nt_out);
     return exchange_rounds(&c, send, recv, bytes, hb, 0);
 }
 
@@ -162,10 +162,8 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     const int root = a->root;
     uint8_t *recv = a->recvbuff;
-    shm_stream_if(&c, bytes, 0);
-    shm_stream_in_if(&c, bytes,
-                     loom_shm_crowded(c.n) ? SHM_STREAM_IN_BCAST_CROWDED_MIN
-                                           : SHM_STREAM_IN_BCAST_MIN);
+    shm_nt_out_if(&c, bytes, 0);
+    shm_nt_in_if(&c, bytes);
     const uint8_t *send = a->sendbuff;
     for (size_t k = 0; k < rounds; k++) {
         const size_t lo = k * hb, len = min_sz(hb, bytes - lo), piece = bcast_piece(len);
@@ -186,7 +184,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
              * copy the same part out; from sendbuff where the slot was written past the
              * cache. */
             if (send != recv)
-                loom_shm_copy(recv + lo, c.stream_in ? send + lo : half, len, c.stream);
+                loom_shm_copy(recv + lo, c.nt_in ? send + lo : half, len, c.nt_out);
             loom_arena_half_release(c.ar, h, shm_flag(&c, last));
             continue;
         }
@@ -255,9 +253,9 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
     /* In place, this round's copy in read the destinations just before. */
-    shm_stream_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
-    shm_stream_in_if(&c, (size_t)(c.n - 1) * bytes, 0);
-    loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.stream);
+    shm_nt_out_if(&c, (size_t)c.n * bytes, (const void *)send == (const void *)recv);
+    shm_nt_in_if(&c, (size_t)(c.n - 1) * bytes);
+    loom_shm_copy(recv + (size_t)c.me * bytes, send + (size_t)c.me * bytes, bytes, c.nt_out);
     return exchange_rounds(&c, send, recv, bytes, sub, 1);
 }
 

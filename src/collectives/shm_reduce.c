@@ -24,8 +24,8 @@
  *        and (AllReduce; Reduce off the root) into its own sub-block of the
  *        half, which only it writes and only the others read; post RED(k) =
  *        2k+2. A large out-of-place AllReduce reduces into the half and
- *        streams that to recvbuff (c->stream, loom_shm_copy); while copies in
- *        go past the cache (c->stream_in) the half's copy is the one streamed,
+ *        streams that to recvbuff (c->nt_out, loom_shm_copy); while copies in
+ *        go past the cache (c->nt_in) the half's copy is the one streamed,
  *        and a Reduce off the root reduces into scratch and streams that;
  *     3. AllReduce: wait for every RED(k) and copy each owner's sub-block out;
  *        Reduce: the root does that alone.
@@ -158,7 +158,7 @@ static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
         LOOM_WARN("rank %d: out of memory for %d sources", c.me, c.n);
         return loomSystemError;
     }
-    const size_t be = loom_shm_block_elems(a->dt);
+    const size_t be = loom_shm_block_elems(&c);
     for (size_t i = 0; i < a->count; i += be) {
         size_t len = a->count - i < be ? a->count - i : be;
         for (int r = 0; r < c.n; r++)
@@ -215,7 +215,7 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
     const size_t len = part_len(&p->spans[c->me], lo, e);
     const int to_recv = p->mode != OUT_ROOT || c->me == c->a->root;
     const int to_half = p->mode == OUT_ALL || (p->mode == OUT_ROOT && c->me != c->a->root);
-    const size_t be = loom_shm_block_elems(c->a->dt);
+    const size_t be = loom_shm_block_elems(c);
     uint8_t *recv = c->a->recvbuff;
     for (size_t i = 0; i < len; i += be) {
         size_t n = len - i < be ? len - i : be;
@@ -225,11 +225,11 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
         uint8_t *own = mine + (size_t)c->me * stride + i * es;
         uint8_t *dst = to_recv ? recv + dst_index(p, c->me, lo + i) * es : own;
         /* Into the slot, then streamed out; but when the slot's copy must go past
-         * the cache (c->stream_in), into recvbuff and then streamed to the slot. */
-        if (to_recv && to_half && c->stream && !c->stream_in) {
+         * the cache (c->nt_in), into recvbuff and then streamed to the slot. */
+        if (to_recv && to_half && c->nt_out && !c->nt_in) {
             loom_shm_reduce(c, srcs, n, acc, own, NULL);
             loom_shm_copy(dst, own, n * es, 1);
-        } else if (!to_recv && c->stream_in) { /* through tmp, then past the cache */
+        } else if (!to_recv && c->nt_in) { /* through tmp, then past the cache */
             loom_shm_reduce(c, srcs, n, acc, tmp, own);
         } else {
             loom_shm_reduce(c, srcs, n, acc, dst, to_recv && to_half ? own : NULL);
@@ -283,10 +283,10 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     LOOM_CHECK_GOTO(loom_shm_begin(&p.c, ctx, a, SHM_ALGO_CICO), res, out);
     LOOM_CHECK_GOTO(loom_shm_scratch(&p.c, &acc, &tmp), res, out);
     /* In place the destination of a copy out was read by this round's copy in. */
-    shm_stream_if(&p.c, a->count * p.c.es, in_place(&p.c, mode));
+    shm_nt_out_if(&p.c, a->count * p.c.es, in_place(&p.c, mode));
     /* Every rank copies (n-1)/n of its input in (ReduceScatter: of n blocks). */
     const size_t in_bytes = a->count * p.c.es * (mode == OUT_OWNER ? (size_t)ctx->nranks : 1);
-    shm_stream_in_if(&p.c, in_bytes - in_bytes / (size_t)ctx->nranks, 0);
+    shm_nt_in_if(&p.c, in_bytes - in_bytes / (size_t)ctx->nranks);
     const size_t rounds = (p.maxlen + e - 1) / e;
     for (size_t k = 0; k < rounds; k++)
         LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc, tmp), res, out);
@@ -306,7 +306,7 @@ static loomResult_t cma_reduce_part(plan_t *p, size_t lo, size_t len,
                                     uint8_t *half)
 {
     shm_call_t *c = &p->c;
-    const size_t es = c->es, be = loom_shm_block_elems(c->a->dt);
+    const size_t es = c->es, be = loom_shm_block_elems(c);
     const loomDataType_t dt = c->a->dt;
     const size_t off = p->spans[c->me].off + lo;
     const uint8_t *send = c->a->sendbuff;

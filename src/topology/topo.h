@@ -88,6 +88,9 @@ typedef struct {
  * otherwise from sysroot's /sys and /proc alone (tests pass a directory holding a made-up
  * machine). Never fails: what cannot be read is left unknown (-1 or 0). */
 void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot);
+/* The caches alone (l1d_kb, l2_kb, l3_kb), from sysroot's sysfs: a few file reads, where
+ * loom_topo_detect_host loads every library; hwloc finds the same sizes (test_topo_sources.cc). */
+void loom_topo_detect_caches(loom_topo_host_t *h, const char *sysroot);
 /* This process's CPU binding and NUMA node; host and local_rank are left to the caller. */
 void loom_topo_detect_rank(loom_topo_rank_t *r, const char *sysroot);
 /* The RDMA ports alone, as loom_topo_detect_host finds them (libibverbs, else sysfs): cheap

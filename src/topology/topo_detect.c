@@ -517,6 +517,12 @@ void loom_topo_detect_host(loom_topo_host_t *h, const char *sysroot)
               gpu_lib ? "NVML" : "sysfs");
 }
 
+void loom_topo_detect_caches(loom_topo_host_t *h, const char *sysroot)
+{
+    h->l1d_kb = h->l2_kb = h->l3_kb = -1;
+    detect_caches(h, sysroot ? sysroot : "");
+}
+
 void loom_topo_detect_rdma(loom_topo_host_t *h, const char *sysroot)
 {
     const char *root = sysroot ? sysroot : "";

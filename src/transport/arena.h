@@ -138,6 +138,17 @@ loomResult_t loom_arena_cell_wait(loom_arena_t *a, int rank, const uint8_t **dat
 int loom_arena_peer_cell(const loom_arena_t *a, int rank, uint64_t seq, uint64_t *desc_p);
 
 // ---- single copy and failures -------------------------------------------------------
+/* 0 unless every rank can read every other's memory (process_vm_readv); then
+ * the smallest LOOM_SHM_COLL_CMA among the ranks (1 or 2), agreed at creation. */
+int loom_arena_single_copy(const loom_arena_t *a);
+/* 1 if every rank's kernel copied faster than two memcpys of the same bytes
+ * (loom_arena_kernel_copy_fast), agreed at creation; asked only where single
+ * copy is LOOM_SHM_COLL_CMA=1. */
+int loom_arena_copy_fast(const loom_arena_t *a);
+/* 1 if this process's process_vm_readv copies a buffer in less time than two
+ * memcpys of it (shm_copy_probe.c): single copy replaces two copies through
+ * the arena with one kernel copy. Measured once per process, about 1 ms. */
+int loom_arena_kernel_copy_fast(void);
 /* Single copy: nbytes from address addr of rank's process into dst. */
 loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
 /* Fails the call (and breaks the layer) with res; the message is detail. */

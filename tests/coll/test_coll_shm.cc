@@ -79,7 +79,7 @@ loomtest::EnvList FamilyEnv(Family f)
         break;
     case Family::kStreamIn: // every copy into the arena past the cache
         env.push_back({"LOOM_ALGO", "shm_cico"});
-        env.push_back({"LOOM_SHM_STREAM_IN", "1"});
+        env.push_back({"LOOM_SHM_NT_STORES", "1"});
         break;
     case Family::kDefault:
         break;
@@ -544,8 +544,8 @@ TEST(ShmBackToBack, RanksWithDifferentCmaSettingsAgree)
     XT_ASSERT_RUN(loomtest::RunRanks(
         3,
         [](int rank, int n, loomComm_t comm) {
-            if (SingleCopyAgreed(rank, "single copy (process_vm_readv) in its"))
-                BackToBack(rank, n, comm); // "in its windows" or "in its narrow windows"
+            if (SingleCopyAgreed(rank, "single copy (process_vm_readv) where the plan"))
+                BackToBack(rank, n, comm);
         },
         opts));
 }

@@ -2,9 +2,9 @@
 //
 // test_loom_info.cc - loom_info's decision table (-d), run as a subprocess (its path comes in
 // the LOOM_INFO environment variable): on the shm link class every collective shows the shm
-// variant that runs at each size (shm_tiny up to a 48-byte input per rank, shm_flat for small
-// all-reduces and reduces, shm_cico above), and on tcp a modelled algorithm with its predicted
-// time. Run by meson's 'tools' suite.
+// variant that its plan runs at each size (shm_tiny up to a 48-byte input per rank, shm_flat
+// for small all-reduces and reduces, shm_cico above), and on tcp a modelled algorithm with its
+// predicted time. Run by meson's 'tools' suite.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -59,7 +59,13 @@ TEST(LoomInfo, ShmDecisionTableShowsTheVariantThatRuns)
 {
     ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
     int status = 0;
-    const std::string out = RunInfo("-d -c shm -n 4", &status);
+    // The machine the large-L3 fixture describes (48 KiB L1d, 2 MiB L2), single copy off: the
+    // rules then give the same table on every machine that runs this test.
+    const char *fixtures = getenv("LOOM_TOPO_FIXTURES");
+    ASSERT_NE(fixtures, nullptr) << "LOOM_TOPO_FIXTURES is not set";
+    const std::string out = RunInfo("-d -c shm -n 4", &status,
+                                    "LOOM_SHM_COLL_CMA=0 LOOM_TOPO_FILE=" + std::string(fixtures) +
+                                        "/shm-large-l3.json");
     ASSERT_EQ(status, 0) << out;
     // Columns: allreduce allgather reducescatter broadcast reduce alltoall.
     const std::vector<std::string> tiny = Row(out, "8 B"), flat = Row(out, "8 KiB"),

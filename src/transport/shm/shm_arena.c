@@ -351,7 +351,7 @@ static loomResult_t agree_single_copy(loom_arena_t *a)
             vote = 0;
     atomic_store_explicit(&me->cma_ok, (uint32_t)vote, memory_order_relaxed);
     atomic_store_explicit(&me->light_ok, (uint32_t)light_posts_possible(a), memory_order_relaxed);
-    atomic_store_explicit(&me->copy_fast, (uint32_t)(vote == 1 && loom_shm_kernel_copy_fast()),
+    atomic_store_explicit(&me->copy_fast, (uint32_t)(vote == 1 && loom_arena_kernel_copy_fast()),
                           memory_order_relaxed);
     loom_arena_post(a, loom_arena_mkflag(0, 2));
     LOOM_CHECK(loom_arena_wait(a, -1, loom_arena_mkflag(0, 2)));
@@ -468,7 +468,6 @@ loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
     if (a->oversubscribed && a->spin_ns > OVERSUB_SPIN_NS)
         a->spin_ns = OVERSUB_SPIN_NS; /* the rank waited on needs this CPU */
     a->yields = YIELDS;
-    a->stream_in = loom_param_SHM_STREAM_IN();
     snprintf(a->dir, sizeof(a->dir), "%s", loom_param_SHM_DIR());
     LOOM_CHECK_GOTO(derive_name(a, args), res, err);
     if (a->rank == 0)
@@ -480,11 +479,11 @@ loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
     prefault_cells(a);
     LOOM_INFO(LOOM_LOG_SHM, "shm arena: rank %d mapped %s: %zu bytes, %zu-byte slots, %s", a->rank,
               a->name, a->bytes, a->slot_bytes,
-              a->cma == 0   ? "copies through the arena"
-              : a->cma == 2 ? "single copy (process_vm_readv) always"
-              : a->copy_fast
-                  ? "single copy (process_vm_readv) in its windows"
-                  : "single copy (process_vm_readv) in its narrow windows (slow kernel copies)");
+              a->cma == 0    ? "copies through the arena"
+              : a->cma == 2  ? "single copy (process_vm_readv) always"
+              : a->copy_fast ? "single copy (process_vm_readv) where the plan's rules say it pays"
+                             : "single copy (process_vm_readv) where the plan's rules say it pays: "
+                               "nowhere, the kernel's copy is slower than two memcpys");
     *arena_p = a;
     return loomSuccess;
 err:

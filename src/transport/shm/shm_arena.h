@@ -37,16 +37,12 @@ typedef union {
 
 typedef struct {
     _Atomic uint64_t flag; /* monotonic progress counter, (seq << 24) | step */
-    /* Until this CLOCK_MONOTONIC time its copies to and from the halves ran
-     * slow (loom_arena_note_copy): writers copy in with non-temporal stores. On
-     * the flag's line, which every waiter reads anyway, and written rarely. */
-    _Atomic uint64_t slow_copies_until;
-    uint8_t pad0[48];
+    uint8_t pad0[56];
     _Atomic uint32_t state; /* LOOM_ARENA_* */
     _Atomic uint32_t
         cma_ok; /* creation vote: its LOOM_SHM_COLL_CMA, 0 if it could not read a peer */
     _Atomic uint32_t light_ok;  /* creation vote: its posts may skip the fence (membarrier) */
-    _Atomic uint32_t copy_fast; /* creation vote: loom_shm_kernel_copy_fast() */
+    _Atomic uint32_t copy_fast; /* creation vote: loom_arena_kernel_copy_fast() */
     uint64_t pid;               /* getpid() of the rank, for single-copy reads */
     uint64_t probe_addr;        /* address of a word in its memory, for the probe */
     uint64_t probe_value;       /* what that word holds */
@@ -83,10 +79,8 @@ struct loom_arena {
     int nranks;
     volatile const int *abort_flag; /* the communicator's (loomCommAbort) */
     int64_t timeout_ms;
-    int64_t spin_ns;    /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
-    int yields;         /* then sched_yield this often before sleeping on the futex */
-    int slow_copies[2]; /* slow minus fast timed copies into [0] or out of [1] the halves, >= 0 */
-    int stream_in;      /* LOOM_SHM_STREAM_IN */
+    int64_t spin_ns; /* spin before yielding, from LOOM_SPIN_US (less when oversubscribed) */
+    int yields;      /* then sched_yield this often before sleeping on the futex */
     /* Every rank registered for membarrier(GLOBAL_EXPEDITED): posts store
      * their flag without a fence, and a rank about to sleep issues the
      * barrier on every CPU instead (shm_arena_sync.c). */
@@ -102,7 +96,7 @@ struct loom_arena {
     uint8_t *slots;           /* [nranks] x slot_bytes, page aligned */
     size_t slot_bytes;
     int cma;        /* the smallest vote: 0 no single copy, else the agreed LOOM_SHM_COLL_CMA */
-    int copy_fast;  /* every rank's kernel copies fast enough for the wide windows */
+    int copy_fast;  /* every rank's kernel copy beat two memcpys */
     int *pids;      /* [nranks] pids for process_vm_readv */
     uint64_t probe; /* the word peers read in the probe */
     /* Collectives' bookkeeping (identical on every rank while calls match). */

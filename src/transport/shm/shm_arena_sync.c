@@ -77,51 +77,6 @@ int loom_arena_copy_fast(const loom_arena_t *a)
     return a->copy_fast;
 }
 
-int loom_arena_slow_score(int *score, size_t bytes, uint64_t ns)
-{
-    if (bytes < LOOM_ARENA_SLOW_COPY_MIN)
-        return 0;
-    const size_t units = bytes / LOOM_ARENA_SLOW_COPY_MIN;
-    const int weight =
-        units < LOOM_ARENA_SLOW_COPY_MAX_WEIGHT ? (int)units : LOOM_ARENA_SLOW_COPY_MAX_WEIGHT;
-    if (ns * LOOM_ARENA_SLOW_COPY_GBPS <= bytes) {
-        *score = *score > weight ? *score - weight : 0;
-        return 0;
-    }
-    *score += weight;
-    if (*score < LOOM_ARENA_SLOW_COPY_SCORE)
-        return 0;
-    *score = 0;
-    return 1;
-}
-
-void loom_arena_note_copy(loom_arena_t *a, int out, size_t bytes, uint64_t ns)
-{
-    if (loom_arena_slow_score(&a->slow_copies[out != 0], bytes, ns))
-        atomic_store_explicit(&a->ctl[a->rank].slow_copies_until,
-                              loom_now_ns() + LOOM_ARENA_SLOW_COPY_HOLD_NS, memory_order_relaxed);
-}
-
-int loom_arena_copies_slow(const loom_arena_t *a)
-{
-    uint64_t now = 0;
-    for (int r = 0; r < a->nranks; r++) {
-        uint64_t until = atomic_load_explicit(&a->ctl[r].slow_copies_until, memory_order_relaxed);
-        if (until == 0)
-            continue;
-        if (now == 0)
-            now = loom_now_ns();
-        if (until > now)
-            return 1;
-    }
-    return 0;
-}
-
-int loom_arena_stream_in_mode(const loom_arena_t *a)
-{
-    return a->stream_in;
-}
-
 size_t loom_arena_half_bytes(const loom_arena_t *a)
 {
     return a->slot_bytes / 2;
