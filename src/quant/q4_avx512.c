@@ -120,7 +120,12 @@ KINL __m512i code16(__m512 u, __m512 inv)
 struct group_scale {
     float inv[GROUP_BLOCKS];   /* 1 / scale; 0 for special blocks */
     float scale[GROUP_BLOCKS]; /* the bf16 scale as float32 */
-    unsigned nonfinite;        /* bit b: block b holds a NaN or infinity */
+    /* Bit b: block b holds a NaN or infinity. The mask's own 16-bit type:
+     * GCC 12 under -fsanitize=thread stored a __mmask16 into an unsigned
+     * field with a 16-bit KMOVW and read all 32 bits back, so stack bytes
+     * became flags of blocks past the group, and clearing their codes below
+     * zeroed the scales of the group's tile and bytes past its end. */
+    __mmask16 nonfinite;
 };
 
 /* Pass 1 of a group (GROUP values of src and ein from element 0): the 16

@@ -6,10 +6,12 @@
  * residual identity and err_out == err_in; tail padding; every instruction
  * set this CPU has against the scalar code, bit for bit, on random data of
  * many lengths, hostile blocks (zeros, subnormals, NaN, infinities, values
- * near FLT_MAX, ties) and foreign code bytes; and a codec-only simulation of
- * all-reduces that shows quantizing each contribution once (two-shot) keeps
- * the error flat in the number of ranks while re-quantizing at every ring
- * hop does not. Random data comes from fixed seeds, printed on failure.
+ * near FLT_MAX, ties) and foreign code bytes, and on a cut-off group that
+ * ends its tile encoded over a stack full of ones; and a codec-only
+ * simulation of all-reduces that shows quantizing each contribution once
+ * (two-shot) keeps the error flat in the number of ranks while re-quantizing
+ * at every ring hop does not. Random data comes from fixed seeds, printed on
+ * failure.
  */
 #include <gtest/gtest.h>
 
@@ -572,6 +574,64 @@ TEST(Q4Isa, MatchScalarSpecialBlocks)
             }
             if (!finite) {
                 ASSERT_EQ(scale_bits_of(q, b), 0x7fc0) << loom_dtype_name(dt) << " block " << b;
+            }
+        }
+    }
+}
+
+/* Fills the stack below the caller with one bits, so that a byte a codec
+ * frame reads without having written it holds ones, not the zeros a fresh
+ * stack happens to hold. Not inlined: its frame must lie where the codec's
+ * frames will. */
+__attribute__((noinline)) void paint_stack()
+{
+    unsigned char junk[64 << 10];
+    std::memset(junk, 0xff, sizeof(junk));
+    __asm__ volatile("" : : "r"(junk) : "memory");
+}
+
+/* The cut-off group that ends its tile (Echo's last chunk of 100003 values
+ * on 6 ranks: 7843 values), encoded over a painted stack: the scalar code's
+ * bytes, and nothing written past loom_q4_bytes(n). The group's flags of
+ * non-finite blocks once came back with stack bytes above their 16 bits, and
+ * clearing those "blocks'" codes zeroed the tile's scales and the 128 bytes
+ * after the tile. */
+TEST(Q4Isa, CutOffGroupOverStackGarbage)
+{
+    std::vector<loom_kernels_isa_t> isas = vector_isas();
+    if (isas.empty())
+        GTEST_SKIP() << "no vector instruction set on this machine";
+    const unsigned seed = 23;
+    std::mt19937 rng(seed);
+    const size_t guard = 256;
+    for (size_t n : {1900ul, 3948ul, 7843ul}) {
+        for (loomDataType_t dt : q4_types) {
+            Values x(dt, n);
+            fill_varied(x, rng, -4, 4);
+            const size_t nbytes = loom_q4_bytes(n);
+            std::vector<uint8_t> qs(nbytes);
+            std::vector<float> es(n);
+            for (int with_e : {0, 1}) {
+                loom_q4_encode_isa(LOOM_KERNELS_SCALAR, x.data(), dt, nullptr,
+                                   with_e ? es.data() : nullptr, n, qs.data());
+                for (loom_kernels_isa_t isa : isas) {
+                    std::vector<uint8_t> qv(nbytes + guard, 0xa5);
+                    std::vector<float> ev(n);
+                    paint_stack();
+                    loom_q4_encode_isa(isa, x.data(), dt, nullptr, with_e ? ev.data() : nullptr, n,
+                                       qv.data());
+                    const std::string what = std::string(loom_kernels_isa_name(isa)) + " " +
+                                             loom_dtype_name(dt) + " n " + std::to_string(n) +
+                                             (with_e ? " with residuals" : "") + ", seed " +
+                                             std::to_string(seed);
+                    EXPECT_EQ(first_diff(qs.data(), qv.data(), nbytes), -1) << what;
+                    const std::vector<uint8_t> untouched(guard, 0xa5);
+                    EXPECT_EQ(first_diff(untouched.data(), qv.data() + nbytes, guard), -1)
+                        << what << ": written past the end";
+                    if (with_e) {
+                        EXPECT_EQ(first_diff(es.data(), ev.data(), n * 4), -1) << what;
+                    }
+                }
             }
         }
     }
