@@ -161,7 +161,6 @@ static void cost_constants(void)
  * assumed to work for every rank (the arena checks it at creation). */
 static void shm_machine_here(loom_shm_machine_t *m)
 {
-    memset(m, 0, sizeof(*m));
     loom_topo_host_t here;
     loom_topo_detect_caches(&here, NULL);
     loom_shm_set_detected_caches(here.l1d_kb, here.l2_kb, here.l3_kb);
@@ -173,14 +172,10 @@ static void shm_machine_here(loom_shm_machine_t *m)
             loom_shm_set_file_caches(t.hosts[0].l1d_kb, t.hosts[0].l2_kb, t.hosts[0].l3_kb);
         loom_topo_free(&t);
     }
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    m->cpus = cpus > 0 ? (int)cpus : 0;
-    m->page = (size_t)getpagesize();
-    loom_shm_caches(&m->l1d, &m->l2, &m->l3);
-    m->half = (size_t)loom_param_SHM_COLL_BYTES() / 2;
     const long cma = loom_param_SHM_COLL_CMA();
-    m->single_copy = cma < 0 ? 0 : cma > 2 ? 2 : (int)cma;
-    m->kernel_fast = m->single_copy == 1 && loom_arena_kernel_copy_fast();
+    const int single_copy = cma < 0 ? 0 : cma > 2 ? 2 : (int)cma;
+    loom_shm_machine_fill(m, (size_t)loom_param_SHM_COLL_BYTES() / 2, single_copy,
+                          single_copy == 1 && loom_arena_kernel_copy_fast());
 }
 
 /* A shm cell of the decision table: the variant the plan chooses. */

@@ -58,6 +58,9 @@ loomResult_t loom_barrier_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
  * arena's ranks agreed at creation (the same on every rank); loom_coll_ctx_init
  * keeps it in ctx->shm. */
 void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m);
+/* m for this process's CPUs, page and caches (loom_shm_caches) and the given arena facts;
+ * loom_info fills one for an arena it assumes. */
+void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, int kernel_fast);
 /* loom_shm_plan for this call on ctx's communicator (the same answer on
  * every rank for matching calls). */
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p);

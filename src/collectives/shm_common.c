@@ -30,19 +30,23 @@
 #include "shm_coll.h"
 #include "timer.h"
 
-void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
+void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, int kernel_fast)
 {
     memset(m, 0, sizeof(*m));
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     m->cpus = cpus > 0 ? (int)cpus : 0;
     m->page = (size_t)getpagesize();
     loom_shm_caches(&m->l1d, &m->l2, &m->l3);
+    m->half = half;
+    m->single_copy = single_copy;
+    m->kernel_fast = kernel_fast;
+}
+
+void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
+{
     const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    if (ar != NULL) {
-        m->half = loom_arena_half_bytes(ar);
-        m->single_copy = loom_arena_single_copy(ar);
-        m->kernel_fast = loom_arena_copy_fast(ar);
-    }
+    loom_shm_machine_fill(m, ar ? loom_arena_half_bytes(ar) : 0,
+                          ar ? loom_arena_single_copy(ar) : 0, ar ? loom_arena_copy_fast(ar) : 0);
 }
 
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p)

@@ -76,7 +76,7 @@ static size_t block_bytes(const loom_shm_machine_t *m, const loom_shm_overrides_
     return b;
 }
 
-static void plan_stores(loom_coll_kind_t kind, int n, int crowded, const loom_shm_machine_t *m,
+static void plan_stores(loom_coll_kind_t kind, int n, const loom_shm_machine_t *m,
                         const loom_shm_overrides_t *o, loom_shm_plan_t *p)
 {
     if (o->nt_stores != 0) {
@@ -84,21 +84,15 @@ static void plan_stores(loom_coll_kind_t kind, int n, int crowded, const loom_sh
         p->store_reason = o->nt_stores > 0 ? "LOOM_SHM_NT_STORES=1" : "LOOM_SHM_NT_STORES=-1";
         return;
     }
+    /* A Broadcast's copy in is the one write its readers wait for: where it would not stay in
+     * the root's cache, streaming it spares the root reading each line first. */
     const size_t t = loom_shm_nt_threshold(m, n);
     p->nt_out_min = t;
-    p->nt_in_min = SHM_NEVER;
-    p->store_reason = "recvbuff streams past twice the L2 or the L3 share";
-    if (kind != LOOM_COLL_BCAST)
-        return;
-    /* A Broadcast's copy in is the one write its readers wait for: where it would not stay in
-     * the root's cache, streaming it spares the root reading each line first. With more ranks
-     * than CPUs its readers run after the root left the core, so its lines are gone by then
-     * from an eighth of the L2 on. */
-    p->nt_in_min = crowded ? l2_of(m) / 8 : t;
-    p->store_reason = crowded ? "recvbuff as above; the root's copy in streams from L2/8 "
-                                "(more ranks than CPUs)"
-                              : "recvbuff and the root's copy in stream past twice the L2 or the "
-                                "L3 share";
+    p->nt_in_min = kind == LOOM_COLL_BCAST ? t : SHM_NEVER;
+    p->store_reason =
+        kind == LOOM_COLL_BCAST
+            ? "recvbuff and the root's copy in stream past twice the L2 or the L3 share"
+            : "recvbuff streams past twice the L2 or the L3 share";
 }
 
 /* Single copy replaces two user copies by one kernel copy, from a page on (below it the
@@ -170,8 +164,7 @@ void loom_shm_plan(loom_coll_kind_t kind, size_t bytes, int n, const loom_shm_ma
         p->store_reason = "plain stores into cells";
         return;
     }
-    const int crowded = m->cpus > 0 && n > m->cpus;
-    plan_stores(kind, n, crowded, m, o, p);
+    plan_stores(kind, n, m, o, p);
     /* Flat has every rank (the root) reduce all n copies for one flag less than cico. */
     const size_t work = (size_t)n * bytes;
     if (kind == LOOM_COLL_ALLREDUCE && bytes <= m->half && work <= l1d_of(m)) {

@@ -81,10 +81,11 @@ TEST(ShmPlan, StreamingThresholdFollowsTheCaches)
     EXPECT_EQ(loom_shm_nt_threshold(&tight, 16), 256 * K);
     EXPECT_EQ(Plan(LOOM_COLL_ALLREDUCE, 64 * M, 2, large).nt_out_min, 4 * M);
     EXPECT_EQ(Plan(LOOM_COLL_ALLREDUCE, 64 * M, 8, small).nt_out_min, 1 * M);
-    // Only a Broadcast root streams its copy in; with more ranks than CPUs from L2/8.
+    // Only a Broadcast root streams its copy in, from the same threshold with more ranks than
+    // CPUs too.
     EXPECT_EQ(Plan(LOOM_COLL_ALLGATHER, 64 * M, 2, large).nt_in_min, SHM_NEVER);
     EXPECT_EQ(Plan(LOOM_COLL_BCAST, 64 * M, 2, large).nt_in_min, 4 * M);
-    EXPECT_EQ(Plan(LOOM_COLL_BCAST, 64 * M, 4, large).nt_in_min, 256 * K);
+    EXPECT_EQ(Plan(LOOM_COLL_BCAST, 64 * M, 4, large).nt_in_min, 4 * M);
     EXPECT_EQ(Plan(LOOM_COLL_BCAST, 64 * M, 8, small).nt_in_min, 1 * M); // 8 <= 16 CPUs
 }
 
