@@ -252,9 +252,9 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt)
     }
     /* A destination less than 1 KiB past the source modulo 4 KiB, which includes a
      * page-aligned buffer against a page-aligned arena half: a forward copy's loads
-     * can alias its own recent stores there (4 KiB aliasing), and with glibc's rep
-     * movsb on a Zen 4 whole benchmark runs were 7x slower (2 ranks, 1 MiB AllToAll:
-     * 300-350 us against 45 in 7 of 40 runs; none in 26 runs with this loop). */
+     * can alias its own recent stores there (4 KiB aliasing, an address property of
+     * x86 load/store disambiguation), so this copies backwards (docs/shm-collectives.md,
+     * "Copy direction", has the runs it slowed). */
     if (bytes >= 4096 && (((uintptr_t)d - (uintptr_t)s) & 4095u) < 1024u) {
         const size_t body = bytes & ~(size_t)63u;
         memcpy(d + body, s + body, bytes - body);
