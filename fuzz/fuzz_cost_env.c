@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * fuzz_cost_env.c - libFuzzer harness for the LOOM_COST_<CLASS> constants
- * ("alpha_us,beta_ns,gamma_ns[,o_us]", src/collectives/cost_model.c), checked
- * against a parser of the harness's own: the text split at every comma, 3 or 4
- * fields, each one whole number that strtod reads to its end, finite and not
- * negative. Both must agree on every input and, where they accept, on every
- * constant (alpha and o in ns); the constants written back out with %a read
- * back the same; and the same text in LOOM_COST_TCP reaches
- * loom_link_cost_default, which takes it or keeps the built-in constants.
+ * ("alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]",
+ * src/collectives/cost_model.c), checked against a parser of the harness's own:
+ * the text split at every comma, 3 to 6 fields, each one whole number that strtod reads to its end,
+ * finite and not negative. Both must agree on every input and, where they accept, on every constant
+ * (alpha and o in ns; beta_one the fifth field, at most beta, else beta; cold the sixth, else
+ * kept); the constants written back out with %a read back the same; and the same text in
+ * LOOM_COST_TCP reaches loom_link_cost_default, which takes it or keeps the built-in constants.
  * Built by fuzz/run.sh with cost_model.c, param.c and debug.c.
  */
 #include <math.h>
@@ -22,15 +22,16 @@
 
 FUZZ_LOOM_LOG_OFF() /* the code under test WARNs every refusal */
 
-/* The reference: 0 and the fields in v[] (alpha, beta, gamma, o; o NAN if absent), or -1. */
-static int ref_parse(const char *text, double v[4])
+/* The reference: 0 and the fields in v[] (alpha, beta, gamma, o, beta_one, cold; NAN
+ * where absent), or -1. */
+static int ref_parse(const char *text, double v[6])
 {
     int fields = 0;
     const char *s = text;
     for (;;) {
         const char *comma = strchr(s, ',');
         const size_t len = comma ? (size_t)(comma - s) : strlen(s);
-        if (fields == 4 || len == 0 || len > 200)
+        if (fields == 6 || len == 0 || len > 200)
             return -1;
         char field[201];
         memcpy(field, s, len);
@@ -46,8 +47,8 @@ static int ref_parse(const char *text, double v[4])
     }
     if (fields < 3)
         return -1;
-    if (fields == 3)
-        v[3] = NAN;
+    for (int k = fields; k < 6; k++)
+        v[k] = NAN;
     return 0;
 }
 
@@ -63,9 +64,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data, size);
     text[size] = '\0';
-    const loom_link_cost_t keep = {LOOM_LINK_TCP, 1.0, 2.0, 3.0, 4.0, {0}};
+    const loom_link_cost_t keep = {LOOM_LINK_TCP, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, {0}};
     loom_link_cost_t l = keep;
-    double v[4];
+    double v[6];
     const int got = loom_link_cost_parse(text, &l); /* a NUL in the input ends the text */
     REQUIRE(got == ref_parse(text, v));
     if (got != 0) {
@@ -73,12 +74,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         REQUIRE(same(l.alpha_ns, v[0] * 1000.0) && same(l.beta_ns, v[1]) && same(l.gamma_ns, v[2]));
         REQUIRE(isnan(v[3]) ? l.o_ns == keep.o_ns : same(l.o_ns, v[3] * 1000.0));
-        /* Written back out (the o given or not), read back the same. */
+        REQUIRE(same(l.beta_one_ns, isnan(v[4]) || v[4] > v[1] ? v[1] : v[4]));
+        REQUIRE(same(l.cold_ns, isnan(v[5]) ? 0.0 : v[5]));
+        /* Written back out (o and beta_one given or not), read back the same. */
         char again[256];
         if (isnan(v[3]))
             snprintf(again, sizeof(again), "%a,%a,%a", v[0], v[1], v[2]);
-        else
+        else if (isnan(v[4]))
             snprintf(again, sizeof(again), "%a,%a,%a,%a", v[0], v[1], v[2], v[3]);
+        else if (isnan(v[5]))
+            snprintf(again, sizeof(again), "%a,%a,%a,%a,%a", v[0], v[1], v[2], v[3], v[4]);
+        else
+            snprintf(again, sizeof(again), "%a,%a,%a,%a,%a,%a", v[0], v[1], v[2], v[3], v[4], v[5]);
         loom_link_cost_t back = keep;
         REQUIRE(loom_link_cost_parse(again, &back) == 0);
         REQUIRE(memcmp(&back, &l, sizeof(l)) == 0);
@@ -92,12 +99,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         expect.alpha_ns = l.alpha_ns;
         expect.beta_ns = l.beta_ns;
         expect.gamma_ns = l.gamma_ns;
+        expect.beta_one_ns = l.beta_one_ns;
         if (!isnan(v[3]))
             expect.o_ns = l.o_ns;
+        expect.cold_ns = l.cold_ns;
     }
     REQUIRE(env.cls == LOOM_LINK_TCP);
     REQUIRE(same(env.alpha_ns, expect.alpha_ns) && same(env.beta_ns, expect.beta_ns) &&
-            same(env.gamma_ns, expect.gamma_ns) && same(env.o_ns, expect.o_ns));
+            same(env.gamma_ns, expect.gamma_ns) && same(env.o_ns, expect.o_ns) &&
+            same(env.beta_one_ns, expect.beta_one_ns) && same(env.cold_ns, expect.cold_ns));
     unsetenv("LOOM_COST_TCP");
     free(text);
     return 0;

@@ -194,11 +194,11 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     size_t chunk = (size_t)loom_param_CHUNK_BYTES();
     if (chunk < 4096)
         chunk = 4096;
-    printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, gamma %.3f ns/B; %d "
-           "ranks on %d host(s) (ranks consecutive on each); chunk %zu bytes; %s; cells: "
-           "algorithm and predicted time (shm: the variant, not modelled)\n",
+    printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, one way %.3f ns/B, "
+           "gamma %.3f ns/B; %d ranks on %d host(s) (ranks consecutive on each); chunk %zu "
+           "bytes; %s; cells: algorithm and predicted time (shm: the variant, not modelled)\n",
            loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
-           link.gamma_ns, nranks, nhosts, chunk,
+           link.beta_one_ns, link.gamma_ns, nranks, nhosts, chunk,
            loom_param_DETERMINISTIC() ? "reductions in rank order (LOOM_DETERMINISTIC=1)"
                                       : "every reduction order (LOOM_DETERMINISTIC=0)");
     loom_shm_machine_t m;
@@ -226,7 +226,8 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
                              .ppn = ppn,
                              .contiguous = 1,
                              .rank_order = loom_param_DETERMINISTIC() != 0,
-                             .intra = g_cost[LOOM_LINK_SHM]};
+                             .intra = g_cost[LOOM_LINK_SHM],
+                             .cache_bytes = (double)m.l2};
     for (double bytes = 8;; bytes = bytes * 4 > gib && bytes < gib ? gib : bytes * 4) {
         char sz[32];
         size_text(bytes, sz, sizeof(sz));

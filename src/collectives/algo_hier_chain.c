@@ -215,8 +215,7 @@ loomResult_t loom_allreduce_hier_chain(loom_coll_ctx_t *ctx, const loom_coll_arg
     c.accsz = loom_acc_size(a->dt);
     const size_t chunk_ce = loom_chunk_elems(ctx, c.accsz);
     c.ce = chunk_ce;
-    loom_link_cost_t shared = ctx->link;
-    shared.beta_ns *= (double)h.L;
+    const loom_link_cost_t shared = loom_link_cost_shared(&ctx->link, (double)h.L);
     const size_t L = (size_t)h.L;
     size_t round = LOOM_HIER_ROUND_BYTES / c.es;
     if (round < L)

@@ -172,6 +172,7 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
         .ppn = ctx->group ? 0 : ctx->hosts.ppn,
         .contiguous = ctx->group ? 1 : ctx->hosts.contiguous,
         .rank_order = loom_param_DETERMINISTIC() != 0,
+        .cache_bytes = ctx->cache_bytes,
         .intra = ctx->intra};
     return c;
 }
@@ -185,16 +186,29 @@ const loom_algo_t *loom_algo_pick_flat(const loom_coll_ctx_t *ctx, const loom_co
                           NULL);
 }
 
+/* The call and its links as its size sees them (loom_link_cost_for_call): what every cost
+ * function is given. */
+static void size_call(const loom_cost_call_t *call, const loom_link_cost_t *link,
+                      loom_cost_call_t *sized, loom_link_cost_t *at)
+{
+    *sized = *call;
+    sized->intra = loom_link_cost_for_call(&call->intra, call);
+    *at = loom_link_cost_for_call(link, call);
+}
+
 const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kind_t kind,
                                   const loom_cost_call_t *call, const loom_link_cost_t *link,
                                   double *cost_p)
 {
     const loom_algo_t *best = NULL;
     double best_cost = LOOM_COST_NA;
+    loom_cost_call_t sized;
+    loom_link_cost_t at;
+    size_call(call, link, &sized, &at);
     for (int i = 0; i < n; i++) {
         if (table[i].kind != kind || (call->rank_order && !loom_algo_rank_order(&table[i], call)))
             continue;
-        double c = table[i].cost(call, link);
+        double c = table[i].cost(&sized, &at);
         if (!(c < best_cost))
             continue; /* not cheaper (or NaN): the earlier row stays */
         best = &table[i];
@@ -269,7 +283,10 @@ static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         algo = NULL;
     }
     if (algo != NULL) {
-        *predicted_p = algo->cost(call, &ctx->link);
+        loom_cost_call_t sized;
+        loom_link_cost_t at;
+        size_call(call, &ctx->link, &sized, &at);
+        *predicted_p = algo->cost(&sized, &at);
         return algo;
     }
     algo = loom_algo_pick(algos, NALGOS, a->kind, call, &ctx->link, predicted_p);

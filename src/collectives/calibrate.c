@@ -11,17 +11,24 @@
  * CAL_BIG_BYTES messages (beta: the extra median time per byte), so the
  * ring-coupled exchanges run at the pace of the slowest link; then CAL_MSGS
  * 8-byte messages at once to rank+1, rank+2, ... (o: the extra time per
- * message); gamma times a float32 sum over 256 KiB locally. Across hosts the
+ * message); then CAL_BIG_BYTES over every link of the ring one way, 8 bytes
+ * back (beta_one: a full-duplex link moves bytes one way as fast as both ways,
+ * a CPU that copies them, as loopback TCP and shared memory do, twice as fast);
+ * gamma times a float32 sum over 256 KiB locally; cold compares memcpy's rate
+ * in the L2 with its rate past it, once per process (loom_link_cost_for_call
+ * charges it to the bytes of calls whose buffers outgrow the L2). Across hosts the
  * same exchanges among the ranks of each host measure the links inside it.
  * The ranks' values differ, so they then agree: one AllReduce (direct, max,
- * float64) of the class, both sets of constants and the rates of the hosts'
- * interfaces and RDMA ports; every rank adopts the maximum, rounded to a
+ * float64) of the class, both sets of constants, the rates of the hosts'
+ * interfaces and RDMA ports and the smallest L2; every rank adopts the maximum
+ * (the L2: the minimum), the constants rounded to a
  * coarse grid (loom_cost_round), so every rank's model, hence every rank's
  * choice of algorithm, is the same (different choices would deadlock), and
  * reruns on one machine mostly get the same constants. The interface's rate
  * bounds a measured beta across hosts from below, the RDMA port's rate
  * replaces it (loom_link_cost_with_rate); LOOM_COST_<CLASS> wins over all.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +46,8 @@
 #define CAL_MAX_ITERS   10
 #define CAL_GAMMA_ELEMS (64u * 1024u)
 #define CAL_GAMMA_REPS  8
-#define CAL_MSGS        8   /* messages posted at once to measure o */
+#define CAL_MSGS        8 /* messages posted at once to measure o */
+#define CAL_COLD_REPS   3
 #define CAL_STEP        100 /* tag steps of the calibration messages */
 
 /* The slowest class of this rank's links: tcp for a peer reached by tcp,
@@ -90,27 +98,116 @@ static loomResult_t exchange(loom_coll_ctx_t *ctx, uint8_t *sbuf, uint8_t *rbuf,
     return loomSuccess;
 }
 
+/* iters rounds of one nbytes message over every link of the ring one way: in the first half
+ * every even rank sends to the next rank, in the second every odd one does, so each link
+ * rank -> rank+1 carries bytes one way in one of them (an odd count leaves the link from the
+ * last rank to rank 0 out). Each message is answered by an 8-byte one before the next, else
+ * the sender runs ahead into the socket's buffer and the receiver times only its copy out.
+ * *ns_p = the larger of the two halves' median round times on this rank, 0 if it idled in
+ * both. */
+static loomResult_t one_way(loom_coll_ctx_t *ctx, uint8_t *sbuf, uint8_t *rbuf, size_t nbytes,
+                            int iters, unsigned step, uint64_t *ns_p)
+{
+    const int n = ctx->nranks, me = ctx->rank;
+    const uint32_t tag = loom_tag_coll(ctx->seq, step);
+    *ns_p = 0;
+    for (int half = 0; half < 2; half++) {
+        const int sender = me % 2 == half;
+        const int peer = sender ? me + 1 : me - 1;
+        if (peer < 0 || peer >= n)
+            continue;
+        uint64_t t[CAL_MAX_ITERS];
+        for (int i = 0; i < iters; i++) {
+            uint64_t t0 = loom_now_ns();
+            loom_p2p_req_t r[2];
+            if (sender) {
+                LOOM_CHECK(loom_coll_irecv(ctx, peer, rbuf, CAL_SMALL_BYTES, tag, &r[0]));
+                LOOM_CHECK(loom_coll_isend(ctx, peer, sbuf, nbytes, tag, &r[1]));
+                LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, r, 2));
+            } else {
+                LOOM_CHECK(loom_coll_irecv(ctx, peer, rbuf, nbytes, tag, &r[0]));
+                LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, r, 1));
+                LOOM_CHECK(loom_coll_isend(ctx, peer, sbuf, CAL_SMALL_BYTES, tag, &r[1]));
+                LOOM_CHECK(loom_p2p_wait_all(ctx->p2p, &r[1], 1));
+            }
+            t[i] = loom_now_ns() - t0;
+        }
+        qsort(t, (size_t)iters, sizeof(t[0]), cmp_u64);
+        if (t[iters / 2] > *ns_p)
+            *ns_p = t[iters / 2];
+    }
+    return loomSuccess;
+}
+
+/* ns of memcpy per byte into buffers past the L2 less that into buffers within it: what a
+ * byte costs more once a call's buffers no longer fit (0: no difference seen). Measured once
+ * per process (the machine does not change), in about a millisecond: buffers of a quarter and
+ * of twice the L2, the best of a few copies of each. */
+static double measure_cold(void)
+{
+    static uint64_t cached = UINT64_MAX; /* the double's bits once measured */
+    uint64_t bits = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    double v;
+    if (bits != UINT64_MAX) {
+        memcpy(&v, &bits, sizeof(v));
+        return v;
+    }
+    size_t l1d, l2, l3;
+    loom_shm_caches(&l1d, &l2, &l3);
+    if (l2 == 0)
+        return 0.0; /* unknown: no cold cost, and nothing to remember */
+    const size_t hot = l2 / 4, cold = 2 * l2;
+    uint8_t *buf = malloc(2 * cold);
+    if (buf == NULL)
+        return 0.0;
+    memset(buf, 1, 2 * cold); /* faulted in before timing */
+    double per_byte[2];
+    const size_t sizes[2] = {hot, cold};
+    for (int k = 0; k < 2; k++) {
+        uint64_t best = UINT64_MAX;
+        for (int i = 0; i < CAL_COLD_REPS; i++) {
+            const uint64_t t0 = loom_now_ns();
+            memcpy(buf + cold, buf, sizes[k]);
+            __asm__ __volatile__("" : : "r"(buf) : "memory"); /* the copy is not dead */
+            const uint64_t t = loom_now_ns() - t0;
+            best = t < best ? t : best;
+        }
+        per_byte[k] = (double)best / (double)sizes[k];
+    }
+    free(buf);
+    v = fmax(per_byte[1] - per_byte[0], 0.0);
+    memcpy(&bits, &v, sizeof(bits));
+    __atomic_store_n(&cached, bits, __ATOMIC_RELEASE);
+    return v;
+}
+
+/* The best of CAL_GAMMA_REPS sums: one preemption of one rank must not make every rank's
+ * reductions look slow (the ranks agree on the maximum). */
 static double measure_gamma(uint8_t *acc, uint8_t *src)
 {
     memset(acc, 0, CAL_GAMMA_ELEMS * sizeof(float));
     memset(src, 0, CAL_GAMMA_ELEMS * sizeof(float));
-    uint64_t t0 = loom_now_ns();
-    for (int i = 0; i < CAL_GAMMA_REPS; i++)
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < CAL_GAMMA_REPS; i++) {
+        const uint64_t t0 = loom_now_ns();
         loom_reduce_acc(loomFloat32, loomSum, acc, src, CAL_GAMMA_ELEMS);
-    double ns = (double)(loom_now_ns() - t0);
-    return ns / ((double)CAL_GAMMA_REPS * CAL_GAMMA_ELEMS * sizeof(float));
+        const uint64_t t = loom_now_ns() - t0;
+        best = t < best ? t : best;
+    }
+    return (double)best / ((double)CAL_GAMMA_ELEMS * sizeof(float));
 }
 
-/* Measures alpha, beta, gamma, o (ns) of the links among ctx's ranks into v;
- * steps CAL_STEP + step0 .. + 3 of the running collective's tags. */
+/* Measures alpha, beta, gamma, o, beta_one (ns) of the links among ctx's
+ * ranks into v; steps CAL_STEP + step0 .. + 4 of the running collective's tags. */
 static loomResult_t measure(loom_coll_ctx_t *ctx, uint8_t *s, uint8_t *r, unsigned step0, double *v)
 {
-    uint64_t warm, one, many, big;
+    uint64_t warm, one, many, big, big_one;
     const unsigned st = CAL_STEP + step0;
     LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, 2, st, &warm));
     LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, 1, CAL_SMALL_ITERS, st + 1, &one));
     LOOM_CHECK(exchange(ctx, s, r, CAL_SMALL_BYTES, CAL_MSGS, CAL_SMALL_ITERS, st + 2, &many));
     LOOM_CHECK(exchange(ctx, s, r, CAL_BIG_BYTES, 1, CAL_BIG_ITERS, st + 3, &big));
+    LOOM_CHECK(one_way(ctx, s, r, CAL_BIG_BYTES, CAL_BIG_ITERS, st + 4, &big_one));
     /* one = alpha + 2 o (a send and a receive), many = alpha + 2 CAL_MSGS o,
      * big = one + CAL_BIG_BYTES beta. */
     double o = many > one ? (double)(many - one) / (2.0 * (CAL_MSGS - 1)) : 0.0;
@@ -123,6 +220,11 @@ static loomResult_t measure(loom_coll_ctx_t *ctx, uint8_t *s, uint8_t *r, unsign
     v[LOOM_COST_BETA] = beta;
     v[LOOM_COST_GAMMA] = measure_gamma(s, r);
     v[LOOM_COST_O] = o;
+    /* A rank that idled measured nothing (-1): the others' values stand. */
+    v[LOOM_COST_COLD] = measure_cold();
+    /* big_one = one (the bytes' way) + CAL_BIG_BYTES beta_one + one (the answer's way). */
+    v[LOOM_COST_BETA_ONE] =
+        big_one == 0 ? -1.0 : fmax(((double)big_one - 2.0 * (double)one) / CAL_BIG_BYTES, 1e-3);
     return loomSuccess;
 }
 
@@ -153,20 +255,22 @@ static void log_constants(int rank, const char *what, loom_link_class_t cls, con
     if (rank >= 0)
         snprintf(who, sizeof(who), "rank %d ", rank);
     LOOM_INFO(LOOM_LOG_COLL | (rank < 0 ? LOOM_LOG_INIT : 0),
-              "calibration %s: %sclass %s alpha %.17g ns beta %.17g ns/B gamma %.17g ns/B o "
-              "%.17g ns",
+              "calibration %s: %sclass %s alpha %.17g ns beta %.17g ns/B one way %.17g ns/B "
+              "gamma %.17g ns/B o %.17g ns cold %.17g ns/B",
               what, who, loom_link_class_name(cls), v[LOOM_COST_ALPHA], v[LOOM_COST_BETA],
-              v[LOOM_COST_GAMMA], v[LOOM_COST_O]);
+              v[LOOM_COST_BETA_ONE], v[LOOM_COST_GAMMA], v[LOOM_COST_O], v[LOOM_COST_COLD]);
 }
 
 /* The agreement vector: the class, the communicator's constants, the host's
- * (-1: none measured), the ns per byte of the interface and of the port. */
+ * (-1: none measured), the ns per byte of the interface and of the port, minus
+ * the L2's bytes (the maximum of which is the smallest L2). */
 enum {
     AG_CLASS,
     AG_LINK,
     AG_INTRA = AG_LINK + LOOM_COST_NCONST,
     AG_TCP = AG_INTRA + LOOM_COST_NCONST,
     AG_RDMA,
+    AG_CACHE,
     AG_NUM
 };
 
@@ -196,6 +300,9 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
 {
     const int measuring = loom_param_CALIBRATE() != 0;
     const int spans = ctx->hosts.nhosts > 1;
+    size_t l1d, l2, l3;
+    loom_shm_caches(&l1d, &l2, &l3);
+    ctx->cache_bytes = (double)l2; /* one host's ranks share the machine, so agree already */
     if (!measuring && !spans)
         return loomSuccess;
     double v[AG_NUM];
@@ -204,6 +311,7 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
     v[AG_CLASS] = (double)ctx->link.cls;
     v[AG_TCP] = spans && tcp_mbps > 0 ? 8000.0 / tcp_mbps : 0;
     v[AG_RDMA] = spans && rdma_mbps > 0 ? 8000.0 / rdma_mbps : 0;
+    v[AG_CACHE] = -ctx->cache_bytes;
     if (measuring) {
         uint8_t *parts[2];
         size_t sizes[2] = {CAL_BIG_BYTES, CAL_BIG_BYTES};
@@ -223,12 +331,13 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
             loom_coll_ctx_t part = host_part(ctx, group);
             loomResult_t res = loomSuccess;
             if (part.nranks > 0)
-                res = measure(&part, parts[0], parts[1], 4, &v[AG_INTRA]);
+                res = measure(&part, parts[0], parts[1], 5, &v[AG_INTRA]);
             free(group);
             LOOM_CHECK(res);
         }
     }
     LOOM_CHECK(agree_max(ctx, v, AG_NUM));
+    ctx->cache_bytes = -v[AG_CACHE];
     const loom_link_class_t cls = class_of(v[AG_CLASS]);
     if (measuring)
         log_constants(-1, "agreed", cls, &v[AG_LINK]);

@@ -131,6 +131,7 @@ typedef struct {
     int ring_depth;        /* ring segments in flight per step, equal on all ranks */
     loom_algo_memo_t memo[LOOM_COLL_NUM]; /* last choice per collective */
     loom_shm_machine_t shm;               /* with an arena: what its plan reads */
+    double cache_bytes; /* the L2 the cost model reads (loom_cost_call_t), equal on all ranks */
 } loom_coll_ctx_t;
 
 /* Point-to-point within the context's group (peer is a rank of the context). */

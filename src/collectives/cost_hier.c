@@ -32,8 +32,7 @@ static double inter(const loom_cost_call_t *c, const loom_link_cost_t *l, double
     sub.nhosts = 1;
     sub.ppn = 0;
     sub.ring_depth = loom_ring_depth(l->cls, c->nhosts);
-    loom_link_cost_t shared = *l;
-    shared.beta_ns *= (double)c->ppn;
+    const loom_link_cost_t shared = loom_link_cost_shared(l, (double)c->ppn);
     double best = LOOM_COST_NA;
     for (int i = 0; i < n; i++) {
         double t = fns[i](&sub, &shared);
@@ -83,8 +82,7 @@ double loom_cost_allreduce_hier_chain(const loom_cost_call_t *c, const loom_link
     const double L = c->ppn, H = c->nhosts, ar = c->acc_ratio;
     const double k = hier_rounds(c->nbytes), s = c->nbytes / k, out = s * (L - 1) / L;
     const double slice = s / L;
-    loom_link_cost_t shared = *l;
-    shared.beta_ns *= L;
+    const loom_link_cost_t shared = loom_link_cost_shared(l, L);
     const double m =
         (double)loom_chain_segments(&shared, slice * ar, 2 * c->nhosts - 1, c->chunk_bytes);
     const double hops = 2 * (H - 1) + m - 1, per_seg = slice * (H > 2 ? ar + 1 : ar) / m;
@@ -138,8 +136,7 @@ double loom_cost_alltoall_hier(const loom_cost_call_t *c, const loom_link_cost_t
     if (!usable(c) || c->nbytes > (double)LOOM_HIER_ROUND_BYTES)
         return LOOM_COST_NA;
     const double L = c->ppn, H = c->nhosts, s = c->nbytes;
-    loom_link_cost_t shared = *l;
-    shared.beta_ns *= L;
+    const loom_link_cost_t shared = loom_link_cost_shared(l, L);
     /* Two exchanges, each posted at once; every byte is regrouped twice. */
     return intra(c, s * (L - 1) / L, 2 * s, 2 * (L - 1)) +
            loom_cost_eval(&shared, 1, 2 * (H - 1), s * (H - 1) / H, s);

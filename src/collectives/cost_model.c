@@ -27,18 +27,19 @@
 #include "check.h"
 #include "param.h"
 
-/* Fallbacks, per class: alpha ns, beta ns/byte, gamma ns/byte, o ns. Every
+/* Fallbacks, per class: alpha ns, beta ns/byte, gamma ns/byte, o ns, beta_one ns/byte, cold
+ * ns/byte (none: only a measurement knows the memory's rate). Every
  * communicator measures its own at creation (calibrate.c); these serve only
  * where nothing is measured: LOOM_CALIBRATE=0, and a class the communicator
  * does not use (loom_info's tables). They are deliberately pessimistic
  * (alpha and o as costly as a scheduler hand-over with more ranks than
  * cores), so that an unmeasured model prefers algorithms with few steps. */
 static const loom_link_cost_t builtin[LOOM_LINK_NUM] = {
-    [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0, {0}},
+    [LOOM_LINK_SHM] = {LOOM_LINK_SHM, 120000.0, 0.5, 0.15, 7000.0, 0.5, 0.0, {0}},
     /* ucx starts from tcp's constants (the same scheduling costs per step and
      * message); loom_link_cost_at_rate puts the RDMA port's rate in beta. */
-    [LOOM_LINK_UCX] = {LOOM_LINK_UCX, 120000.0, 0.5, 0.15, 10000.0, {0}},
-    [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 120000.0, 0.5, 0.15, 10000.0, {0}},
+    [LOOM_LINK_UCX] = {LOOM_LINK_UCX, 120000.0, 0.5, 0.15, 10000.0, 0.5, 0.0, {0}},
+    [LOOM_LINK_TCP] = {LOOM_LINK_TCP, 120000.0, 0.5, 0.15, 10000.0, 0.5, 0.0, {0}},
 };
 
 static const char *const class_names[LOOM_LINK_NUM] = {"shm", "ucx", "tcp"};
@@ -68,10 +69,10 @@ int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p)
 {
     if (text == NULL)
         return -1;
-    double v[4];
+    double v[6];
     const char *s = text;
     int k = 0;
-    for (; k < 4; k++) {
+    for (; k < 6; k++) {
         char *end = NULL;
         v[k] = strtod(s, &end);
         if (end == s || !(v[k] >= 0.0) || isinf(v[k]))
@@ -81,13 +82,15 @@ int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p)
             break;
         s++;
     }
-    if (*s != '\0' || k < 2 || k > 3)
+    if (*s != '\0' || k < 2 || k > 5)
         return -1;
     l_p->alpha_ns = v[0] * 1000.0;
     l_p->beta_ns = v[1];
     l_p->gamma_ns = v[2];
-    if (k == 3)
+    if (k >= 3)
         l_p->o_ns = v[3] * 1000.0;
+    l_p->beta_one_ns = k >= 4 && !(v[4] > v[1]) ? v[4] : v[1]; /* one way never above both */
+    l_p->cold_ns = k == 5 ? v[5] : 0.0; /* rates alone: nothing costs more past the cache */
     return 0;
 }
 
@@ -121,18 +124,21 @@ static loom_link_cost_t apply_env(loom_link_cost_t l)
     loom_link_cost_t set = l;
     if (loom_link_cost_parse(text, &set) != 0) {
         if (!__atomic_exchange_n(&warned[l.cls], 1, __ATOMIC_RELAXED))
-            LOOM_WARN("LOOM_COST_%s=\"%s\" is not \"alpha_us,beta_ns,gamma_ns[,o_us]\" "
-                      "(non-negative numbers); ignored",
+            LOOM_WARN("LOOM_COST_%s=\"%s\" is not "
+                      "\"alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]\" (non-negative "
+                      "numbers); "
+                      "ignored",
                       env_names[l.cls], text);
         return l;
     }
     set.src[LOOM_COST_ALPHA] = set.src[LOOM_COST_BETA] = set.src[LOOM_COST_GAMMA] =
-        LOOM_COST_SRC_ENV;
+        set.src[LOOM_COST_BETA_ONE] = set.src[LOOM_COST_COLD] = LOOM_COST_SRC_ENV;
     int commas = 0; /* o is the fourth value, optional */
     for (const char *c = text; *c; c++)
         commas += *c == ',';
-    if (commas == 3)
+    if (commas >= 3)
         set.src[LOOM_COST_O] = LOOM_COST_SRC_ENV;
+
     return set;
 }
 
@@ -145,9 +151,14 @@ loom_link_cost_t loom_link_cost_with_rate(loom_link_cost_t l, double ns_per_byte
 {
     if (!(ns_per_byte > 0) || l.src[LOOM_COST_BETA] == LOOM_COST_SRC_ENV)
         return l;
+    /* An interface is full duplex: its rate bounds one way and both ways alike. */
     if (l.cls == LOOM_LINK_UCX || (l.cls == LOOM_LINK_TCP && ns_per_byte > l.beta_ns)) {
         l.beta_ns = ns_per_byte;
         l.src[LOOM_COST_BETA] = LOOM_COST_SRC_TOPOLOGY;
+    }
+    if (l.cls == LOOM_LINK_UCX || (l.cls == LOOM_LINK_TCP && ns_per_byte > l.beta_one_ns)) {
+        l.beta_one_ns = fmin(ns_per_byte, l.beta_ns);
+        l.src[LOOM_COST_BETA_ONE] = LOOM_COST_SRC_TOPOLOGY;
     }
     return l;
 }
@@ -167,12 +178,17 @@ double loom_cost_round(double v)
 loom_link_cost_t loom_link_cost_measured(loom_link_class_t cls, const double *v)
 {
     loom_link_cost_t l = loom_link_cost_builtin(cls);
-    double *field[LOOM_COST_NCONST] = {&l.alpha_ns, &l.beta_ns, &l.gamma_ns, &l.o_ns};
+    double *field[LOOM_COST_NCONST] = {&l.alpha_ns, &l.beta_ns,     &l.gamma_ns,
+                                       &l.o_ns,     &l.beta_one_ns, &l.cold_ns};
     for (int k = 0; k < LOOM_COST_NCONST; k++) {
         if (!(v[k] >= 0))
             continue;
         *field[k] = loom_cost_round(v[k]);
         l.src[k] = LOOM_COST_SRC_MEASURED;
+    }
+    if (!(v[LOOM_COST_BETA_ONE] >= 0) || l.beta_one_ns > l.beta_ns) {
+        l.beta_one_ns = l.beta_ns;
+        l.src[LOOM_COST_BETA_ONE] = l.src[LOOM_COST_BETA];
     }
     return apply_env(l);
 }
@@ -186,11 +202,35 @@ const char *loom_cost_src_name(loom_cost_src_t src)
 void loom_link_cost_describe(const loom_link_cost_t *l, char *buf, size_t len)
 {
     snprintf(buf, len,
-             "alpha %.3g us (%s), o %.3g us (%s), beta %.3g ns/B (%s), gamma %.3g ns/B (%s)",
+             "alpha %.3g us (%s), o %.3g us (%s), beta %.3g ns/B (%s), one way %.3g ns/B (%s), "
+             "gamma %.3g ns/B (%s), cold %.3g ns/B (%s)",
              l->alpha_ns / 1e3, loom_cost_src_name(l->src[LOOM_COST_ALPHA]), l->o_ns / 1e3,
              loom_cost_src_name(l->src[LOOM_COST_O]), l->beta_ns,
-             loom_cost_src_name(l->src[LOOM_COST_BETA]), l->gamma_ns,
-             loom_cost_src_name(l->src[LOOM_COST_GAMMA]));
+             loom_cost_src_name(l->src[LOOM_COST_BETA]), l->beta_one_ns,
+             loom_cost_src_name(l->src[LOOM_COST_BETA_ONE]), l->gamma_ns,
+             loom_cost_src_name(l->src[LOOM_COST_GAMMA]), l->cold_ns,
+             loom_cost_src_name(l->src[LOOM_COST_COLD]));
+}
+
+loom_link_cost_t loom_link_cost_for_call(const loom_link_cost_t *l, const loom_cost_call_t *c)
+{
+    loom_link_cost_t at = *l;
+    const double fits = c->cache_bytes / 2;
+    if (!(l->cold_ns > 0) || !(fits > 0) || !(c->nbytes > fits))
+        return at;
+    const double cold = l->cold_ns * (1.0 - fits / c->nbytes);
+    at.beta_ns += 2 * cold;
+    at.beta_one_ns += cold;
+    at.gamma_ns += cold;
+    return at;
+}
+
+loom_link_cost_t loom_link_cost_shared(const loom_link_cost_t *l, double flows)
+{
+    loom_link_cost_t shared = *l;
+    shared.beta_ns *= flows;
+    shared.beta_one_ns *= flows;
+    return shared;
 }
 
 double loom_link_message_ns(const loom_link_cost_t *l, double nbytes)
@@ -322,7 +362,8 @@ double loom_cost_allreduce_reduce_bcast(const loom_cost_call_t *c, const loom_li
         return 0.0;
     double n = c->nranks, S = c->nbytes;
     double r = rounds(S, (double)c->chunk_bytes);
-    return loom_cost_eval(l, r + 1, (n - 1) * (r + 1), 2 * (n - 1) * S, n * S * c->acc_ratio);
+    return loom_cost_eval_one_way(l, r + 1, (n - 1) * (r + 1), 0, 2 * (n - 1) * S,
+                                  n * S * c->acc_ratio);
 }
 
 // ---- AllGather ------------------------------------------------------------------
@@ -397,7 +438,7 @@ double loom_cost_bcast_binomial(const loom_cost_call_t *c, const loom_link_cost_
         return 0.0;
     double L = loom_ceil_log2(c->nranks), S = c->nbytes;
     double m = rounds(S, (double)c->chunk_bytes);
-    return loom_cost_eval(l, L + m - 1, L * m, L * S, 0.0);
+    return loom_cost_eval_one_way(l, L + m - 1, L * m, 0, L * S, 0.0);
 }
 
 /* van de Geijn: the root scatters n blocks, then a ring all-gather. */
@@ -408,7 +449,7 @@ double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_l
     double n = c->nranks, S = c->nbytes;
     double steps = 1 + (n - 1) * rounds(S / n, ring_depth(c) * (double)c->chunk_bytes);
     double msgs = (n - 1) * (1 + 2 * rounds(S / n, (double)c->chunk_bytes));
-    return loom_cost_eval(l, steps, msgs, 2 * (n - 1) / n * S, 0.0);
+    return loom_cost_eval_one_way(l, steps, msgs, (n - 1) / n * S, (n - 1) / n * S, 0.0);
 }
 
 double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
@@ -416,7 +457,7 @@ double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t 
     if (c->nranks <= 1)
         return 0.0;
     double n = c->nranks, S = c->nbytes;
-    return loom_cost_eval(l, 1, n - 1, (n - 1) * S, 0.0);
+    return loom_cost_eval_one_way(l, 1, n - 1, 0, (n - 1) * S, 0.0);
 }
 
 // ---- Reduce ---------------------------------------------------------------------
@@ -429,7 +470,7 @@ double loom_cost_reduce_binomial(const loom_cost_call_t *c, const loom_link_cost
         return 0.0;
     double L = loom_ceil_log2(c->nranks), S = c->nbytes, ar = c->acc_ratio;
     double m = rounds(S, (double)c->chunk_bytes);
-    return loom_cost_eval(l, L + m - 1, L * m, L * S * ar, (L + 1) * S * ar);
+    return loom_cost_eval_one_way(l, L + m - 1, L * m, 0, L * S * ar, (L + 1) * S * ar);
 }
 
 double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
@@ -438,7 +479,7 @@ double loom_cost_reduce_direct(const loom_cost_call_t *c, const loom_link_cost_t
         return 0.0;
     double n = c->nranks, S = c->nbytes;
     double m = rounds(S, (double)c->chunk_bytes);
-    return loom_cost_eval(l, m, (n - 1) * m, (n - 1) * S, n * S * c->acc_ratio);
+    return loom_cost_eval_one_way(l, m, (n - 1) * m, 0, (n - 1) * S, n * S * c->acc_ratio);
 }
 
 size_t loom_chain_segments(const loom_link_cost_t *l, double acc_bytes, int nranks, size_t chunk)

@@ -9,7 +9,8 @@
  * algo_select.c. Pure arithmetic: nothing here talks to peers (calibrate.c
  * does). Callers: algo_select.c, calibrate.c, tools/loom_info, unit tests.
  *
- * The model: T = steps * alpha + msgs * o + bytes * beta + reduced * gamma.
+ * The model: T = steps * alpha + msgs * o + bytes * beta + one_way * beta_one
+ * + reduced * gamma, where bytes go both ways at once and one_way bytes one way only.
  * Hockney's alpha is split in two, as LogP does: alpha is paid once per step
  * (a round whose messages depend on the previous round's), o once per message
  * it sends or receives. Thakur's single-ported counting is close to alpha = 0;
@@ -42,16 +43,32 @@ typedef enum {
 } loom_cost_src_t;
 
 /* The constants in the order of loom_link_cost_t.src. */
-enum { LOOM_COST_ALPHA, LOOM_COST_BETA, LOOM_COST_GAMMA, LOOM_COST_O, LOOM_COST_NCONST };
+enum {
+    LOOM_COST_ALPHA,
+    LOOM_COST_BETA,
+    LOOM_COST_GAMMA,
+    LOOM_COST_O,
+    LOOM_COST_BETA_ONE,
+    LOOM_COST_COLD,
+    LOOM_COST_NCONST
+};
 
 /* The model's constants for one link class. */
 typedef struct {
     loom_link_class_t cls;
     double alpha_ns; /* per step (a round of messages that waits for the previous one), ns */
-    double beta_ns;  /* per byte the busiest rank moves, ns */
+    double beta_ns;  /* per byte the busiest rank sends while it receives as many, ns */
     double gamma_ns; /* per byte it reduces or copies locally, ns */
     double o_ns;     /* per message it sends or receives, ns */
-    unsigned char src[LOOM_COST_NCONST]; /* loom_cost_src_t of alpha, beta, gamma, o */
+    /* Per byte a rank sends (or receives) while nothing comes the other way, ns: at most beta.
+     * A full-duplex link moves bytes each way at once for the price of one way (beta_one =
+     * beta); a link that is a CPU's copies, as loopback TCP and shared memory are, pays for
+     * both ways in turn (beta_one near beta / 2). */
+    double beta_one_ns;
+    /* What one copy costs more per byte once its buffers no longer fit the cache, ns: memory's
+     * rate against the L2's (loom_link_cost_for_call). 0: no such cost known. */
+    double cold_ns;
+    unsigned char src[LOOM_COST_NCONST]; /* loom_cost_src_t of alpha ... cold, in enum order */
 } loom_link_cost_t;
 
 /* One call as a cost function sees it. Every field is equal on every rank of
@@ -69,6 +86,7 @@ typedef struct {
     int contiguous;     /* every host's ranks are consecutive (or one host) */
     int rank_order;     /* only algorithms that add in rank order may run (LOOM_DETERMINISTIC) */
     loom_link_cost_t intra; /* the links inside a host (the hierarchical algorithms' costs) */
+    double cache_bytes;     /* the L2 of one core (loom_shm_caches); 0: unknown, no cold bytes */
 } loom_cost_call_t;
 
 /* Predicted time of one algorithm for one call, in nanoseconds; LOOM_COST_NA
@@ -84,11 +102,20 @@ static inline double loom_cost_eval(const loom_link_cost_t *l, double steps, dou
     return steps * l->alpha_ns + msgs * l->o_ns + bytes * l->beta_ns + reduced * l->gamma_ns;
 }
 
+/* As loom_cost_eval, for a call whose busiest rank also moves one_way bytes in one direction
+ * only (a root that sends what nobody sends back, in turn with `bytes` both ways). */
+static inline double loom_cost_eval_one_way(const loom_link_cost_t *l, double steps, double msgs,
+                                            double bytes, double one_way, double reduced)
+{
+    return loom_cost_eval(l, steps, msgs, bytes, reduced) + one_way * l->beta_one_ns;
+}
+
 const char *loom_link_class_name(loom_link_class_t cls);
 /* "shm", "ucx" or "tcp" (case-insensitive): 0 and *cls_p set; -1 otherwise. */
 int loom_link_class_parse(const char *name, loom_link_class_t *cls_p);
 /* The constants of cls before calibration: the built-in defaults, or
- * LOOM_COST_SHM / LOOM_COST_UCX / LOOM_COST_TCP ("alpha_us,beta_ns,gamma_ns[,o_us]")
+ * LOOM_COST_SHM / LOOM_COST_UCX / LOOM_COST_TCP
+ * ("alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]")
  * when set and valid (an invalid value is WARNed once and ignored). */
 loom_link_cost_t loom_link_cost_default(loom_link_class_t cls);
 /* 1 when LOOM_COST_<cls> sets the class's constants (the user's word then
@@ -111,22 +138,32 @@ loom_link_cost_t loom_link_cost_with_rate(loom_link_cost_t l, double ns_per_byte
  * mostly get the same constants, hence the same algorithms. */
 double loom_cost_round(double v);
 /* The constants of cls from an agreed measurement v[LOOM_COST_NCONST]
- * (alpha, beta, gamma, o in ns; a value < 0: not measured, the default
- * stands), each rounded (loom_cost_round), source MEASURED; where
- * LOOM_COST_<cls> is set, its constants win. */
+ * (alpha, beta, gamma, o, beta_one, cold in ns; a value < 0: not measured, the
+ * default stands), each rounded (loom_cost_round), source MEASURED; beta_one
+ * is at most beta (one way never costs more than both), and is beta where
+ * only beta was measured; where LOOM_COST_<cls> is set, its constants win. */
 loom_link_cost_t loom_link_cost_measured(loom_link_class_t cls, const double *v);
 /* "builtin", "measured", "topology" or "env". */
 const char *loom_cost_src_name(loom_cost_src_t src);
 /* Writes "alpha 1.2 us (measured), o ..., beta ..., gamma ..." into buf. */
 void loom_link_cost_describe(const loom_link_cost_t *l, char *buf, size_t len);
+/* l as a call of c->nbytes sees it: where a rank's send and receive buffers (about twice
+ * nbytes) outgrow the cache, the share of bytes beyond it costs cold_ns more per copy: a byte
+ * both ways is two copies on the rank's CPU, one way one, a reduced byte one. Smooth in the
+ * size, so the choice of algorithm stays monotone. */
+loom_link_cost_t loom_link_cost_for_call(const loom_link_cost_t *l, const loom_cost_call_t *c);
+/* l as each of `flows` flows that share it at once sees it: every byte takes `flows` times as
+ * long, both ways and one way. */
+loom_link_cost_t loom_link_cost_shared(const loom_link_cost_t *l, double flows);
 /* Predicted time of one message of nbytes on l: one step, a send and a
  * receive, the bytes. */
 double loom_link_message_ns(const loom_link_cost_t *l, double nbytes);
 /* The built-in defaults alone (tests, loom_info). */
 loom_link_cost_t loom_link_cost_builtin(loom_link_class_t cls);
-/* Parses "alpha_us,beta_ns,gamma_ns[,o_us]" (non-negative numbers) into *l_p,
- * keeping l_p->cls (and l_p->o_ns when o is not given). 0 on success, -1
- * (nothing written) otherwise. */
+/* Parses "alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]" (non-negative numbers)
+ * into *l_p, keeping l_p->cls (and l_p->o_ns when o is not given); beta_one is beta when not
+ * given (a link described by one rate is full duplex) and never above it; cold is 0 when not
+ * given (rates alone: no cost past the cache). 0 on success, -1 (nothing written) otherwise. */
 int loom_link_cost_parse(const char *text, loom_link_cost_t *l_p);
 
 /* Segments the ring algorithms keep in flight per step: 4, or 1 on a shm

@@ -37,6 +37,7 @@ loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o
     l.cls = LOOM_LINK_SHM;
     l.alpha_ns = alpha_ns;
     l.beta_ns = beta_ns;
+    l.beta_one_ns = beta_ns; // full duplex: the textbook model's one beta
     l.gamma_ns = gamma_ns;
     l.o_ns = o_ns;
     return l;
@@ -45,7 +46,8 @@ loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o
 loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
 {
     return {
-        n, bytes, acc_ratio, size_t{1} << 19, 4, 1, 0, 1, 0, loom_link_cost_builtin(LOOM_LINK_SHM)};
+        n,  bytes, acc_ratio, size_t{1} << 19, 4, 1, 0, 1, 0, loom_link_cost_builtin(LOOM_LINK_SHM),
+        0.0}; // no cache known: no cold bytes
 }
 
 // A call on hosts x ppn ranks.
@@ -263,12 +265,17 @@ TEST(CostModel, CrossoversMatchTheTextbook)
 // busiest rank sends and receives, the bytes it puts on the wire (its table's column) and the
 // accumulator bytes it combines or copies. Worked out by hand with a = 100 us, o = 5 us,
 // b = 0.5 ns/B, g = 0.25 ns/B and the default 512 KiB chunk.
+double CostOf(loom_algo_cost_fn_t fn, const loom_link_cost_t &l, int n, double bytes)
+{
+    const loom_cost_call_t c = Call(n, bytes);
+    return fn(&c, &l);
+}
+
 TEST(CostModel, CostsWorkedOutByHand)
 {
     const loom_link_cost_t l = Link(100000, 0.5, 0.25, 5000);
     const auto cost = [&l](loom_algo_cost_fn_t fn, int n, double bytes) {
-        const loom_cost_call_t c = Call(n, bytes);
-        return fn(&c, &l);
+        return CostOf(fn, l, n, bytes);
     };
     // AllGather direct, 4 ranks, 64 KiB gathered: one step; 3 blocks out and 3 in; (n-1)/n S =
     // 49152 bytes on the wire; its own 16 KiB block copied into place.
@@ -289,6 +296,65 @@ TEST(CostModel, CostsWorkedOutByHand)
     // AllToAll pairwise, 4 ranks, 4 KiB in all: one step; 3 blocks out and 3 in;
     // (n-1)/n S = 3072 bytes; its own 1 KiB block copied: 100000 + 30000 + 1536 + 256.
     EXPECT_DOUBLE_EQ(cost(loom_cost_alltoall_pairwise, 4, 4096), 131792.0);
+}
+
+// Past half the L2 a call's buffers no longer fit it: the share of bytes beyond costs cold_ns
+// more per copy (two copies for a byte both ways, one for a byte one way or reduced), growing
+// smoothly with the size; within it, or with no cache or cold cost known, nothing changes.
+TEST(CostModel, ColdBytesCostMoreSmoothly)
+{
+    loom_link_cost_t l = Link(100000, 0.5, 0.25, 5000);
+    l.beta_one_ns = 0.25;
+    l.cold_ns = 0.125;
+    loom_cost_call_t c = Call(2, 1 << 20);
+    c.cache_bytes = 2 << 20; // fits while nbytes <= 1 MiB
+    loom_link_cost_t at = loom_link_cost_for_call(&l, &c);
+    EXPECT_EQ(at.beta_ns, 0.5);
+    EXPECT_EQ(at.beta_one_ns, 0.25);
+    EXPECT_EQ(at.gamma_ns, 0.25);
+    c.nbytes = 4 << 20; // three quarters of the bytes beyond: 0.125 x 0.75 per copy
+    at = loom_link_cost_for_call(&l, &c);
+    EXPECT_DOUBLE_EQ(at.beta_ns, 0.5 + 2 * 0.09375);
+    EXPECT_DOUBLE_EQ(at.beta_one_ns, 0.25 + 0.09375);
+    EXPECT_DOUBLE_EQ(at.gamma_ns, 0.25 + 0.09375);
+    EXPECT_EQ(at.alpha_ns, l.alpha_ns);
+    EXPECT_EQ(at.o_ns, l.o_ns);
+    double prev = 0;
+    for (double bytes = 1 << 10; bytes <= (1u << 30); bytes *= 1.5) {
+        c.nbytes = bytes;
+        const double beta = loom_link_cost_for_call(&l, &c).beta_ns;
+        EXPECT_GE(beta, prev) << bytes;
+        EXPECT_LT(beta, 0.5 + 2 * 0.125) << bytes;
+        prev = beta;
+    }
+    c.cache_bytes = 0; // unknown cache
+    EXPECT_EQ(loom_link_cost_for_call(&l, &c).beta_ns, 0.5);
+    c.cache_bytes = 2 << 20;
+    l.cold_ns = 0; // memory as fast as the cache
+    EXPECT_EQ(loom_link_cost_for_call(&l, &c).beta_ns, 0.5);
+}
+
+// A link whose one-way bytes cost half (a CPU that copies both ways in turn, as loopback TCP
+// does): the algorithms whose busiest rank only sends (or only receives) pay beta_one, the
+// exchanges beta.
+TEST(CostModel, OneWayBytesPayBetaOne)
+{
+    loom_link_cost_t l = Link(100000, 0.5, 0.25, 5000);
+    l.beta_one_ns = 0.25;
+    const auto cost = [&l](loom_algo_cost_fn_t fn, int n, double bytes) {
+        return CostOf(fn, l, n, bytes);
+    };
+    // Broadcast direct, 4 ranks, 1 MiB: 100000 + 3 x 5000 + 3 x 1048576 x 0.25 = 901432 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_bcast_direct, 4, 1048576), 901432.0);
+    // Reduce direct, 2 ranks, 64 KiB (one chunk): one step, one message in; 65536 x 0.25 one
+    // way; the root reduces 2 x 64 KiB: 100000 + 5000 + 16384 + 32768 = 154152 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_reduce_direct, 2, 65536), 154152.0);
+    // Broadcast scatter + all-gather, 4 ranks, 64 KiB: the scatter's 48 KiB leave the root one
+    // way, the ring's 48 KiB go both ways: 1 + 3 steps, 3 x (1 + 2) messages;
+    // 4 x 100000 + 9 x 5000 + 49152 x 0.5 + 49152 x 0.25 = 481864 ns.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_bcast_scatter_allgather, 4, 65536), 481864.0);
+    // The exchanges do not change: AllGather direct as worked out above.
+    EXPECT_DOUBLE_EQ(cost(loom_cost_allgather_direct, 4, 65536), 158672.0);
 }
 
 TEST(CostModel, SmallCallsLatencyLargeCallsBandwidth)
@@ -350,7 +416,7 @@ TEST(CostModel, HierarchyOnlyAcrossHostsOfEqualSize)
         // hierarchy, so the model picks it.
         for (double beta : {8.0, 4.0}) {
             loom_link_cost_t net = tcp;
-            net.beta_ns = beta;
+            net.beta_ns = net.beta_one_ns = beta;
             for (int hosts : {2, 3, 4})
                 for (int ppn : {2, 4})
                     EXPECT_EQ(PickName(kind, HostsCall(hosts, ppn, 64.0 * (1 << 20)), net), "hier")
@@ -442,11 +508,16 @@ TEST(CostModel, ParseConstants)
     EXPECT_EQ(l.alpha_ns, 12500.0);
     EXPECT_EQ(l.beta_ns, 0.75);
     EXPECT_EQ(l.gamma_ns, 0.25);
-    EXPECT_EQ(l.o_ns, 0.0); // kept: o not given
+    EXPECT_EQ(l.o_ns, 0.0);         // kept: o not given
+    EXPECT_EQ(l.beta_one_ns, 0.75); // not given: one way as both ways
     ASSERT_EQ(loom_link_cost_parse("1,2,3,4.5", &l), 0);
     EXPECT_EQ(l.o_ns, 4500.0);
-    for (const char *bad :
-         {"", "1,2", "1,2,3,4,5", "a,b,c", "-1,2,3", "1,,3", "1,2,3x", "inf,1,1", "1,2,3,"}) {
+    ASSERT_EQ(loom_link_cost_parse("1,2,3,4.5,1.5", &l), 0);
+    EXPECT_EQ(l.beta_one_ns, 1.5);
+    ASSERT_EQ(loom_link_cost_parse("1,2,3,4.5,1.5,0.25", &l), 0);
+    EXPECT_EQ(l.cold_ns, 0.25);
+    for (const char *bad : {"", "1,2", "1,2,3,4,5,6,7", "a,b,c", "-1,2,3", "1,,3", "1,2,3x",
+                            "inf,1,1", "1,2,3,", "1,2,3,4,"}) {
         loom_link_cost_t k = Link(1, 2, 3);
         EXPECT_EQ(loom_link_cost_parse(bad, &k), -1) << bad;
         EXPECT_EQ(k.alpha_ns, 1.0) << bad;
