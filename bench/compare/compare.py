@@ -351,6 +351,7 @@ def finish(a, cfg, doc, active, t_start):
     lines += report.ratio_matrix(rows, labels)
     lines.append("")
     lines += report.geomean_lines(rows)
+    lines += report.model_lines(rows)
     lines += report.limit_lines(rows, doc["limits"], a.net)
     for u in doc["unsupported"]:
         lines.append(f"# {labels.get(u['impl'], u['impl'])} {report.NAMES[u['coll']]} "

@@ -111,6 +111,19 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(m["algo"], "tree")
         self.assertAlmostEqual(m["measured_over_model"], 1.25)
 
+    def test_model_lines_count_rows_within_the_bound_from_64k(self):
+        def row(size, ratio):
+            return {"coll": "all_reduce", "nranks": 2, "size": size, "impls": {"loom": {}},
+                    "model": None if ratio is None else
+                    {"algo": "ring", "model_us": 1.0, "measured_over_model": ratio}}
+        rows = [row(8, 3.0), row(64 << 10, 1.25), row(1 << 20, 0.79), row(16 << 20, 1.1),
+                row(128 << 20, None)]
+        self.assertEqual(report.model_lines(rows), [
+            "cost model from 64 KiB: 2 of 3 predicted rows within 25 % (measured/predicted "
+            "0.79 AllReduce 2 ranks 1 MiB to 1.25 AllReduce 2 ranks 64 KiB); 1 row(s) without a "
+            "prediction"])
+        self.assertEqual(report.model_lines([row(8, 1.0)]), [])
+
     def test_ratio_matrix_names_the_best_peer_and_marks_losses(self):
         out = report.ratio_matrix(self.rows(), {"impi": "Intel MPI", "mpich": "MPICH"})
         self.assertEqual(out[2], "| AllReduce | 2 | **0.80** impi |")

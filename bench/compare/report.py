@@ -163,6 +163,35 @@ def geomean_lines(rows):
     return lines
 
 
+def row_name(r):
+    return f"{NAMES.get(r['coll'], r['coll'])} {r['nranks']} ranks {fmt_size(r['size'])}"
+
+
+MODEL_FROM_BYTES = 64 << 10  # the prediction's bound holds from here on
+MODEL_BOUND = 1.25  # within 25 % either way
+
+
+def model_lines(rows):
+    """How many of loom's predicted rows from 64 KiB on the cost model got within 25 %
+    (measured/predicted in [1/1.25, 1.25]), and the worst on each side. Rows without a
+    prediction (the shm family, which plans its variant itself) are counted apart."""
+    big = [r for r in rows if r["size"] >= MODEL_FROM_BYTES and "loom" in r["impls"]]
+    ratios = [(r["model"]["measured_over_model"], r) for r in big
+              if r.get("model") and r["model"].get("measured_over_model")]
+    if not big:
+        return []
+    inside = sum(1 / MODEL_BOUND <= v <= MODEL_BOUND for v, _ in ratios)
+    line = (f"cost model from {fmt_size(MODEL_FROM_BYTES)}: {inside} of {len(ratios)} predicted "
+            f"rows within 25 %")
+    if ratios:
+        lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
+        line += (f" (measured/predicted {lo[0]:.2f} {row_name(lo[1])} to {hi[0]:.2f} "
+                 f"{row_name(hi[1])})")
+    if len(big) > len(ratios):
+        line += f"; {len(big) - len(ratios)} row(s) without a prediction"
+    return [line]
+
+
 def limit_lines(rows, limits, net):
     """2-rank AllReduce from 16 MiB against the machine's limits of the same
     run. Shared memory: busbw against the memory bound, half the 2-thread
