@@ -13,6 +13,9 @@
  *   flag and one wait per call; every rank reduces n S bytes (cheap while S is
  *   small, and no second synchronisation). The half is reused two rounds
  *   later, once every peer posted a flag of a later call.
+ *   Reduce: the non-roots copy in pieces, posting after each, and return; the
+ *   root posts ARRIVE and reduces each piece of the halves with its own
+ *   sendbuff as it is posted.
  *
  * cico: rounds of E = H / n elements per owner (64-byte multiples). Round k,
  *   half h (alternating, so the copy-in of round k+1 never waits for round k's
@@ -127,17 +130,16 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
 
 // ---- flat ----------------------------------------------------------------------------
 
-/* Every rank copies its vector into its slot half and posts once; every rank
- * (AllReduce) or the root (Reduce, root >= 0) reduces all n halves. A reduce's
- * non-roots return at once. */
-static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int root)
+/* AllReduce: every rank copies its vector into its slot half and posts once, then reduces
+ * all n halves. */
+static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
     if (ar == NULL || bytes > loom_arena_half_bytes(ar)) /* does not fit a half */
-        return root < 0 ? loom_allreduce_shm_cico(ctx, a) : loom_reduce_shm_cico(ctx, a);
+        return loom_allreduce_shm_cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
     const unsigned h = loom_arena_next_half(ar);
@@ -146,8 +148,6 @@ static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
     /* Readers are done once they post anything of a later call. */
     loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
-    if (root >= 0 && c.me != root)
-        return loom_shm_end(&c);
     LOOM_CHECK(loom_arena_wait(ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
     LOOM_CHECK(loom_shm_check(&c, -1));
     uint8_t *acc, *tmp;
@@ -172,12 +172,89 @@ static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
 
 loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    return run_flat(ctx, a, -1);
+    return run_flat(ctx, a);
+}
+
+/* A flat Reduce in SHM_FLAT_PIECES pieces (of whole lines, at least SHM_FLAT_PIECE_MIN): each
+ * non-root copies piece k into its half and posts ARRIVE + k, so that the root, which reads
+ * its own part straight from sendbuff, reduces piece k while the others copy piece k + 1.
+ * Unpipelined, the root waited for the whole copy before its first read. A piece outweighs
+ * the flag's handover and the lines the two ranks then share by far: pieces of 16 KiB were no
+ * faster at 128-256 KiB and noisier, so pipelining starts at 128 KiB (2 ranks, 512 KiB: 2x).
+ * No override: every rank must cut the same pieces, which its descriptor does not carry. */
+#define SHM_FLAT_PIECES    8
+#define SHM_FLAT_PIECE_MIN (64u << 10)
+
+static size_t flat_piece_elems(size_t count, size_t es)
+{
+    size_t piece = (count * es + SHM_FLAT_PIECES - 1) / SHM_FLAT_PIECES;
+    piece = (piece + 63) & ~(size_t)63;
+    if (piece < SHM_FLAT_PIECE_MIN)
+        piece = SHM_FLAT_PIECE_MIN;
+    return piece / es ? piece / es : 1;
+}
+
+static loomResult_t run_flat_reduce(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    if (bytes == 0)
+        return loomSuccess;
+    if (ar == NULL || bytes > loom_arena_half_bytes(ar)) /* does not fit a half */
+        return loom_reduce_shm_cico(ctx, a);
+    shm_call_t c;
+    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
+    const unsigned h = loom_arena_next_half(ar);
+    const size_t pe = flat_piece_elems(a->count, c.es);
+    const size_t pieces = (a->count + pe - 1) / pe;
+    LOOM_CHECK(loom_arena_half_acquire(ar, h));
+    /* The root is done reading once it posts anything of a later call: it posts ARRIVE at once
+     * (so that a non-root that runs ahead two calls finds its half free without waiting for
+     * the root to finish, which costs a wake-up when it sleeps) and nothing more. */
+    loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
+    if (c.me != a->root) {
+        for (size_t k = 0; k < pieces; k++) {
+            const size_t off = k * pe * c.es;
+            const size_t len = (k + 1 == pieces ? a->count - k * pe : pe) * c.es;
+            loom_shm_copy(loom_arena_half(ar, c.me, h) + off, (const uint8_t *)a->sendbuff + off,
+                          len, 0);
+            loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE + k));
+        }
+        return loom_shm_end(&c);
+    }
+    loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    uint8_t *acc, *tmp;
+    LOOM_CHECK(loom_shm_scratch(&c, &acc, &tmp));
+    const void *srcs_small[16];
+    const void **srcs = c.n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c.n);
+    if (srcs == NULL) {
+        LOOM_WARN("rank %d: out of memory for %d sources", c.me, c.n);
+        return loomSystemError;
+    }
+    loomResult_t res = loomSuccess;
+    const size_t be = loom_shm_block_elems(&c);
+    for (size_t k = 0; k < pieces && res == loomSuccess; k++) {
+        res = loom_arena_wait(ar, -1, shm_flag(&c, SHM_STEP_ARRIVE + k));
+        if (res == loomSuccess && k == 0)
+            res = loom_shm_check(&c, -1);
+        const size_t end = k + 1 == pieces ? a->count : (k + 1) * pe;
+        for (size_t i = k * pe; i < end && res == loomSuccess; i += be) {
+            const size_t len = end - i < be ? end - i : be;
+            for (int r = 0; r < c.n; r++)
+                srcs[r] = r == c.me ? (const uint8_t *)a->sendbuff + i * c.es
+                                    : loom_arena_half(ar, r, h) + i * c.es;
+            loom_shm_reduce(&c, srcs, len, acc, (uint8_t *)a->recvbuff + i * c.es, NULL);
+        }
+    }
+    if (srcs != srcs_small)
+        free(srcs);
+    LOOM_CHECK(res);
+    return loom_shm_end(&c);
 }
 
 loomResult_t loom_reduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    return run_flat(ctx, a, a->root);
+    return run_flat_reduce(ctx, a);
 }
 
 // ---- copy in, copy out ---------------------------------------------------------------

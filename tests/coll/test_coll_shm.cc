@@ -550,6 +550,49 @@ TEST(ShmBackToBack, RanksWithDifferentCmaSettingsAgree)
         opts));
 }
 
+// ---- flat Reduce in pieces --------------------------------------------------------------------
+
+// A flat Reduce of 128 KiB or more goes in pieces that the root reduces as the others post them
+// (the default slot: halves of 512 KiB). Calls of 2, 4 and 8 pieces, the last one partial, in
+// place and not, roots first and last, back to back with no barrier (non-roots run ahead into
+// the next call's half): every result exact, and every one traced as shm_flat.
+void FlatReducePieces(int rank, int n, loomComm_t comm)
+{
+    const size_t counts[] = {32768, 50001, 131072, 100003};
+    int failures = 0, calls = 0;
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+            Case c{loomCollReduce,
+                   i == 3 ? loomBfloat16 : loomFloat32,
+                   i == 3 ? loomMax : loomSum,
+                   counts[i],
+                   (round + static_cast<int>(i)) % 2 == 1,
+                   (round + static_cast<int>(i)) % 2 == 0 ? 0 : n - 1,
+                   static_cast<uint64_t>(100 * round + i)};
+            loomtest::SetContext(c.Name());
+            const std::string f = RunCase(c, rank, n, comm);
+            calls++;
+            if (!f.empty() && failures++ < 10)
+                fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, c.Name().c_str(), f.c_str());
+        }
+    XT_CHECK_EQ(failures, 0);
+    int flat = 0;
+    for (const std::string &l : TraceLines(rank))
+        flat += l.find(" reduce seq ") != std::string::npos &&
+                l.find(" algo shm_flat ") != std::string::npos;
+    XT_CHECK_EQ(flat, calls);
+}
+
+TEST(ShmFlatReduce, PiecesArriveInOrderAndReduceExactly)
+{
+    for (int n : {2, 3}) {
+        loomtest::RunOptions opts =
+            Traced({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "1"}, {"LOOM_ALGO", "reduce:shm_flat"}});
+        opts.deadline_s = 90;
+        XT_ASSERT_RUN(loomtest::RunRanks(n, FlatReducePieces, opts));
+    }
+}
+
 // ---- tiny calls ------------------------------------------------------------------------------
 
 // 3000 calls whose data fits a cell, with no barrier: broadcast roots and reduce non-roots run
