@@ -130,58 +130,14 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
 
 // ---- flat ----------------------------------------------------------------------------
 
-/* AllReduce: every rank copies its vector into its slot half and posts once, then reduces
- * all n halves. */
-static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
-{
-    loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    if (bytes == 0)
-        return loomSuccess;
-    if (ar == NULL || bytes > loom_arena_half_bytes(ar)) /* does not fit a half */
-        return loom_allreduce_shm_cico(ctx, a);
-    shm_call_t c;
-    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
-    const unsigned h = loom_arena_next_half(ar);
-    LOOM_CHECK(loom_arena_half_acquire(ar, h));
-    loom_shm_copy(loom_arena_half(ar, c.me, h), a->sendbuff, bytes, 0);
-    loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
-    /* Readers are done once they post anything of a later call. */
-    loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
-    LOOM_CHECK(loom_arena_wait(ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
-    LOOM_CHECK(loom_shm_check(&c, -1));
-    uint8_t *acc, *tmp;
-    LOOM_CHECK(loom_shm_scratch(&c, &acc, &tmp));
-    const void *srcs_small[16];
-    const void **srcs = c.n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c.n);
-    if (srcs == NULL) {
-        LOOM_WARN("rank %d: out of memory for %d sources", c.me, c.n);
-        return loomSystemError;
-    }
-    const size_t be = loom_shm_block_elems(&c);
-    for (size_t i = 0; i < a->count; i += be) {
-        size_t len = a->count - i < be ? a->count - i : be;
-        for (int r = 0; r < c.n; r++)
-            srcs[r] = loom_arena_half(ar, r, h) + i * c.es;
-        loom_shm_reduce(&c, srcs, len, acc, (uint8_t *)a->recvbuff + i * c.es, NULL);
-    }
-    if (srcs != srcs_small)
-        free(srcs);
-    return loom_shm_end(&c);
-}
-
-loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
-{
-    return run_flat(ctx, a);
-}
-
-/* A flat Reduce in SHM_FLAT_PIECES pieces (of whole lines, at least SHM_FLAT_PIECE_MIN): each
- * non-root copies piece k into its half and posts ARRIVE + k, so that the root, which reads
- * its own part straight from sendbuff, reduces piece k while the others copy piece k + 1.
- * Unpipelined, the root waited for the whole copy before its first read. A piece outweighs
- * the flag's handover and the lines the two ranks then share by far: pieces of 16 KiB were no
- * faster at 128-256 KiB and noisier, so pipelining starts at 128 KiB (2 ranks, 512 KiB: 2x).
- * No override: every rank must cut the same pieces, which its descriptor does not carry. */
+/* A Reduce's pieces (AllReduce: one, the whole vector): SHM_FLAT_PIECES of whole lines, at
+ * least SHM_FLAT_PIECE_MIN. Each non-root copies piece k into its half and posts ARRIVE + k, so
+ * that the root, which reads its own part straight from sendbuff, reduces piece k while the
+ * others copy piece k + 1; unpipelined, the root waited for the whole copy before its first
+ * read. A piece outweighs the flag's handover and the lines the two ranks then share by far:
+ * pieces of 16 KiB were no faster at 128-256 KiB and noisier, so pipelining starts at 128 KiB
+ * (2 ranks, 512 KiB: 2x). No override: every rank must cut the same pieces, which its
+ * descriptor does not carry. */
 #define SHM_FLAT_PIECES    8
 #define SHM_FLAT_PIECE_MIN (64u << 10)
 
@@ -194,61 +150,102 @@ static size_t flat_piece_elems(size_t count, size_t es)
     return piece / es ? piece / es : 1;
 }
 
-static loomResult_t run_flat_reduce(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+/* Starts a flat call: 1 and c, h (its half, acquired), or 0 and *res: the call is done (no
+ * bytes) or ran as cico (it does not fit a half). */
+static int flat_begin(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t cico,
+                      shm_call_t *c, unsigned *h, loomResult_t *res)
 {
     loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
     const size_t bytes = a->count * loom_dtype_size(a->dt);
+    *res = loomSuccess;
     if (bytes == 0)
-        return loomSuccess;
-    if (ar == NULL || bytes > loom_arena_half_bytes(ar)) /* does not fit a half */
-        return loom_reduce_shm_cico(ctx, a);
-    shm_call_t c;
-    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_FLAT));
-    const unsigned h = loom_arena_next_half(ar);
-    const size_t pe = flat_piece_elems(a->count, c.es);
-    const size_t pieces = (a->count + pe - 1) / pe;
-    LOOM_CHECK(loom_arena_half_acquire(ar, h));
-    /* The root is done reading once it posts anything of a later call: it posts ARRIVE at once
-     * (so that a non-root that runs ahead two calls finds its half free without waiting for
-     * the root to finish, which costs a wake-up when it sleeps) and nothing more. */
-    loom_arena_half_release(ar, h, shm_flag(&c, SHM_STEP_ARRIVE + 1));
-    if (c.me != a->root) {
-        for (size_t k = 0; k < pieces; k++) {
-            const size_t off = k * pe * c.es;
-            const size_t len = (k + 1 == pieces ? a->count - k * pe : pe) * c.es;
-            loom_shm_copy(loom_arena_half(ar, c.me, h) + off, (const uint8_t *)a->sendbuff + off,
-                          len, 0);
-            loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE + k));
-        }
-        return loom_shm_end(&c);
+        return 0;
+    if (ar == NULL || bytes > loom_arena_half_bytes(ar)) { /* does not fit a half */
+        *res = cico(ctx, a);
+        return 0;
     }
-    loom_arena_post(ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    *res = loom_shm_begin(c, ctx, a, SHM_ALGO_FLAT);
+    if (*res != loomSuccess)
+        return 0;
+    *h = loom_arena_next_half(ar);
+    *res = loom_arena_half_acquire(ar, *h);
+    /* Readers are done once they post anything of a later call. */
+    loom_arena_half_release(ar, *h, shm_flag(c, SHM_STEP_ARRIVE + 1));
+    return *res == loomSuccess;
+}
+
+/* Reduces all n halves of h into recvbuff, piece k once every peer posted ARRIVE + k; this
+ * rank's own part from sendbuff where own_from_send (it copied nothing in). */
+static loomResult_t flat_reduce(shm_call_t *c, unsigned h, size_t pe, size_t pieces,
+                                int own_from_send)
+{
+    const loom_coll_args_t *a = c->a;
     uint8_t *acc, *tmp;
-    LOOM_CHECK(loom_shm_scratch(&c, &acc, &tmp));
+    LOOM_CHECK(loom_shm_scratch(c, &acc, &tmp));
     const void *srcs_small[16];
-    const void **srcs = c.n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c.n);
+    const void **srcs = c->n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c->n);
     if (srcs == NULL) {
-        LOOM_WARN("rank %d: out of memory for %d sources", c.me, c.n);
+        LOOM_WARN("rank %d: out of memory for %d sources", c->me, c->n);
         return loomSystemError;
     }
     loomResult_t res = loomSuccess;
-    const size_t be = loom_shm_block_elems(&c);
+    const size_t be = loom_shm_block_elems(c);
     for (size_t k = 0; k < pieces && res == loomSuccess; k++) {
-        res = loom_arena_wait(ar, -1, shm_flag(&c, SHM_STEP_ARRIVE + k));
+        res = loom_arena_wait(c->ar, -1, shm_flag(c, SHM_STEP_ARRIVE + k));
         if (res == loomSuccess && k == 0)
-            res = loom_shm_check(&c, -1);
+            res = loom_shm_check(c, -1);
         const size_t end = k + 1 == pieces ? a->count : (k + 1) * pe;
         for (size_t i = k * pe; i < end && res == loomSuccess; i += be) {
             const size_t len = end - i < be ? end - i : be;
-            for (int r = 0; r < c.n; r++)
-                srcs[r] = r == c.me ? (const uint8_t *)a->sendbuff + i * c.es
-                                    : loom_arena_half(ar, r, h) + i * c.es;
-            loom_shm_reduce(&c, srcs, len, acc, (uint8_t *)a->recvbuff + i * c.es, NULL);
+            for (int r = 0; r < c->n; r++)
+                srcs[r] = r == c->me && own_from_send ? (const uint8_t *)a->sendbuff + i * c->es
+                                                      : loom_arena_half(c->ar, r, h) + i * c->es;
+            loom_shm_reduce(c, srcs, len, acc, (uint8_t *)a->recvbuff + i * c->es, NULL);
         }
     }
     if (srcs != srcs_small)
         free(srcs);
     LOOM_CHECK(res);
+    return loom_shm_end(c);
+}
+
+/* AllReduce: every rank copies its vector into its slot half and posts once, then reduces
+ * all n halves. */
+loomResult_t loom_allreduce_shm_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    shm_call_t c;
+    unsigned h;
+    loomResult_t res;
+    if (!flat_begin(ctx, a, loom_allreduce_shm_cico, &c, &h, &res))
+        return res;
+    loom_shm_copy(loom_arena_half(c.ar, c.me, h), a->sendbuff, a->count * c.es, 0);
+    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+    return flat_reduce(&c, h, a->count, 1, 0);
+}
+
+/* Reduce: the non-roots copy piece by piece and leave; the root posts ARRIVE at once (so that
+ * a non-root that runs two calls ahead finds its half free without waiting for the root to
+ * finish, which costs a wake-up when it sleeps) and reduces the pieces as they come. */
+static loomResult_t run_flat_reduce(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    shm_call_t c;
+    unsigned h;
+    loomResult_t res;
+    if (!flat_begin(ctx, a, loom_reduce_shm_cico, &c, &h, &res))
+        return res;
+    const size_t pe = flat_piece_elems(a->count, c.es);
+    const size_t pieces = (a->count + pe - 1) / pe;
+    if (c.me == a->root) {
+        loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
+        return flat_reduce(&c, h, pe, pieces, 1);
+    }
+    for (size_t k = 0; k < pieces; k++) {
+        const size_t off = k * pe * c.es;
+        const size_t len = (k + 1 == pieces ? a->count - k * pe : pe) * c.es;
+        loom_shm_copy(loom_arena_half(c.ar, c.me, h) + off, (const uint8_t *)a->sendbuff + off, len,
+                      0);
+        loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE + k));
+    }
     return loom_shm_end(&c);
 }
 
