@@ -237,6 +237,8 @@ static loomResult_t generate(const loom_moe_gen_t *g, const uint8_t *text, size_
         res = loomSystemError;
         goto out;
     }
+    for (size_t t = 0; text && text_class && t < num_tokens; t++)
+        text_class[t] = loom_moe_text_class(t ? text[t - 1] : '\n', text[t]);
     loom_rng_t r = loom_rng_seed(g->seed ^ 0xe7037ed1a0b428dbULL);
     loom_rng_t rw = loom_rng_seed(g->seed ^ 0x8ebc6af09c88c6e3ULL);
     uint64_t stamp = 0;
@@ -247,8 +249,6 @@ static loomResult_t generate(const loom_moe_gen_t *g, const uint8_t *text, size_
             if (text) {
                 uint8_t cls = loom_moe_text_class(prev, text[t]);
                 cur[t] = text_group(&m, cls, prev_cls, prev);
-                if (text_class && l == 0)
-                    text_class[t] = cls;
                 prev = text[t];
                 prev_cls = cls;
             } else if (l > 0 && loom_rng_uniform(&r) < g->rho_layer) {
@@ -302,10 +302,7 @@ loomResult_t loom_moe_gen_text(const loom_moe_gen_t *g, const uint8_t *text, siz
         LOOM_WARN("routing generator: %zu tokens of text but no text", num_tokens);
         return loomInvalidArgument;
     }
-    /* With no layers the classes are still the caller's to have. */
-    static const uint8_t none = '\n';
-    return generate(g, text ? text : &none, num_tokens, num_layers, topk, weight, group,
-                    text_class);
+    return generate(g, text, num_tokens, num_layers, topk, weight, group, text_class);
 }
 
 loomResult_t loom_moe_gen_uniform(uint32_t num_experts, uint32_t top_k, size_t num_tokens,

@@ -293,6 +293,10 @@ TEST(MoeGen, TextGroupsFollowTheText)
     ASSERT_EQ(loom_moe_gen_text(&m, bytes, t, l, again.data(), nullptr, nullptr, nullptr),
               loomSuccess);
     EXPECT_EQ(topk, again);
+    std::vector<uint8_t> cls0(t, 0xff); // the classes need no layer
+    ASSERT_EQ(loom_moe_gen_text(&m, bytes, t, 0, nullptr, nullptr, nullptr, cls0.data()),
+              loomSuccess);
+    EXPECT_EQ(cls0, cls);
     for (uint32_t layer = 0; layer < l; layer++) {
         std::vector<uint32_t> eg(e);
         ASSERT_EQ(loom_moe_gen_groups(&m, layer, eg.data()), loomSuccess);
