@@ -3,8 +3,8 @@
  * moe_gen.c - synthetic routing (moe_gen.h) and the row counts of dedup dispatch. The planted
  * model follows the correlation-aware MoE design (docs/moe-trace.md, "Generators"):
  *   1. per layer, a hidden permutation cuts the experts into G groups of near-equal size, a
- *      second one orders them by popularity (r + 1)^-alpha, and a third maps the previous
- *      layer's groups onto this layer's (planted inter-layer affinity);
+ *      second one orders them by popularity (r + 1)^-alpha (times a factor for hot experts),
+ *      and a third maps the previous layer's groups onto this layer's (inter-layer affinity);
  *   2. a token keeps its previous group, mapped, with probability rho_layer, or else draws one
  *      with probability proportional to the group's popularity (text: a hash of its bytes);
  *   3. each of its k slots draws, without replacement and by popularity, from the group with
@@ -53,6 +53,15 @@ static loomResult_t gen_check(const loom_moe_gen_t *g)
         LOOM_WARN("routing generator: rho %g, rho_layer %g, mask %g must lie in [0, 1] and "
                   "zipf_alpha %g in [0, 8]",
                   g->rho, g->rho_layer, g->mask, g->zipf_alpha);
+        return loomInvalidArgument;
+    }
+    const double n_hot = g->hot_experts;
+    if (g->hot_experts > g->num_experts ||
+        (n_hot > 0 &&
+         !(g->hot_ratio == 1 || (g->hot_ratio > 1 && g->hot_ratio * n_hot < g->num_experts)))) {
+        LOOM_WARN("routing generator: %u hot experts of %u at ratio %g: need ratio 1, or ratio > 1 "
+                  "with ratio x hot experts < E",
+                  g->hot_experts, g->num_experts, g->hot_ratio);
         return loomInvalidArgument;
     }
     return loomSuccess;
@@ -126,6 +135,13 @@ static void model_build(model_t *m, const loom_moe_gen_t *g, uint32_t layer)
     }
     for (uint32_t i = 0; i < e; i++)
         m->pop[i] = g->zipf_alpha == 0 ? 1.0 : pow(m->pop[i] + 1.0, -g->zipf_alpha);
+    /* Hot experts: a weight h on n of E experts gives them h n / (h n + E - n) of single draws,
+     * which is ratio x n / E for h = ratio (E - n) / (E - ratio n). */
+    if (g->hot_experts > 0) {
+        const double n = g->hot_experts, h = g->hot_ratio * (e - n) / (e - g->hot_ratio * n);
+        for (uint32_t i = 0; i < g->hot_experts; i++)
+            m->pop[i] *= h;
+    }
     shuffle(m->sigma, ng, &r);
     shuffle(m->text_perm, ng, &r);
     double acc = 0;

@@ -4,7 +4,8 @@
  * dispatch is judged by (docs/moe-trace.md gives every formula). The generators are
  * deterministic for a seed on every machine (splitmix64, rng.h): uniform top-k; planted
  * partitions (E experts in G hidden groups, a token's experts drawn from its group with
- * probability rho per slot) with Zipf popularity, inter-layer affinity and masked selections;
+ * probability rho per slot) with Zipf popularity, inter-layer affinity, masked selections and
+ * a hot set of experts (one rank's, to skew the load);
  * and text-driven groups, where a token's group follows from the byte it stands for and the
  * byte before. Used by the MoE benchmark and the tests; pure functions of their arguments, no
  * communicator, thread-safe.
@@ -26,6 +27,8 @@ typedef struct loom_moe_gen {
     double zipf_alpha;    /* expert popularity (r + 1)^-alpha over a hidden order r; [0, 8] */
     double rho_layer;     /* per token and layer > 0: P(group = the previous layer's, mapped) */
     double mask;          /* per slot: P(the selection is -1), [0, 1] */
+    uint32_t hot_experts; /* skew: experts 0..hot_experts-1 (rank 0's under a contiguous */
+    double hot_ratio;     /*   placement) draw hot_ratio x their share at k = 1; 0 experts: off */
     uint64_t seed;
 } loom_moe_gen_t;
 

@@ -260,6 +260,37 @@ TEST(MoeGen, MaskAndZipfMatchTheirLaws)
     }
 }
 
+// k = 1, no groups: the hot experts draw ratio x n / E of the selections; with k > 1 less, as
+// no token takes one expert twice.
+TEST(MoeGen, HotExpertsTakeTheirRatio)
+{
+    const size_t t = 60000;
+    const uint32_t e = 64, n = 8;
+    for (double ratio : {3.0, 1.0, 7.5}) {
+        SCOPED_TRACE(ratio);
+        loom_moe_gen_t m = Model(e, 1, 1, 0.0, 23);
+        m.hot_experts = n;
+        m.hot_ratio = ratio;
+        std::vector<int32_t> topk(t);
+        ASSERT_EQ(loom_moe_gen_planted(&m, t, 1, topk.data(), nullptr, nullptr), loomSuccess);
+        double hot = double(std::count_if(topk.begin(), topk.end(),
+                                          [&](int32_t x) { return x < int32_t(n); })) /
+                     t;
+        const double p = ratio * n / e;
+        EXPECT_NEAR(hot, p, 4 * std::sqrt(p * (1 - p) / t));
+    }
+    loom_moe_gen_t m = Model(e, 2, 1, 0.0, 23);
+    m.hot_experts = n;
+    m.hot_ratio = 8; // 8 x 8 = E: all traffic on 8 experts cannot be asked for
+    int32_t topk[2];
+    EXPECT_EQ(loom_moe_gen_planted(&m, 1, 1, topk, nullptr, nullptr), loomInvalidArgument);
+    m.hot_ratio = 0.5;
+    EXPECT_EQ(loom_moe_gen_planted(&m, 1, 1, topk, nullptr, nullptr), loomInvalidArgument);
+    m.hot_experts = e + 1;
+    m.hot_ratio = 1;
+    EXPECT_EQ(loom_moe_gen_planted(&m, 1, 1, topk, nullptr, nullptr), loomInvalidArgument);
+}
+
 TEST(MoeGen, TextClasses)
 {
     EXPECT_EQ(loom_moe_text_class(' ', 'a'), 0);
