@@ -115,10 +115,10 @@ static loomResult_t header_check(const loom_moe_trace_header_t *h, const char *w
     return loomSuccess;
 }
 
-/* Checks a batch's values against header h; `what` and `at` (byte offset of its record) name it
- * in messages. Duplicates are found with a bitmap of E bits, set and cleared per row. */
+/* Checks a batch's values against header h; `where` names the batch in messages. Duplicates are
+ * found with a bitmap of E bits, set and cleared per row. */
 static loomResult_t batch_check(const loom_moe_trace_header_t *h, const loom_moe_trace_batch_t *b,
-                                const char *what, uint64_t at)
+                                const char *where)
 {
     static const uint32_t need[] = {LOOM_MOE_TRACE_WEIGHTS, LOOM_MOE_TRACE_TOKEN_IDS,
                                     LOOM_MOE_TRACE_TEXT_CLASS};
@@ -129,8 +129,7 @@ static loomResult_t batch_check(const loom_moe_trace_header_t *h, const loom_moe
     static const char *const names[] = {"weights", "token ids", "text classes"};
     for (int i = 0; i < 3; i++) {
         if ((h->flags & need[i]) && b->num_tokens > 0 && arrays[i] == NULL) {
-            LOOM_WARN("%s: record at byte %llu: the header promises %s but the batch has none",
-                      what, (unsigned long long)at, names[i]);
+            LOOM_WARN("%s: the header promises %s but the batch has none", where, names[i]);
             return loomInvalidArgument;
         }
     }
@@ -145,15 +144,13 @@ static loomResult_t batch_check(const loom_moe_trace_header_t *h, const loom_moe
             if (id == -1)
                 continue;
             if (id < -1 || (uint32_t)id >= e) {
-                LOOM_WARN("%s: record at byte %llu: token %u slot %u: expert id %d outside "
-                          "[0, %u) and not -1",
-                          what, (unsigned long long)at, t, j, (int)id, e);
+                LOOM_WARN("%s: token %u slot %u: expert id %d outside [0, %u) and not -1", where, t,
+                          j, (int)id, e);
                 res = loomInvalidArgument;
                 break;
             }
             if (seen[id / 64] >> (id % 64) & 1) {
-                LOOM_WARN("%s: record at byte %llu: token %u selects expert %d twice", what,
-                          (unsigned long long)at, t, (int)id);
+                LOOM_WARN("%s: token %u selects expert %d twice", where, t, (int)id);
                 res = loomInvalidArgument;
                 break;
             }
@@ -167,15 +164,15 @@ static loomResult_t batch_check(const loom_moe_trace_header_t *h, const loom_moe
         return res;
     for (uint64_t s = 0; weight && s < (uint64_t)b->num_tokens * k; s++) {
         if ((loom_f16_encode(weight[s]) & 0x7c00u) == 0x7c00u) {
-            LOOM_WARN("%s: record at byte %llu: weight %llu is %g, not finite in fp16", what,
-                      (unsigned long long)at, (unsigned long long)s, (double)weight[s]);
+            LOOM_WARN("%s: token %llu slot %u: weight %g is not finite in fp16", where,
+                      (unsigned long long)(s / k), (unsigned)(s % k), (double)weight[s]);
             return loomInvalidArgument;
         }
     }
     for (uint32_t t = 0; text_class && t < b->num_tokens; t++) {
         if (text_class[t] >= LOOM_MOE_TRACE_TEXT_CLASSES) {
-            LOOM_WARN("%s: record at byte %llu: token %u has text class %u, outside 0..%d", what,
-                      (unsigned long long)at, t, text_class[t], LOOM_MOE_TRACE_TEXT_CLASSES - 1);
+            LOOM_WARN("%s: token %u has text class %u, outside 0..%d", where, t, text_class[t],
+                      LOOM_MOE_TRACE_TEXT_CLASSES - 1);
             return loomInvalidArgument;
         }
     }
@@ -227,7 +224,9 @@ loomResult_t loom_moe_trace_batch_encode(const loom_moe_trace_header_t *h,
         LOOM_WARN("trace batch: %u tokens but no top-k ids", b->num_tokens);
         return loomInvalidArgument;
     }
-    res = batch_check(h, b, "trace batch", 0);
+    char where[64];
+    snprintf(where, sizeof(where), "trace batch of step %u, layer %u", b->step, b->layer);
+    res = batch_check(h, b, where);
     if (res != loomSuccess)
         return res;
     memcpy(out, record_magic, 4);
@@ -410,7 +409,9 @@ static loomResult_t decode_named(const uint8_t *p, size_t n, const char *what,
         res = record_decode(&tr->header, p + at, b);
         if (res != loomSuccess)
             break;
-        res = batch_check(&tr->header, b, what, at);
+        char where[384];
+        snprintf(where, sizeof(where), "%s: record at byte %zu", what, at);
+        res = batch_check(&tr->header, b, where);
         if (res != loomSuccess) {
             batch_release(b);
             break;
