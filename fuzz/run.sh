@@ -33,7 +33,7 @@ ROOT=$(dirname "$HERE")
 CLANG=${CLANG:-clang}
 
 # name and the library sources it links, relative to the repository root
-HARNESSES=(bootstrap_wire frame env_parsers topo_json topo_file cost_env q4)
+HARNESSES=(bootstrap_wire frame env_parsers topo_json topo_file cost_env q4 moe_trace)
 KERNELS="src/collectives/kernels.c src/collectives/kernels_scalar.c src/collectives/kernels_avx2.c
     src/collectives/kernels_avx512.c src/core/dtype.c src/core/debug.c src/core/param.c"
 declare -A SOURCES=(
@@ -44,11 +44,12 @@ declare -A SOURCES=(
     [topo_file]="src/topology/topo_file.c src/topology/json.c"
     [cost_env]="src/collectives/cost_model.c src/core/debug.c src/core/param.c"
     [q4]="src/quant/q4.c src/quant/q4_avx2.c src/quant/q4_avx512.c $KERNELS"
+    [moe_trace]="src/moe/moe_trace.c src/core/debug.c src/core/param.c"
 )
 # The longest input each harness is given (libFuzzer's -max_len), which keeps the corpus small;
 # q4 needs room for two tiles (1152 bytes of codes and scales per 2048 values).
 declare -A MAX_LEN=([bootstrap_wire]=256 [frame]=256 [env_parsers]=128 [topo_json]=512
-    [topo_file]=512 [cost_env]=96 [q4]=2400)
+    [topo_file]=512 [cost_env]=96 [q4]=2400 [moe_trace]=512)
 
 # True if $CLANG links a libFuzzer program with both sanitizers.
 clang_works() {
