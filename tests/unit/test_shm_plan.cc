@@ -130,6 +130,14 @@ TEST(ShmPlan, SingleCopyWhereOneKernelCopyBeatsTwo)
     EXPECT_EQ(Plan(LOOM_COLL_ALLGATHER, 64 * K, 4, large).variant, (uint32_t)SHM_ALGO_CICO);
     EXPECT_EQ(Plan(LOOM_COLL_ALLGATHER, 1 * M, 4, large).variant, (uint32_t)SHM_ALGO_CMA);
     EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 64 * K, 16, small).variant, (uint32_t)SHM_ALGO_CMA);
+    // An AllToAll, whose arena copies each byte twice, from where a rank receives its L1d, at
+    // every size past that (32 KiB on the chiplet part, 48 KiB on the VM).
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 32 * K, 4, large).variant, (uint32_t)SHM_ALGO_CICO);
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 64 * K, 4, large).variant, (uint32_t)SHM_ALGO_CMA);
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 16 * M, 4, large).variant, (uint32_t)SHM_ALGO_CMA);
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 32 * K, 32, small).variant, (uint32_t)SHM_ALGO_CICO);
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 40 * K, 32, small).variant, (uint32_t)SHM_ALGO_CMA);
+    EXPECT_EQ(Plan(LOOM_COLL_ALLTOALL, 1 * (K * M), 32, small).variant, (uint32_t)SHM_ALGO_CMA);
     // ... and a Broadcast then only below the streaming threshold, as the others.
     EXPECT_EQ(Plan(LOOM_COLL_BCAST, 2 * M, 4, large).variant, (uint32_t)SHM_ALGO_CMA);
     EXPECT_EQ(Plan(LOOM_COLL_BCAST, 16 * M, 4, large).variant, (uint32_t)SHM_ALGO_CICO);
