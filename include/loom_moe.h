@@ -84,7 +84,7 @@ typedef struct loomMoePlacementConfig_v1 {
     size_t size;             /* sizeof(loomMoePlacementConfig_t), set by the initializer */
     unsigned int magic;      /* LOOM_MOE_PLACEMENT_CONFIG_MAGIC */
     unsigned int version;    /* LOOM_VERSION_CODE of the headers the caller built with */
-    int nranks;              /* G >= 1 ranks; required. Rank r gets floor(E/G) experts, plus
+    int nranks;              /* G in 1..2^20 ranks; required. Rank r gets floor(E/G) experts, plus
                                 one for r < E mod G (so ranks >= E get none when G > E) */
     int ranks_per_host;      /* R: ranks h*R..h*R+R-1 form host h; experts are split across
                                 hosts first. UNDEF or 1 = one level. R must divide G */
@@ -114,7 +114,7 @@ typedef struct loomMoePlacementConfig_v1 {
  * of coselect[a*E+b] over a < b placed on different ranks. Untouched when an
  * error is returned.
  * Errors: InvalidArgument (E < 1, NULL coselect or expert_rank, a config not
- * made with the initializer, nranks < 1, ranks_per_host not dividing nranks,
+ * made with the initializer, nranks outside 1..2^20, ranks_per_host not dividing nranks,
  * negative passes or slack, a slack without load, coselect not symmetric or too
  * large), SystemError (out of memory). */
 LOOM_API loomResult_t loomMoePlacementCompute(const uint64_t *coselect, const uint64_t *load,

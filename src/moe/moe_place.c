@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap_wire.h"
 #include "check.h"
 #include "loom_moe.h"
 #include "moe.h"
@@ -270,10 +271,11 @@ static loomResult_t read_config(const loomMoePlacementConfig_t *cfg, opts_t *o)
         LOOM_WARN("loomMoePlacementConfig_t: nranks is not set (it has no default)");
         return loomInvalidArgument;
     }
-    if (o->nranks < 1 || o->ranks_per_host < 1 || o->nranks % o->ranks_per_host != 0) {
-        LOOM_WARN("placement on %d ranks with %d ranks per host: need nranks >= 1 and "
-                  "ranks_per_host dividing it",
-                  o->nranks, o->ranks_per_host);
+    if (o->nranks < 1 || o->nranks > LOOM_BOOTSTRAP_MAX_RANKS || o->ranks_per_host < 1 ||
+        o->nranks % o->ranks_per_host != 0) {
+        LOOM_WARN("placement on %d ranks with %d ranks per host: need nranks in 1..%d (what a "
+                  "communicator can hold) and ranks_per_host dividing it",
+                  o->nranks, o->ranks_per_host, LOOM_BOOTSTRAP_MAX_RANKS);
         return loomInvalidArgument;
     }
     if (o->slack_permille != undef && o->slack_permille < 0) {

@@ -466,6 +466,9 @@ TEST(MoePlace, BadInputIsRejectedWithAMessage)
     c.nranks = 0;
     expect_bad(&w, nullptr, 4, &c, true, "0 ranks");
     c = ok;
+    c.nranks = 1 << 30; // more ranks than a communicator can hold
+    expect_bad(&w, nullptr, 4, &c, true, "1073741824 ranks");
+    c = ok;
     c.nranks = LOOM_CONFIG_UNDEF_INT; // nranks has no default
     expect_bad(&w, nullptr, 4, &c, true, "nranks is not set");
     c = ok;
