@@ -218,6 +218,34 @@ TEST(MoePlace, EveryRankGetsItsExactShare)
     expect_shares(place(u64v(100, 0), 10, {3}), 10, 3);
 }
 
+TEST(MoePlace, AnyShapeAndOptionsGiveExactShares)
+{
+    // Random shapes, hosts, load rules and pass caps, including more ranks than experts,
+    // hosts without experts, and all-zero counts or loads.
+    std::mt19937_64 rng(23);
+    for (int trial = 0; trial < 300; trial++) {
+        const int E = 1 + draw(rng, 40), G = 1 + draw(rng, 12);
+        std::vector<int> divisors;
+        for (int r = 1; r <= G; r++)
+            if (G % r == 0)
+                divisors.push_back(r);
+        Opts o{G, divisors[draw(rng, (int)divisors.size())]};
+        o.max_passes = draw(rng, 3) == 0 ? draw(rng, 3) : LOOM_CONFIG_UNDEF_INT;
+        o.slack = draw(rng, 2) == 0 ? draw(rng, 300) : LOOM_CONFIG_UNDEF_INT;
+        const bool zero = draw(rng, 5) == 0;
+        u64v w((size_t)E * E, 0), load(E, 0);
+        for (int a = 0; a < E; a++) {
+            load[a] = zero ? 0 : rng() % 1000;
+            for (int b = a + 1; b < E; b++)
+                w[(size_t)a * E + b] = w[(size_t)b * E + a] = zero ? 0 : rng() % 100;
+        }
+        uint64_t cut = 0;
+        const i32v rank = place(w, E, o, &cut, &load);
+        expect_shares(rank, E, G);
+        EXPECT_EQ(cut, cut_of(w, E, rank)) << "trial " << trial;
+    }
+}
+
 TEST(MoePlace, DeterministicAndRelabellingInvariant)
 {
     const int E = 64, G = 8, k = 6;
