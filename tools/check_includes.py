@@ -5,7 +5,8 @@
 # core sees only core; transport sees core and transport; collectives see
 # core, collectives and the transport layer's p2p.h/transport.h/arena.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
-# collectives' kernels; echo sees those, quant and the transport layer;
+# collectives' kernels; echo sees those, quant and the transport layer; moe
+# (placement, pure functions) sees core;
 # topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;
@@ -24,11 +25,12 @@ ALLOWED = {
     "collectives": {"core", "collectives", "transport-api"},
     "quant": {"core", "collectives", "quant"},
     "echo": {"core", "transport-api", "collectives", "quant", "echo"},
+    "moe": {"core", "moe"},
     "topology": {"core", "topology"},
     "plugin": {"topology", "plugin"},
     "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "topology", "api"},
 }
-PUBLIC = ("loom.h", "loom_echo.h")
+PUBLIC = ("loom.h", "loom_echo.h", "loom_moe.h")
 
 
 def header_index():
