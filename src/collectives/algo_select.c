@@ -19,7 +19,7 @@
 #include "dtype.h"
 #include "kernels.h"
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 #include "timer.h"
 
 static const char *const coll_names[LOOM_COLL_NUM] = {

@@ -29,7 +29,7 @@
 #include "algo_util.h"
 #include "check.h"
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 #include "timer.h"
 
 #define CAL_SMALL_BYTES 8

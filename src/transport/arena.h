@@ -3,7 +3,7 @@
  * arena.h - the seam between the shared-memory collectives and the shm
  * transport: the memory and flag primitives of a communicator's arena
  * (implemented in shm/shm_arena*.c). The shm collectives
- * (src/collectives/shm_*.c) are its only users; everything else reaches
+ * (src/collectives/shm/) are its only users; everything else reaches
  * peers through p2p.h.
  *
  * The contract. When every rank of the communicator reaches every other
