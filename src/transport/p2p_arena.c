@@ -1,20 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * p2p_arena.c - where the shm collectives' arena (arena.h) meets the
- * point-to-point layer: the layer's arena, and the comparison of the calls
- * the arena's descriptors and cells show with this rank's call (set_call),
- * so that a difference fails every rank as a difference found in a message
- * does (p2p_stamp.c). The arena's memory, flags and waits are shm/'s.
+ * point-to-point layer: the comparison of the calls the arena's descriptors
+ * and cells show with this rank's call (set_call), so that a difference fails
+ * every rank as a difference found in a message does (p2p_stamp.c). The
+ * arena's memory, flags and waits are shm/'s.
  * Callers: the shm collectives, and the arena's waits (shm_arena_sync.c).
  */
 #include "check.h"
 #include "p2p_impl.h"
+#include "shm/shm_arena.h"
 #include "timer.h"
-
-loom_arena_t *loom_p2p_arena(loom_p2p_t *p)
-{
-    return p->broken ? NULL : p->arena;
-}
 
 /* An arena descriptor as a call of the shape of this rank's call of its
  * number, *m_p (the current or the previous one; the arena writes 0 where a

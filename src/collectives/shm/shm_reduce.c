@@ -132,7 +132,7 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
  * non-roots return at once. */
 static loomResult_t run_flat(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int root)
 {
-    loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    loom_arena_t *ar = loom_shm_arena(ctx);
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
@@ -263,7 +263,7 @@ static int in_place(const shm_call_t *c, int mode)
 
 static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
-    const size_t e = cico_elems(loom_p2p_arena(ctx->p2p), ctx->nranks, loom_dtype_size(a->dt));
+    const size_t e = cico_elems(loom_shm_arena(ctx), ctx->nranks, loom_dtype_size(a->dt));
     const size_t span =
         mode == OUT_OWNER ? a->count : (a->count + (size_t)ctx->nranks - 1) / (size_t)ctx->nranks;
     if (e == 0 || !shm_rounds_fit((span + e - 1) / e, 2))
@@ -386,7 +386,7 @@ static loomResult_t cma_rounds(plan_t *p, const loom_arena_desc_t *peers, uint8_
 
 static loomResult_t run_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     if (ar == NULL || !loom_arena_single_copy(ar))
         return run_cico(ctx, a, mode);
     const size_t e = loom_arena_half_bytes(ar) / loom_dtype_size(a->dt);
