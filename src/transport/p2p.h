@@ -129,6 +129,17 @@ typedef struct {
  * (static storage) name the kinds in messages. */
 void loom_p2p_set_call(loom_p2p_t *p2p, const char *what, uint64_t seq, const loom_p2p_call_t *call,
                        const char *const *kind_names, int nkinds);
+/* peer's call of number seq seen outside its messages (in memory the ranks
+ * share), compared with this rank's call of that number (the current or the
+ * previous one; none, or not a collective: nothing to compare) in the fields
+ * that call constrains (not the ones it leaves LOOM_P2P_CALL_ANY, and only
+ * the kind where the kinds differ). A difference fails as one found in a
+ * message does: InvalidUsage here, naming the field and both values, and on
+ * every rank through the notices. Success where they agree. */
+loomResult_t loom_p2p_call_seen(loom_p2p_t *p2p, int peer, uint64_t seq,
+                                const loom_p2p_call_t *theirs);
+/* The numbers of this rank's current and previous calls (set_call). */
+void loom_p2p_call_seqs(const loom_p2p_t *p2p, uint64_t *cur_p, uint64_t *prev_p);
 /* Name of the transport used to reach peer ("self" for the rank itself). */
 const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);
 int loom_p2p_rank(const loom_p2p_t *p2p);

@@ -3,9 +3,8 @@
  * p2p_impl.h - the point-to-point layer's private state, shared by its own
  * files only: p2p_setup.c (create, break, destroy), p2p.c (posting, messages
  * to self), p2p_wait.c (waits and how a failed one ends), p2p_notice.c (the
- * notices), p2p_stamp.c (call stamps), p2p_arena.c (the arena's calls) and
- * p2p_report.c (the messages and the timeout dump of a failure). Everyone
- * else uses p2p.h (and the shm collectives arena.h).
+ * notices), p2p_stamp.c (call stamps) and p2p_report.c (the messages and the
+ * timeout dump of a failure). Everyone else uses p2p.h.
  */
 #ifndef LOOM_TRANSPORT_P2P_IMPL_H
 #define LOOM_TRANSPORT_P2P_IMPL_H

@@ -3,7 +3,7 @@
  * shm_arena.h - the communicator-wide shared-memory arena of the shm
  * collectives: the state every arena operation shares (shm_arena.c creates,
  * maps, breaks and unmaps, shm_arena_sync.c waits, publishes and copies,
- * p2p_arena.c compares calls). Every operation, its life included, is
+ * shm_arena_calls.c compares calls). Every operation, its life included, is
  * declared in arena.h; this header is for the transport layer only.
  */
 #ifndef LOOM_SHM_ARENA_H
