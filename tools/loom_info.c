@@ -23,7 +23,7 @@
 #include "kernels.h"
 #include "loom.h"
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 #include "topo.h"
 #include "transport.h"
 

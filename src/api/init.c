@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * init.c - the start of a communicator's life: unique ids, creation
- * (bootstrap, peer identities, the point-to-point layer), its references and
- * the registry of live communicators (registry.h), which lets every entry
- * point reject a destroyed or foreign handle with InvalidArgument instead of
- * touching freed memory. Split, destroy and abort are in lifecycle.c.
+ * (bootstrap, peer identities, the point-to-point layer, then the collective
+ * context with the shm arena; a failure once the layer is up breaks it, so
+ * that every peer fails too), its references and the registry of live
+ * communicators (registry.h), which lets every entry point reject a
+ * destroyed or foreign handle with InvalidArgument instead of touching freed
+ * memory. Split, destroy and abort are in lifecycle.c.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -275,7 +277,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     LOOM_CHECK_GOTO(loom_p2p_create(bs, &args, c->net, ucx_auto, &c->p2p), res, err_leave);
     LOOM_CHECK_GOTO(loom_bootstrap_leave(bs), res, err_p2p);
     bs = NULL;
-    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, rank, nranks, c->peers, tcp_mbps,
+    LOOM_CHECK_GOTO(loom_coll_ctx_init(&c->coll, c->p2p, &args, tcp_mbps,
                                        rdma_gbps > 0 ? (int)(rdma_gbps * 1000) : -1),
                     res, err_p2p);
     LOOM_CHECK_GOTO(loom_registry_add(&loom_comms, c, &c->refs), res, err_p2p);
@@ -288,7 +290,11 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     return loomSuccess;
 
 err_p2p:
+    /* Peers still creating (the arena, calibration) learn of this failure from the notice:
+     * a normal close would leave them waiting for this rank until their timeout. */
+    loom_p2p_fail(c->p2p, res);
     (void)loom_p2p_destroy(c->p2p);
+    (void)loom_coll_ctx_close(&c->coll); /* after the layer, as in a destroy */
 err_leave:
     if (bs)
         (void)loom_bootstrap_leave(bs);

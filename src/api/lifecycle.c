@@ -63,6 +63,9 @@ static loomResult_t comm_teardown(struct loomComm *c)
     pthread_mutex_unlock(&c->lock);
     loomResult_t res = loom_p2p_destroy(c->p2p);
     c->p2p = NULL;
+    /* The arena after the layer: peers read why this rank left from its notices, and no
+     * wait of this rank can touch the arena any more. */
+    LOOM_CHECK_IGNORE(loom_coll_ctx_close(&c->coll), res);
     LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - %s COMPLETE", c->name, c->rank, c->nranks,
               __atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE) ? "Abort" : "Destroy");
     (void)loom_registry_remove(&loom_comms, c, "loomCommDestroy");

@@ -17,7 +17,7 @@
 #include "init.h"
 #include "net_auto.h"
 #include "param.h"
-#include "shm_plan.h"
+#include "shm/shm_plan.h"
 #include "topo.h"
 
 typedef struct {

@@ -19,7 +19,7 @@
 #include "dtype.h"
 #include "kernels.h"
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 #include "timer.h"
 
 static const char *const coll_names[LOOM_COLL_NUM] = {
@@ -318,7 +318,7 @@ static const loom_algo_t *choose_memo(loom_coll_ctx_t *ctx, const loom_coll_args
     loom_algo_memo_t *m = &ctx->memo[a->kind];
     const size_t nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0 : loom_coll_bytes(a, ctx->nranks);
     const unsigned gen = loom_param_generation();
-    const void *arena = loom_p2p_arena(ctx->p2p);
+    const void *arena = loom_shm_arena(ctx);
     if (m->algo != NULL && m->param_gen == gen && m->nbytes == nbytes && m->dt == a->dt &&
         m->arena == arena) {
         *predicted_p = m->predicted_ns;

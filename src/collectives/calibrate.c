@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * calibrate.c - sets up a communicator's collective context: its link class
- * (the slowest transport any peer is reached by: tcp unless every peer is
- * reached through shared memory), and the model's constants for that class
- * and for the links inside a host, measured at creation unless
- * LOOM_CALIBRATE=0.
+ * calibrate.c - sets up a communicator's collective context: the shm
+ * collectives' arena (shm/shm_open.c; first, as every rank then agrees on
+ * whether there is one before anything else), its link class (the slowest
+ * transport any peer is reached by: tcp unless every peer is reached through
+ * shared memory), and the model's constants for that class and for the links
+ * inside a host, measured at creation unless LOOM_CALIBRATE=0; and ends the
+ * arena (loom_coll_ctx_close) after the communicator's point-to-point layer.
  *
  * Measurement: every rank sends to rank+1 and receives from rank-1 at the
  * same time, 8-byte messages (alpha + o: median time per exchange) and
@@ -36,7 +38,7 @@
 #include "algo_util.h"
 #include "check.h"
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 #include "timer.h"
 
 #define CAL_SMALL_BYTES 8
@@ -372,13 +374,17 @@ static loom_link_class_t intra_class(loom_p2p_t *p2p, const loom_hosts_t *h, int
     return LOOM_LINK_SHM;
 }
 
-loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers, int tcp_mbps, int rdma_mbps)
+loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p,
+                                const loom_tp_init_args_t *args, int tcp_mbps, int rdma_mbps)
 {
+    const int rank = args->rank, nranks = args->nranks;
+    const loom_peer_info_t *peers = args->peers;
     ctx->p2p = p2p;
     ctx->rank = rank;
     ctx->nranks = nranks;
     ctx->group = NULL;
+    ctx->arena = NULL;
+    LOOM_CHECK(loom_shm_open(ctx, args));
     uint64_t *hash = calloc((size_t)nranks, sizeof(*hash));
     if (hash == NULL) {
         LOOM_WARN("out of memory for %d host hashes", nranks);
@@ -400,7 +406,7 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
         LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     loom_shm_machine(ctx, &ctx->shm);
-    if (rank == 0 && loom_p2p_arena(p2p) != NULL) { /* bench/compare records this line */
+    if (rank == 0 && ctx->arena != NULL) { /* bench/compare records this line */
         char text[320];
         loom_shm_machine_text(&ctx->shm, text, sizeof(text));
         LOOM_INFO(LOOM_LOG_SHM, "shm machine: %s; streaming from %zu KiB written", text,
@@ -415,4 +421,9 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank,
               rank, loom_link_class_name(ctx->link.cls), link, ctx->ring_depth,
               loom_link_class_name(ctx->intra.cls), intra, ctx->hosts.nhosts, ctx->hosts.ppn);
     return loomSuccess;
+}
+
+loomResult_t loom_coll_ctx_close(loom_coll_ctx_t *ctx)
+{
+    return loom_shm_close(ctx);
 }

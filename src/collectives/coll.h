@@ -72,7 +72,7 @@ typedef enum {
  * creation. */
 typedef struct {
     const struct loom_algo *algo; /* NULL: empty */
-    const void *arena;            /* loom_p2p_arena() when chosen (NULL once broken) */
+    const void *arena;            /* loom_shm_arena() when chosen (NULL once broken) */
     double predicted_ns;          /* the model's time for it */
     size_t nbytes;                /* loom_cost_call_t.nbytes of the call */
     loomDataType_t dt;
@@ -132,6 +132,8 @@ typedef struct {
     loom_algo_memo_t memo[LOOM_COLL_NUM]; /* last choice per collective */
     loom_shm_machine_t shm;               /* with an arena: what its plan reads */
     double cache_bytes; /* the L2 the cost model reads (loom_cost_call_t), equal on all ranks */
+    struct loom_arena *arena; /* the shm collectives' arena (arena.h), NULL if none; owned here
+                                 (shm/shm_open.c), read through loom_shm_arena */
 } loom_coll_ctx_t;
 
 /* Point-to-point within the context's group (peer is a rank of the context). */
@@ -227,17 +229,24 @@ const loom_algo_t *loom_algo_pick(const loom_algo_t *table, int n, loom_coll_kin
  * counts differ per rank, nbytes is 0 and its rows choose by the layout. */
 loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
-/* Fills ctx for a new communicator: rank, size, chunk, the host layout from
- * peers[nranks], the link class (slowest link) and the constants of that
- * class and of the links inside a host: measured and agreed by every rank
+/* Fills ctx for a new communicator whose point-to-point layer p2p was
+ * created with args: rank, size, chunk, the host layout from args->peers,
+ * the shm collectives' arena (loom_shm_open, collective; loom_coll_ctx_close
+ * ends it), the link class (slowest link) and the constants of that class
+ * and of the links inside a host: measured and agreed by every rank
  * unless LOOM_CALIBRATE=0 (calibrate.c), the built-in defaults otherwise,
  * LOOM_COST_<CLASS> over both. Across hosts the ranks agree on the class,
  * and beta follows the slowest rank's rate for it (loom_link_cost_with_rate):
  * tcp_mbps, the speed of the interface its TCP uses, or rdma_mbps, the rate
  * of its RDMA port (<= 0 unknown). Collective when measuring or across
  * hosts. */
-loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p, int rank, int nranks,
-                                const loom_peer_info_t *peers, int tcp_mbps, int rdma_mbps);
+loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p,
+                                const loom_tp_init_args_t *args, int tcp_mbps, int rdma_mbps);
+/* Ends what ctx shares with its peers (the arena): after loom_p2p_destroy of
+ * its layer, once no collective can run on it; also after a failed
+ * loom_coll_ctx_init, and again does nothing. loom_coll_ctx_free frees the
+ * rest. */
+loomResult_t loom_coll_ctx_close(loom_coll_ctx_t *ctx);
 /* The layout of nranks ranks with the given host hashes, seen from rank
  * (host_layout.c); SystemError if out of memory. loom_hosts_free frees it. */
 loomResult_t loom_hosts_init(loom_hosts_t *h, const uint64_t *host_hash, int nranks, int rank);

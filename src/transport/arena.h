@@ -3,7 +3,7 @@
  * arena.h - the seam between the shared-memory collectives and the shm
  * transport: the memory and flag primitives of a communicator's arena
  * (implemented in shm/shm_arena*.c). The shm collectives
- * (src/collectives/shm_*.c) are its only users; everything else reaches
+ * (src/collectives/shm/) are its only users; everything else reaches
  * peers through p2p.h.
  *
  * The contract. When every rank of the communicator reaches every other
@@ -39,9 +39,19 @@
  * collectives' own word and opaque here: they compare it themselves; send and
  * recv are addresses in the rank's process, for single copy.
  *
- * One call at a time per communicator, like every collective. The layer that
- * creates and breaks the arena is the point-to-point layer (p2p_setup.c), because
- * the arena's failure must follow the layer's notices and precede its close.
+ * Its life. The shm collectives own it (src/collectives/shm/shm_open.c): they
+ * create it as the communicator's collective context is set up, once the
+ * point-to-point layer is up (loom_arena_create: collective, and every rank
+ * comes to the same answer on whether there is one), and make loom_arena_break
+ * the layer's break hook (loom_p2p_on_break), so that the arena breaks
+ * whenever the layer does: after the layer's notices, which its waiters then
+ * read at once, and before its connections close. A rank that fails to
+ * create it fails the communicator's creation, which breaks the layer with
+ * that result (loom_p2p_fail), so peers still creating it fail too instead of
+ * waiting for it. They destroy it after the layer (loom_p2p_destroy), once no
+ * wait on it can run.
+ *
+ * One call at a time per communicator, like every collective.
  */
 #ifndef LOOM_ARENA_H
 #define LOOM_ARENA_H
@@ -54,8 +64,25 @@
 
 typedef struct loom_arena loom_arena_t;
 
-/* The communicator's arena, or NULL when it has none (or its layer broke). */
-loom_arena_t *loom_p2p_arena(loom_p2p_t *p2p);
+// ---- life -------------------------------------------------------------------------
+/* Creates and maps the arena of the communicator whose point-to-point layer
+ * is p2p when the communicator qualifies (nranks > 1, LOOM_SHM_COLL in every
+ * process, every peer over shm), and agrees on single copy; else *arena_p =
+ * NULL. args: what the layer was created with (ranks, peers, secret, timeout,
+ * the communicator's abort flag). Collective over the communicator's ranks,
+ * bounded like every wait (a failed wait breaks the layer); a failure of its
+ * own (memory, a full /dev/shm) is only returned. */
+loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
+                               loom_arena_t **arena_p);
+/* Marks this rank broken in call `seq` and wakes every sleeper, so that peers
+ * waiting on its flag look at its notice at once; from then on
+ * loom_arena_broken. The layer's break hook calls it. NULL is allowed. */
+void loom_arena_break(loom_arena_t *a, uint64_t seq);
+/* 1 once loom_arena_break ran: no call may use the arena any more. */
+int loom_arena_broken(const loom_arena_t *a);
+/* Marks this rank gone (unless it broke), unmaps and frees. Removes the name
+ * if not every rank mapped it (a peer died during creation). NULL is allowed. */
+loomResult_t loom_arena_destroy(loom_arena_t *a);
 
 /* A flag value: the call's sequence number and a step within it (< 2^24).
  * Creation uses seq 0; a later call's flags exceed every flag of an earlier one. */

@@ -48,8 +48,29 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
 /* Tells every peer why its connections end (a normal destroy, an abort, or
  * the failure that broke the layer), closes them and frees the layer. Never
  * waits for peers beyond a short bounded flush; keeps going on errors and
- * returns the first. */
+ * returns the first. Runs no break hook: a normal end is no break. */
 loomResult_t loom_p2p_destroy(loom_p2p_t *p2p);
+
+/* The break hook: what else must fail when the layer breaks (the first
+ * failure: a wait that saw an abort, a peer's notice or death, a timeout or
+ * a failed transport call; or loom_p2p_fail). fn(arg, seq) runs once, on the
+ * thread that found the failure, right after every peer was sent the cause
+ * and before any connection closes, so whoever waits on this rank outside
+ * the messages (memory shared with peers) can be told at once and read the
+ * cause already; seq is the operation under way (set_context). One hook per
+ * layer: a later call replaces it, fn NULL removes it; if the layer broke
+ * already, fn runs at once. Whoever owns arg keeps it until the layer is
+ * destroyed. */
+typedef void (*loom_p2p_break_fn_t)(void *arg, uint64_t seq);
+void loom_p2p_on_break(loom_p2p_t *p2p, loom_p2p_break_fn_t fn, void *arg);
+/* A failure found outside the layer's waits, after creation (a part of the
+ * communicator that failed to set up on this rank): breaks the layer with
+ * res as a failed wait does, so every peer learns from the notice that this
+ * rank failed with res (their waits on it fail with RemoteError naming it)
+ * and every connection closes. WARNs nothing (the caller did, where it found
+ * the failure) and keeps loomGetLastError's message; nothing if the layer
+ * broke already. */
+void loom_p2p_fail(loom_p2p_t *p2p, loomResult_t res);
 
 /* Post a send/receive of nbytes with tag to/from peer (peer may be self: the
  * message is copied locally when the matching receive is posted). Never
@@ -108,12 +129,23 @@ typedef struct {
  * (static storage) name the kinds in messages. */
 void loom_p2p_set_call(loom_p2p_t *p2p, const char *what, uint64_t seq, const loom_p2p_call_t *call,
                        const char *const *kind_names, int nkinds);
+/* peer's call of number seq seen outside its messages (in memory the ranks
+ * share), compared with this rank's call of that number (the current or the
+ * previous one; none, or not a collective: nothing to compare) in the fields
+ * that call constrains (not the ones it leaves LOOM_P2P_CALL_ANY, and only
+ * the kind where the kinds differ). A difference fails as one found in a
+ * message does: InvalidUsage here, naming the field and both values, and on
+ * every rank through the notices. Success where they agree. */
+loomResult_t loom_p2p_call_seen(loom_p2p_t *p2p, int peer, uint64_t seq,
+                                const loom_p2p_call_t *theirs);
+/* The numbers of this rank's current and previous calls (set_call). */
+void loom_p2p_call_seqs(const loom_p2p_t *p2p, uint64_t *cur_p, uint64_t *prev_p);
 /* Name of the transport used to reach peer ("self" for the rank itself). */
 const char *loom_p2p_transport_name(loom_p2p_t *p2p, int peer);
 int loom_p2p_rank(const loom_p2p_t *p2p);
 int loom_p2p_nranks(const loom_p2p_t *p2p);
 
-/* Bounds for a wait that is not on requests (the arena's flags, arena.h), with
+/* Bounds for a wait that is not on requests (flags in memory shared with peers), with
  * the causes and messages of loom_p2p_wait_all; the wait shows in messages and
  * the timeout dump as a receive from `waited` with the collective tag of
  * `step` (none if waited < 0 or is this rank). Events:

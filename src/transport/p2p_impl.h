@@ -3,9 +3,8 @@
  * p2p_impl.h - the point-to-point layer's private state, shared by its own
  * files only: p2p_setup.c (create, break, destroy), p2p.c (posting, messages
  * to self), p2p_wait.c (waits and how a failed one ends), p2p_notice.c (the
- * notices), p2p_stamp.c (call stamps), p2p_arena.c (the arena's calls) and
- * p2p_report.c (the messages and the timeout dump of a failure). Everyone
- * else uses p2p.h (and the shm collectives arena.h).
+ * notices), p2p_stamp.c (call stamps) and p2p_report.c (the messages and the
+ * timeout dump of a failure). Everyone else uses p2p.h.
  */
 #ifndef LOOM_TRANSPORT_P2P_IMPL_H
 #define LOOM_TRANSPORT_P2P_IMPL_H
@@ -14,7 +13,6 @@
 #include <stdint.h>
 
 #include "p2p.h"
-#include "shm/shm_arena.h"
 
 /* Failure protocol.
  * Every connection ends with exactly one notice: a frame with the reserved
@@ -137,11 +135,12 @@ struct loom_p2p {
     int self_cap;
     const char *what; /* the current operation (a string with static storage) */
     uint64_t seq;
-    int broken;          /* a wait failed: every later call fails */
-    int closed;          /* connections closed (after a break, or in destroy) */
-    cause_t cause;       /* valid once broken */
-    void **flush;        /* [nranks] notice sends being flushed */
-    loom_arena_t *arena; /* the shm collectives' arena, NULL if none */
+    int broken;                   /* a wait failed: every later call fails */
+    int closed;                   /* connections closed (after a break, or in destroy) */
+    cause_t cause;                /* valid once broken */
+    void **flush;                 /* [nranks] notice sends being flushed */
+    loom_p2p_break_fn_t on_break; /* the break hook (loom_p2p_on_break), NULL if none */
+    void *on_break_arg;
     uint64_t bytes_sent; /* payload bytes handed to transports (atomic: read by any thread) */
     uint8_t notice_out[NOTICE_BYTES];
     /* Call stamps (p2p_stamp.c): the current and the previous call, the stamp of

@@ -4,11 +4,13 @@
  * peer (first can_connect in LOOM_NET order, among those both ranks started:
  * loom's own choice of ucx across hosts is started only on the ranks that
  * offer it, so a pair uses it only where both did), connects every peer in
- * both directions through the bootstrap-exchanged listen handles, maps the
- * shm collectives' arena once every connection is up (arena.h), and ends the
- * layer: a break (the first failure: notices, then every connection closed)
- * or a destroy. It does not post or wait (p2p.c, p2p_wait.c).
- * Callers: api/ (create, destroy) and p2p_wait.c (break).
+ * both directions through the bootstrap-exchanged listen handles, and ends
+ * the layer: a break (the first failure: notices, the break hook, then every
+ * connection closed; loom_p2p_fail for a failure found outside the layer) or
+ * a destroy. It does not post or wait (p2p.c, p2p_wait.c) and holds nothing
+ * of the collectives: the shm collectives' arena is theirs, told of a break
+ * through the hook. Callers: api/ (create, fail, destroy), the collectives
+ * (the hook) and p2p_wait.c (break).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -283,7 +285,6 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     }
     LOOM_CHECK_GOTO(connect_all(p, all), res, err_close);
     LOOM_CHECK_GOTO(loom_p2p_notice_recvs_post(p), res, err_close);
-    LOOM_CHECK_GOTO(loom_arena_create(p, &p->args, p->abort_flag, &p->arena), res, err_close);
     free(all);
     *p2p_p = p;
     return loomSuccess;
@@ -296,9 +297,7 @@ err_nomem:
     goto err_free;
 err_close:
     /* Peers that finished connecting learn of this failure from the notice. */
-    p->broken = 1;
-    p->cause = (cause_t){.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
-    p->tp_abort = 1;
+    loom_p2p_fail(p, res);
     {
         char keep[1024]; /* closing must not replace the message of the failure */
         snprintf(keep, sizeof(keep), "%s", loom_last_error());
@@ -345,8 +344,26 @@ void loom_p2p_break(loom_p2p_t *p, const cause_t *cause, loom_p2p_req_t *reqs, i
     p->tp_quiet = 1; /* the cause is reported; peers that already left need no WARN */
     int skip = cause->kind == N_DEAD && cause->via < 0 ? cause->rank : -1;
     loom_p2p_notices_send(p, cause->kind, cause, skip);
-    loom_arena_break(p->arena, p->seq); /* after the notices: arena waiters read them at once */
+    if (p->on_break != NULL) /* after the notices: whoever it wakes reads them at once */
+        p->on_break(p->on_break_arg, p->seq);
     (void)close_all(p);
+}
+
+void loom_p2p_on_break(loom_p2p_t *p, loom_p2p_break_fn_t fn, void *arg)
+{
+    p->on_break = fn;
+    p->on_break_arg = arg;
+    if (p->broken && fn != NULL)
+        fn(arg, p->seq);
+}
+
+void loom_p2p_fail(loom_p2p_t *p, loomResult_t res)
+{
+    const cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
+    char keep[1024]; /* the notices must not replace the message of the failure */
+    snprintf(keep, sizeof(keep), "%s", loom_last_error());
+    loom_p2p_break(p, &c, NULL, 0);
+    loom_set_last_error("%s", keep);
 }
 
 loomResult_t loom_p2p_destroy(loom_p2p_t *p)
@@ -367,7 +384,6 @@ loomResult_t loom_p2p_destroy(loom_p2p_t *p)
         }
         LOOM_CHECK_IGNORE(close_all(p), res);
     }
-    LOOM_CHECK_IGNORE(loom_arena_destroy(p->arena), res);
     for (int t = 0; t < p->ntp; t++) {
         if (p->listen[t])
             LOOM_CHECK_IGNORE(p->tps[t]->close_listen(p->listen[t]), res);

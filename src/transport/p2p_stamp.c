@@ -6,8 +6,10 @@
  * a stalled wait sends so that ranks that wait on one another still compare
  * calls, and the words of a mismatch. The transports only carry stamps and
  * hand them back (the contract in transport.h); p2p_wait.c turns what is found
- * here into the failure of every rank (notices). Callers: p2p.c, p2p_wait.c, the
- * transports through p2p->stamp_ops, and loom_coll_run (set_call).
+ * here into the failure of every rank (notices). It also compares a call seen
+ * outside the messages (loom_p2p_call_seen: the shm arena's descriptors and
+ * cells) the same way. Callers: p2p.c, p2p_wait.c, the transports through
+ * p2p->stamp_ops, loom_coll_run (set_call) and the shm arena (call_seen).
  */
 #include <stdio.h>
 #include <string.h>
@@ -292,6 +294,39 @@ loomResult_t loom_p2p_mismatch(loom_p2p_t *p, int peer, unsigned diff, const cal
                           .value2 = field_value(mine, f)};
     LOOM_WARN("rank %d: mismatched collectives: %s", p->rank, fd->detail);
     return loomInvalidUsage;
+}
+
+loomResult_t loom_p2p_call_seen(loom_p2p_t *p, int peer, uint64_t seq,
+                                const loom_p2p_call_t *theirs)
+{
+    const call_state_t *m = seq == p->call.seq ? &p->call : &p->call_prev;
+    call_state_t t = {.seq = seq, .c = *theirs};
+    /* Where this rank's call leaves a field open, the peer's record of it may
+     * hold anything (0 in the arena): not compared. */
+    const int same_kind = t.c.kind == m->c.kind;
+    if (!same_kind || m->c.dt < 0)
+        t.c.dt = LOOM_P2P_CALL_ANY;
+    if (!same_kind || m->c.op < 0)
+        t.c.op = LOOM_P2P_CALL_ANY;
+    if (!same_kind || m->c.root < 0)
+        t.c.root = LOOM_P2P_CALL_ANY;
+    if (!same_kind || m->c.count < 0)
+        t.c.count = LOOM_P2P_CALL_ANY;
+    /* Only calls of the collectives compare (creation's number is 0). */
+    if (t.seq != m->seq || m->c.kind < 0 || m->seq == 0)
+        return loomSuccess;
+    const unsigned diff = loom_p2p_call_diff(&t, m);
+    if (diff == 0)
+        return loomSuccess;
+    (void)loom_p2p_mismatch(p, peer, diff, &t, m, 0);
+    return loom_p2p_wait_event(p, LOOM_P2P_EV_ERROR, p->rank, -1, 0, loomInvalidUsage,
+                               loom_now_ns(), NULL);
+}
+
+void loom_p2p_call_seqs(const loom_p2p_t *p, uint64_t *cur_p, uint64_t *prev_p)
+{
+    *cur_p = p->call.seq;
+    *prev_p = p->call_prev.seq;
 }
 
 /* The transports' check (transport.h) of a stamp from peer, for a message

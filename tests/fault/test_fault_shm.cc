@@ -12,10 +12,12 @@
 // single copy cannot read must fail its peers with loomRemoteError naming its owner, and the owner
 // with loomInvalidUsage saying why; loomCommAbort
 // from another thread must end a call blocked in the arena; a rank killed while the arena is
-// being created must leave no segment. Run by meson's 'fault' suite.
+// being created must leave no segment, and a rank that cannot create it must fail every rank at
+// once. Run by meson's 'fault' suite.
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -486,5 +488,51 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmCreationKill, ::testing::Values(0, 2),
                          [](const ::testing::TestParamInfo<int> &info) {
                              return info.param == 0 ? std::string("leader") : std::string("other");
                          });
+
+// ---- the arena cannot be created on one rank ---------------------------------------------------
+
+// The leader's segment cannot grow (RLIMIT_FSIZE below the arena, SIGXFSZ ignored), after the
+// point-to-point layer is up: it fails with loomSystemError saying why, and the others, waiting
+// for the segment, hear of it from its notice at once instead of waiting out their timeout.
+TEST(ShmCreationFails, EveryRankFailsNamingTheLeader)
+{
+    std::vector<int> pids;
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    opts.env = loomtest::FaultEnv("shm", 20000);
+    opts.env.push_back({"LOOM_SHM_COLL", "1"});
+    opts.env.push_back({"LOOM_SHM_COLL_BYTES", std::to_string(64 << 20)});
+    opts.pids_out = &pids;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t) {
+            loomUniqueId id;
+            loomtest::ShareUniqueId(&id);
+            if (rank == 0) {
+                const rlimit lim = {8 << 20, 8 << 20}; // the rings fit, 3 x 64 MiB slots do not
+                XT_CHECK(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+                XT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+            }
+            loomComm_t comm = nullptr;
+            const double t0 = NowSec();
+            const loomResult_t r = loomCommInitRank(&comm, n, id, rank);
+            const double s = NowSec() - t0;
+            const std::string msg = loomGetLastError(nullptr);
+            fprintf(stderr, "rank %d: returned %s after %.1f ms: %s\n", rank,
+                    loomtest::Show(r).c_str(), s * 1e3, msg.c_str());
+            XT_CHECK_MSG(comm == nullptr, "creation succeeded");
+            if (rank == 0) {
+                XT_CHECK_LOOM_RES(r, loomSystemError);
+                XT_CHECK_MSG(msg.find("shm arena") != std::string::npos, msg);
+                return;
+            }
+            XT_CHECK_LOOM_RES(r, loomRemoteError);
+            XT_CHECK_MSG(s < kDetectS, std::to_string(s) + " s");
+            XT_CHECK_NAMES_RANK(0, "communicator creation");
+        },
+        opts));
+    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
+    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
 
 } // namespace

@@ -26,7 +26,7 @@
 #include "net_auto.h"
 extern "C" {
 #include "param.h"
-#include "shm_coll.h"
+#include "shm/shm_coll.h"
 }
 
 namespace {

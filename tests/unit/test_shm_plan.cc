@@ -12,7 +12,7 @@
 #include <string>
 
 extern "C" {
-#include "shm_plan.h"
+#include "shm/shm_plan.h"
 #include "topo.h"
 }
 

@@ -7,7 +7,9 @@
  * as soon as every rank mapped it, removed by any rank that gives up before
  * that), and the creation-time agreement on single-copy reads.
  * It does not wait, publish or copy (shm_arena_sync.c) and knows nothing of
- * collectives. Caller: p2p_setup.c (create, break, destroy).
+ * collectives. Caller: the shm collectives' owner of the arena,
+ * src/collectives/shm/shm_open.c (create, destroy; break as the
+ * point-to-point layer's break hook).
  *
  * Layout (offsets from the mapping; slots page aligned):
  *   0                      header (64 bytes)
@@ -440,7 +442,7 @@ out:
 }
 
 loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
-                               volatile const int *abort_flag, loom_arena_t **arena_p)
+                               loom_arena_t **arena_p)
 {
     static const int never = 0;
     loomResult_t res = loomSuccess;
@@ -460,7 +462,7 @@ loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
     a->p2p = p2p;
     a->rank = args->rank;
     a->nranks = args->nranks;
-    a->abort_flag = abort_flag ? abort_flag : &never;
+    a->abort_flag = args->abort_flag ? args->abort_flag : &never;
     a->timeout_ms = args->timeout_ms;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     a->spin_ns = (int64_t)loom_param_SPIN_US() * 1000;
@@ -495,9 +497,15 @@ void loom_arena_break(loom_arena_t *a, uint64_t seq)
 {
     if (a == NULL)
         return;
+    a->broken = 1;
     atomic_store_explicit(&a->ctl[a->rank].broke_seq, seq, memory_order_relaxed);
     atomic_store_explicit(&a->ctl[a->rank].state, LOOM_ARENA_BROKEN, memory_order_seq_cst);
     loom_arena_wake_all(a);
+}
+
+int loom_arena_broken(const loom_arena_t *a)
+{
+    return a->broken;
 }
 
 loomResult_t loom_arena_destroy(loom_arena_t *a)

@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * shm_arena.h - the communicator-wide shared-memory arena of the shm
- * collectives: its creation by p2p_setup.c (only when every rank of the
- * communicator reaches every other over shm), its teardown, and the state
- * every arena operation shares (shm_arena.c creates and maps, shm_arena_sync.c
- * waits, publishes and copies). The operations the collectives call are
+ * collectives: the state every arena operation shares (shm_arena.c creates,
+ * maps, breaks and unmaps, shm_arena_sync.c waits, publishes and copies,
+ * shm_arena_calls.c compares calls). Every operation, its life included, is
  * declared in arena.h; this header is for the transport layer only.
  */
 #ifndef LOOM_SHM_ARENA_H
@@ -86,6 +85,7 @@ struct loom_arena {
      * barrier on every CPU instead (shm_arena_sync.c). */
     int light;
     int oversubscribed; /* more ranks than online CPUs (the same answer on every rank) */
+    int broken;         /* loom_arena_break ran (the layer broke): calls stay away */
     char name[LOOM_ARENA_NAME_MAX];
     char dir[256];
     void *base;
@@ -108,20 +108,6 @@ struct loom_arena {
     uint64_t cells_free;                  /* every peer's flag is known to be at least this */
     uint64_t cell_last[LOOM_ARENA_CELLS]; /* the call that last wrote each cell (0: none) */
 };
-
-/* Creates and maps the arena when the communicator qualifies (nranks > 1,
- * LOOM_SHM_COLL, every peer over shm), and agrees on single copy; else
- * *arena_p = NULL. Collective over the communicator's ranks; bounded like
- * every wait (failures break the layer through loom_p2p_wait_event). Called
- * by loom_p2p_create once every connection is up. */
-loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
-                               volatile const int *abort_flag, loom_arena_t **arena_p);
-/* Marks this rank broken in call `seq` and wakes every sleeper, so that peers
- * waiting on its flag look at its notice at once. NULL is allowed. */
-void loom_arena_break(loom_arena_t *a, uint64_t seq);
-/* Marks this rank gone, unmaps and frees. Removes the name if not every rank
- * mapped it (a peer died during creation). NULL is allowed. */
-loomResult_t loom_arena_destroy(loom_arena_t *a);
 
 /* shm_arena_sync.c: waking the sleepers after a publish. */
 void loom_arena_wake_all(loom_arena_t *a);

@@ -155,7 +155,7 @@ static size_t flat_piece_elems(size_t count, size_t es)
 static int flat_begin(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_algo_fn_t cico,
                       shm_call_t *c, unsigned *h, loomResult_t *res)
 {
-    loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    loom_arena_t *ar = loom_shm_arena(ctx);
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     *res = loomSuccess;
     if (bytes == 0)
@@ -337,7 +337,7 @@ static int in_place(const shm_call_t *c, int mode)
 
 static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
-    const size_t e = cico_elems(loom_p2p_arena(ctx->p2p), ctx->nranks, loom_dtype_size(a->dt));
+    const size_t e = cico_elems(loom_shm_arena(ctx), ctx->nranks, loom_dtype_size(a->dt));
     const size_t span =
         mode == OUT_OWNER ? a->count : (a->count + (size_t)ctx->nranks - 1) / (size_t)ctx->nranks;
     if (e == 0 || !shm_rounds_fit((span + e - 1) / e, 2))
@@ -460,7 +460,7 @@ static loomResult_t cma_rounds(plan_t *p, const loom_arena_desc_t *peers, uint8_
 
 static loomResult_t run_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     if (ar == NULL || !loom_arena_single_copy(ar))
         return run_cico(ctx, a, mode);
     const size_t e = loom_arena_half_bytes(ar) / loom_dtype_size(a->dt);

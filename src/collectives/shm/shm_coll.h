@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * shm_coll.h - the shared-memory collectives: algorithms over the
- * communicator's arena (p2p.h) for communicators whose ranks all share one
+ * communicator's arena (arena.h) for communicators whose ranks all share one
  * host over shm. Three families, all with the reduction order of kernels.h
  * (rank 0..n-1 by a single owner per element, so results are bitwise equal to
  * the point-to-point algorithms'):
@@ -15,9 +15,11 @@
  *         process_vm_readv and only stage results in the slots.
  * The "shm" entry of each collective runs the variant that shm_plan.c's rules
  * choose from the machine's measured properties (shm_plan.h).
- * Files: shm_common.c (call start, checks, the reduce loop, copies),
+ * Files: shm_open.c (the arena's life in the collective context),
+ * shm_common.c (call start, checks, the reduce loop, copies), shm_tiny.c,
  * shm_reduce.c (AllReduce, ReduceScatter, Reduce), shm_move.c (AllGather,
- * Broadcast, AllToAll, Barrier). docs/shm-collectives.md has the protocols.
+ * Broadcast, AllToAll, Barrier), shm_plan.c and shm_machine.c (the plan).
+ * docs/shm-collectives.md has the protocols.
  */
 #ifndef LOOM_SHM_COLL_H
 #define LOOM_SHM_COLL_H
@@ -29,6 +31,16 @@
 #include "coll.h"
 #include "p2p.h"
 #include "shm_plan.h"
+
+/* The arena's life (shm_open.c). open: creates ctx's arena where the
+ * communicator qualifies (arena.h: loom_arena_create, collective; args are
+ * what its point-to-point layer was created with) and makes its break the
+ * layer's break hook; ctx->p2p and the ranks must be set. close: destroys it,
+ * after loom_p2p_destroy of ctx's layer. */
+loomResult_t loom_shm_open(loom_coll_ctx_t *ctx, const loom_tp_init_args_t *args);
+loomResult_t loom_shm_close(loom_coll_ctx_t *ctx);
+/* ctx's arena, or NULL when its communicator has none or its layer broke. */
+loom_arena_t *loom_shm_arena(const loom_coll_ctx_t *ctx);
 
 /* Entry points for algo_select.c's table. "shm" picks by size; the others
  * force one family (LOOM_ALGO=allreduce:shm_cico). */

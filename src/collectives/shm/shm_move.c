@@ -87,7 +87,7 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
     const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
     if (hb == 0 || !shm_rounds_fit(rounds, 1))
@@ -153,7 +153,7 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
     const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
     if (hb == 0 || !shm_rounds_fit(rounds, BCAST_PIECES))
@@ -241,7 +241,7 @@ loomResult_t loom_bcast_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     const size_t others = ctx->nranks > 1 ? (size_t)ctx->nranks - 1 : 1;
     const size_t sub = ar ? loom_arena_half_bytes(ar) / others / 64 * 64 : 0;
     if (bytes == 0)

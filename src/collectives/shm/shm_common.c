@@ -44,7 +44,7 @@ void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, 
 
 void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
 {
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     loom_shm_machine_fill(m, ar ? loom_arena_half_bytes(ar) : 0,
                           ar ? loom_arena_single_copy(ar) : 0, ar ? loom_arena_copy_fast(ar) : 0);
 }
@@ -85,7 +85,7 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
 {
     if (strncmp(name, "shm", 3) != 0)
         return 1;
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     if (ar == NULL)
         return 0;
     size_t len = strlen(name);
@@ -94,7 +94,7 @@ int loom_shm_algo_usable(loom_coll_ctx_t *ctx, const char *name)
 
 int loom_shm_single_copy_agreed(loom_coll_ctx_t *ctx)
 {
-    const loom_arena_t *ar = loom_p2p_arena(ctx->p2p);
+    const loom_arena_t *ar = loom_shm_arena(ctx);
     return ar != NULL && loom_arena_single_copy(ar);
 }
 
@@ -102,7 +102,7 @@ loomResult_t loom_shm_call_init(shm_call_t *c, loom_coll_ctx_t *ctx, const loom_
 {
     c->ctx = ctx;
     c->a = a;
-    c->ar = loom_p2p_arena(ctx->p2p);
+    c->ar = loom_shm_arena(ctx);
     c->n = ctx->nranks;
     c->me = ctx->rank;
     c->seq = ctx->seq;
