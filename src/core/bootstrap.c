@@ -604,7 +604,14 @@ static loomResult_t read_reply(loom_bootstrap_t *bs, void *out, size_t expect, c
         LOOM_WARN("rank %d: bootstrap root broke protocol during %s: %s", bs->rank, what, why);
         return res;
     }
-    return expect ? loom_socket_recv_all(bs->fd, out, expect, deadline) : loomSuccess;
+    res = expect ? loom_socket_recv_all(bs->fd, out, expect, deadline) : loomSuccess;
+    if (res != loomSuccess) { /* the root left between the header and its data */
+        LOOM_WARN("rank %d: lost the bootstrap root while waiting for %s (%s, after the reply's "
+                  "header)",
+                  bs->rank, what, loomGetErrorString(res));
+        return res == loomTimeout ? loomTimeout : loomRemoteError;
+    }
+    return loomSuccess;
 }
 
 /* A TCP connection to the root, retrying refused connects (the root may not
