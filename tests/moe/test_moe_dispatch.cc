@@ -3,11 +3,12 @@
 // test_moe_dispatch.cc - MoE dispatch and combine on forked ranks (2, 3 and 4; LOOM_NET=shm and
 // tcp), against single-process references: combine's y bitwise equal to the canonical-order
 // reference on random floats and to the all-experts-local reference on dyadic inputs, for
-// float32 and bfloat16, contiguous and random placements, uniform and planted routings (with -1
-// selections), zero-token ranks, ranks without experts and T different on every rank; naive
-// and dedup y bitwise equal; every received slot holding the row its place in the canonical
-// order names (local expert, source rank, source token); and the plan's counters exact against
-// loom_moe_rows_count and the wire format's sizes.
+// float32, bfloat16 and float16, contiguous and random placements, uniform and planted routings
+// (with -1 selections), zero-token ranks, ranks without experts and T different on every rank;
+// naive and dedup y bitwise equal; every received slot holding the row its place in the canonical
+// order names (local expert, source rank, source token), again after a second dispatch; and the
+// plan's counters exact against loom_moe_rows_count and the wire format's sizes, and zero after
+// a reset.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -95,7 +96,7 @@ void CheckSlots(const Shape &s, const std::vector<Batch> &all, const std::vector
 }
 
 void CheckStats(const Shape &s, const std::vector<Batch> &all, const std::vector<int32_t> &place,
-                int rank, int mode, const loomMoeStats_t &st)
+                int rank, int mode, const loomMoeStats_t &st, int dispatches)
 {
     const Batch &b = all[(size_t)rank];
     int G = (int)all.size();
@@ -128,8 +129,8 @@ void CheckStats(const Shape &s, const std::vector<Batch> &all, const std::vector
         RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
         if (!naive)
             XT_CHECK_EQ(out_rows, to_rank[(size_t)g]);
-        sent += 16 + out_rows * stride + 16 + in_rows * s.hidden * 4;
-        recv += 16 + in_rows * stride + 16 + out_rows * s.hidden * 4;
+        sent += dispatches * (16 + out_rows * stride) + 16 + in_rows * s.hidden * 4;
+        recv += dispatches * (16 + in_rows * stride) + 16 + out_rows * s.hidden * 4;
     }
     XT_CHECK_EQ(st.bytes_sent, sent);
     XT_CHECK_EQ(st.bytes_recv, recv);
@@ -165,6 +166,10 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     std::vector<uint8_t> recv_x(info.recv_slots * H * E_s + 1, 0xa5);
     XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), recv_x.data()));
     CheckSlots(s, all, place, rank, recv_x, info, count, offset);
+    // A handle dispatches again (a new x, the same routing) to the same slots.
+    std::vector<uint8_t> again_x(recv_x.size(), 0x3c);
+    XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), again_x.data()));
+    XT_CHECK(memcmp(again_x.data(), recv_x.data(), info.recv_slots * H * E_s) == 0);
     // The experts: slot i of local expert l runs expert global(l).
     std::vector<uint8_t> out(recv_x.size(), 0);
     int l = 0;
@@ -183,13 +188,21 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     run.y.assign(b.tokens * H * E_s, 0x5a);
     XT_CHECK_LOOM(loomMoeCombine(h, out.data(), run.y.data()));
     loomMoeLayoutInfo_t again = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    std::vector<int64_t> count2(count.size(), -1), offset2(count.size(), -1);
+    again.expert_count = count2.data();
+    again.expert_offset = offset2.data();
     XT_CHECK_LOOM(loomMoeHandleQuery(h, &again));
+    XT_CHECK(count2 == count && offset2 == offset);
+    XT_CHECK_EQ(again.num_local_experts, info.num_local_experts);
     XT_CHECK_EQ(again.recv_slots, info.recv_slots);
     XT_CHECK_EQ(again.recv_rows, info.recv_rows);
     XT_CHECK_EQ(again.send_rows, info.send_rows);
     XT_CHECK_LOOM(loomMoeHandleDestroy(h));
     XT_CHECK_LOOM(loomMoePlanGetStats(plan, &run.stats, 1));
-    CheckStats(s, all, place, rank, mode, run.stats);
+    CheckStats(s, all, place, rank, mode, run.stats, 2);
+    loomMoeStats_t zero = LOOM_MOE_STATS_INITIALIZER;
+    XT_CHECK_LOOM(loomMoePlanGetStats(plan, &zero, 0));
+    XT_CHECK(zero.layouts == 0 && zero.pairs == 0 && zero.bytes_sent == 0 && zero.bytes_recv == 0);
     XT_CHECK_LOOM(loomMoePlanDestroy(plan));
     XT_CHECK_MSG(run.y == moetest::Reference(s, b, place, true),
                  "y differs from the canonical-order reference");
@@ -204,7 +217,7 @@ void Grid(int rank, int nranks, loomComm_t comm)
     const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
     uint64_t seed = 11;
     for (auto ek : shapes) {
-        for (loomDataType_t dt : {loomFloat32, loomBfloat16}) {
+        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16}) {
             for (bool planted : {false, true}) {
                 for (bool dyadic : {false, true}) {
                     for (bool random_place : {false, true}) {
