@@ -31,6 +31,7 @@ typedef struct xfer {
     size_t *scount, *sdispl, *rcount, *rdispl;
     unsigned char *sbuf, *rbuf;
     size_t stotal, rtotal;
+    uint32_t *statuses; /* [G] each rank's status, read from the headers */
 } xfer_t;
 
 static void xfer_free(xfer_t *x)
@@ -41,6 +42,7 @@ static void xfer_free(xfer_t *x)
     free(x->rdispl);
     free(x->sbuf);
     free(x->rbuf);
+    free(x->statuses);
 }
 
 /* Segment g of a direction holds a header and rows[g] rows of row_bytes. */
@@ -72,7 +74,9 @@ static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_row
     x->sdispl = malloc(G * sizeof(size_t));
     x->rcount = malloc(G * sizeof(size_t));
     x->rdispl = malloc(G * sizeof(size_t));
-    if (x->scount == NULL || x->sdispl == NULL || x->rcount == NULL || x->rdispl == NULL) {
+    x->statuses = malloc(G * sizeof(uint32_t));
+    if (x->scount == NULL || x->sdispl == NULL || x->rcount == NULL || x->rdispl == NULL ||
+        x->statuses == NULL) {
         LOOM_WARN("%s: out of memory for the counts of %zu ranks", call, G);
         return loomSystemError;
     }
@@ -96,7 +100,7 @@ static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_row
 /* Sends every segment with this rank's status; Success only if every rank's status, and every
  * header, is good. */
 static loomResult_t xfer_run(const char *call, const struct loomMoePlan *p, xfer_t *x,
-                             loomResult_t status, const size_t *recv_rows, uint32_t *statuses)
+                             loomResult_t status, const size_t *recv_rows)
 {
     size_t G = (size_t)p->nranks;
     for (size_t g = 0; g < G; g++) {
@@ -116,9 +120,9 @@ static loomResult_t xfer_run(const char *call, const struct loomMoePlan *p, xfer
                       recv_rows[s]);
             return loomRemoteError;
         }
-        statuses[s] = hdr.status;
+        x->statuses[s] = hdr.status;
     }
-    return loom_moe_status_join(call, statuses, p->nranks, p->rank);
+    return loom_moe_status_join(call, x->statuses, p->nranks, p->rank);
 }
 
 static void xfer_count_bytes(struct loomMoePlan *p, const xfer_t *x)
@@ -253,19 +257,18 @@ LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, voi
         h->pair_slot = malloc((h->recv_slots + 1) * sizeof(size_t));
         h->pair_weight = malloc((h->recv_slots + 1) * sizeof(float));
     }
-    uint32_t *statuses = malloc((size_t)p->nranks * sizeof(uint32_t));
+    if (status == loomSuccess &&
+        (h->row_start == NULL || h->pair_slot == NULL || h->pair_weight == NULL)) {
+        LOOM_WARN("loomMoeDispatch: out of memory for %zu received pairs", h->recv_slots);
+        status = loomSystemError; /* told to the peers, so that they do not wait */
+    }
     xfer_t xf;
     loomResult_t res = xfer_init("loomMoeDispatch", (size_t)p->nranks, h->send_rows, h->recv_rows,
                                  p->row_bytes, &xf);
-    if (res == loomSuccess && (h->row_start == NULL || h->pair_slot == NULL ||
-                               h->pair_weight == NULL || statuses == NULL)) {
-        LOOM_WARN("loomMoeDispatch: out of memory for %zu received pairs", h->recv_slots);
-        res = loomSystemError;
-    }
     if (res == loomSuccess) {
         if (status == loomSuccess)
             pack_rows(h, x, &xf);
-        res = xfer_run("loomMoeDispatch", p, &xf, status, h->recv_rows, statuses);
+        res = xfer_run("loomMoeDispatch", p, &xf, status, h->recv_rows);
     }
     if (res == loomSuccess)
         res = expand_rows(h, &xf, recv_x);
@@ -274,7 +277,6 @@ LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, voi
         xfer_count_bytes(p, &xf);
     }
     xfer_free(&xf);
-    free(statuses);
     return res;
 }
 
@@ -388,28 +390,26 @@ LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_
         LOOM_WARN("loomMoeCombine: y is NULL with %zu tokens (rank %d)", h->num_tokens, p->rank);
         status = loomInvalidArgument;
     }
-    uint32_t *statuses = malloc((size_t)p->nranks * sizeof(uint32_t));
     float *acc = malloc(2 * H * sizeof(float));
     float *yacc = malloc((h->num_tokens * H + 1) * sizeof(float));
+    if (status == loomSuccess && (acc == NULL || yacc == NULL)) {
+        LOOM_WARN("loomMoeCombine: out of memory for %zu tokens of %zu floats", h->num_tokens, H);
+        status = loomSystemError; /* told to the peers, so that they do not wait */
+    }
     xfer_t xf;
     /* Partials travel back over the dispatch segments reversed. */
     loomResult_t res = xfer_init("loomMoeCombine", (size_t)p->nranks, h->recv_rows, h->send_rows,
                                  H * sizeof(float), &xf);
-    if (res == loomSuccess && (statuses == NULL || acc == NULL || yacc == NULL)) {
-        LOOM_WARN("loomMoeCombine: out of memory for %zu tokens of %zu floats", h->num_tokens, H);
-        res = loomSystemError;
-    }
     if (res == loomSuccess) {
         if (status == loomSuccess)
             row_partials(h, expert_out, &xf, acc);
-        res = xfer_run("loomMoeCombine", p, &xf, status, h->send_rows, statuses);
+        res = xfer_run("loomMoeCombine", p, &xf, status, h->send_rows);
     }
     if (res == loomSuccess) {
         home_sum(h, &xf, yacc, acc + H, y);
         xfer_count_bytes(p, &xf);
     }
     xfer_free(&xf);
-    free(statuses);
     free(acc);
     free(yacc);
     return res;
