@@ -148,8 +148,9 @@ typedef enum {
     loomMoeModeNaive = 1  /* one row per (token, expert): for comparison, same results */
 } loomMoeMode_t;
 
-/* Options of loomMoePlanCreate; start from LOOM_MOE_CONFIG_INITIALIZER (size,
- * magic and version rules as loomMoePlacementConfig_t). */
+/* Options of loomMoePlanCreate; start from LOOM_MOE_CONFIG_INITIALIZER (UNDEF
+ * below: LOOM_CONFIG_UNDEF_INT). A larger struct (a newer caller) is accepted
+ * only if the bytes past this version's struct are zero. */
 typedef struct loomMoeConfig_v1 {
     size_t size;                /* sizeof(loomMoeConfig_t), set by the initializer */
     unsigned int magic;         /* LOOM_MOE_CONFIG_MAGIC */
@@ -217,12 +218,13 @@ typedef struct loomMoeStats_v1 {
             0, 0                                                                                   \
     }
 
-/* Creates a plan for one MoE layer over comm. Collective: every rank must
- * pass the same E, k, H, datatype, mode and placement; a 64-bit hash of each
- * is compared across ranks (one AllReduce), and a difference, or an invalid
- * config on any rank, fails every rank with InvalidArgument naming the field.
- * Local expert ids on a rank run 0..L-1 in ascending global id.
- * Out: *plan, set only on success. Errors: InvalidArgument. */
+/* Creates a plan for one MoE layer over comm, which must outlive it.
+ * Collective: every rank must pass the same E, k, H, datatype, mode and
+ * placement; each is compared across ranks (the placement as a 64-bit hash,
+ * all in one AllReduce), and a difference, or an invalid config on any rank,
+ * fails every rank with InvalidArgument naming the field. Local expert ids
+ * on a rank run 0..L-1 in ascending global id. Out: *plan, set only on
+ * success. Errors: InvalidArgument. */
 LOOM_API loomResult_t loomMoePlanCreate(loomMoePlan_t *plan, const loomMoeConfig_t *config,
                                         loomComm_t comm);
 /* Frees a plan; NULL is a no-op. Local. Errors: InvalidUsage while handles
