@@ -2,13 +2,14 @@
  *
  * loom_moe.h - mixture-of-experts support (docs/moe.md).
  *
- * This version holds the pure part: co-selection and cross-layer affinity
- * statistics from routing decisions, a next-layer prediction from affinity,
- * and the placement of experts on ranks that keeps co-selected experts
- * together. These functions need no communicator; they are integer-only and
- * deterministic, so every rank that passes the same counts (all-reduced with
- * loomUint64 and loomSum) gets the same bytes, on every compiler. All are
- * thread safe on distinct outputs and never block.
+ * The pure part: co-selection and cross-layer affinity statistics from
+ * routing decisions, a next-layer prediction from affinity, and the placement
+ * of experts on ranks that keeps co-selected experts together. These
+ * functions need no communicator; they are integer-only and deterministic, so
+ * every rank that passes the same counts (all-reduced with loomUint64 and
+ * loomSum) gets the same bytes, on every compiler. All are thread safe on
+ * distinct outputs and never block. The collective part: plans, layouts,
+ * dispatch and combine over a communicator (last section).
  *
  * Routing arrays are top-k tables: int32 [num_tokens * top_k], row t holding
  * token t's expert ids; -1 means "no selection" and may repeat, every other
@@ -123,8 +124,148 @@ LOOM_API loomResult_t loomMoePlacementCompute(const uint64_t *coselect, const ui
                                               int32_t *expert_rank, uint64_t *cut_weight);
 
 /* ---- Dispatch and combine -------------------------------------------------
- * The collective part (plans over a communicator, the per-batch layout,
- * dispatch and combine) will be declared here. */
+ * A plan per MoE layer, over a communicator; per routed batch a layout (one
+ * small count exchange) gives a handle, then dispatch sends each token once
+ * per rank that hosts one of its experts, and combine brings back one
+ * weighted partial per (token, rank) and adds them in a fixed order
+ * (docs/moe.md: the wire format, the slot order, the combine order).
+ * Every call below is blocking and collective over the plan's communicator:
+ * each rank calls it, in the same order, with its own tokens (T may differ
+ * across ranks and be 0). Invalid input on one rank makes every rank return
+ * loomInvalidArgument, never a hang; outputs are then left untouched. A plan
+ * and its handles are used by one thread at a time. Errors common to all:
+ * RemoteError, Timeout, SystemError (as the collectives of loom.h). */
+
+#define LOOM_MOE_CONFIG_MAGIC      0x4c4d4f01u
+#define LOOM_MOE_LAYOUT_INFO_MAGIC 0x4c4d4f03u
+#define LOOM_MOE_STATS_MAGIC       0x4c4d4f04u
+
+typedef struct loomMoePlan *loomMoePlan_t;     /* one MoE layer: comm, E, k, H, placement */
+typedef struct loomMoeHandle *loomMoeHandle_t; /* one routed batch: counts, rows, slot map */
+
+typedef enum {
+    loomMoeModeDedup = 0, /* one row per (token, destination rank) */
+    loomMoeModeNaive = 1  /* one row per (token, expert): for comparison, same results */
+} loomMoeMode_t;
+
+/* Options of loomMoePlanCreate; start from LOOM_MOE_CONFIG_INITIALIZER (UNDEF
+ * below: LOOM_CONFIG_UNDEF_INT). A larger struct (a newer caller) is accepted
+ * only if the bytes past this version's struct are zero. */
+typedef struct loomMoeConfig_v1 {
+    size_t size;                /* sizeof(loomMoeConfig_t), set by the initializer */
+    unsigned int magic;         /* LOOM_MOE_CONFIG_MAGIC */
+    unsigned int version;       /* LOOM_VERSION_CODE of the headers the caller built with */
+    int num_experts;            /* E in 1..32767; required */
+    int top_k;                  /* k in 1..min(E, 64); required. Routing rows may hold -1 */
+    int datatype;               /* loomFloat32, loomBfloat16 or loomFloat16: x, recv_x,
+                                   expert_out and y; required. Weights are always float32 */
+    int mode;                   /* loomMoeMode_t; UNDEF = loomMoeModeDedup */
+    size_t hidden;              /* H >= 1 elements per token row; required (0 = unset) */
+    const int32_t *expert_rank; /* [E] rank of each expert, in [0, nranks), copied; NULL =
+                                   contiguous: rank r holds the next floor(E/G) experts, plus
+                                   one for r < E mod G (the shares of loomMoePlacementCompute) */
+} loomMoeConfig_t;
+
+#define LOOM_MOE_CONFIG_INITIALIZER                                                                \
+    {                                                                                              \
+        sizeof(loomMoeConfig_t), LOOM_MOE_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,  \
+            LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, 0, NULL           \
+    }
+
+/* What a layout needs the caller to allocate; start from
+ * LOOM_MOE_LAYOUT_INFO_INITIALIZER. The counts are written; the two arrays,
+ * when not NULL, are the caller's and receive num_local_experts entries. */
+typedef struct loomMoeLayoutInfo_v1 {
+    size_t size;            /* sizeof(loomMoeLayoutInfo_t), set by the initializer */
+    unsigned int magic;     /* LOOM_MOE_LAYOUT_INFO_MAGIC */
+    unsigned int version;   /* LOOM_VERSION_CODE */
+    int num_local_experts;  /* out: L, the experts this rank hosts (may be 0) */
+    size_t send_rows;       /* out: rows this rank sends, those to itself included */
+    size_t recv_rows;       /* out: rows it receives, those from itself included */
+    size_t recv_slots;      /* out: rows of recv_x and expert_out, one per (token, local expert) */
+    int64_t *expert_count;  /* in: [L] or NULL; out: slots of each local expert */
+    int64_t *expert_offset; /* in: [L] or NULL; out: first slot of each local expert */
+} loomMoeLayoutInfo_t;
+
+#define LOOM_MOE_LAYOUT_INFO_INITIALIZER                                                           \
+    {                                                                                              \
+        sizeof(loomMoeLayoutInfo_t), LOOM_MOE_LAYOUT_INFO_MAGIC, LOOM_VERSION_CODE, 0, 0, 0, 0,    \
+            NULL, NULL                                                                             \
+    }
+
+/* Counters of one plan, summed over its layouts, dispatches and combines on
+ * this rank. "Remote" rows go to another rank; rows to the rank itself are
+ * local copies and never wire bytes. */
+typedef struct loomMoeStats_v1 {
+    size_t size;                /* sizeof(loomMoeStats_t), set by the initializer */
+    unsigned int magic;         /* LOOM_MOE_STATS_MAGIC */
+    unsigned int version;       /* LOOM_VERSION_CODE */
+    uint64_t layouts;           /* loomMoeLayout calls that succeeded */
+    uint64_t tokens;            /* tokens routed */
+    uint64_t pairs;             /* selections that are not -1 */
+    uint64_t pairs_local;       /* of those, with the expert on this rank */
+    uint64_t rows_naive_remote; /* remote rows of naive mode: pairs - pairs_local */
+    uint64_t rows_dedup_remote; /* remote rows of dedup mode: distinct other ranks per token */
+    uint64_t rows_sent_remote;  /* remote rows this plan's mode sent (one of the two above) */
+    uint64_t rows_sent_self;    /* rows this rank sent to itself */
+    uint64_t bytes_sent;        /* wire bytes to other ranks, dispatch and combine */
+    uint64_t bytes_recv;        /* wire bytes from other ranks, dispatch and combine */
+} loomMoeStats_t;
+
+#define LOOM_MOE_STATS_INITIALIZER                                                                 \
+    {                                                                                              \
+        sizeof(loomMoeStats_t), LOOM_MOE_STATS_MAGIC, LOOM_VERSION_CODE, 0, 0, 0, 0, 0, 0, 0, 0,   \
+            0, 0                                                                                   \
+    }
+
+/* Creates a plan for one MoE layer over comm, which must outlive it.
+ * Collective: every rank must pass the same E, k, H, datatype, mode and
+ * placement; each is compared across ranks (the placement as a 64-bit hash,
+ * all in one AllReduce), and a difference, or an invalid config on any rank,
+ * fails every rank with InvalidArgument naming the field. Local expert ids
+ * on a rank run 0..L-1 in ascending global id. Out: *plan, set only on
+ * success. Errors: InvalidArgument. */
+LOOM_API loomResult_t loomMoePlanCreate(loomMoePlan_t *plan, const loomMoeConfig_t *config,
+                                        loomComm_t comm);
+/* Frees a plan; NULL is a no-op. Local. Errors: InvalidUsage while handles
+ * made from it are alive (the plan is then kept). */
+LOOM_API loomResult_t loomMoePlanDestroy(loomMoePlan_t plan);
+/* Copies the plan's counters into *stats (made with LOOM_MOE_STATS_INITIALIZER),
+ * then zeroes them if reset != 0. Local. Errors: InvalidArgument. */
+LOOM_API loomResult_t loomMoePlanGetStats(loomMoePlan_t plan, loomMoeStats_t *stats, int reset);
+
+/* Routes a batch of T tokens: topk_idx [T*k] (ids in [0, E) or -1, none
+ * twice in a row, as for the statistics above) and topk_weights [T*k] float32
+ * (ignored where the id is -1); both may be NULL when T is 0 and are copied, so
+ * they may be reused at once. One small AllToAll of counts, never of the
+ * routing. Dropless: *info (may be NULL; see loomMoeHandleQuery) gets the
+ * exact sizes to allocate for dispatch and combine. Collective; blocking.
+ * Out: *handle, set only on success. Errors: InvalidArgument (bad routing or
+ * arguments on any rank: every rank returns it; the rank at fault names the
+ * token, slot and id). */
+LOOM_API loomResult_t loomMoeLayout(loomMoePlan_t plan, const int32_t *topk_idx,
+                                    const float *topk_weights, size_t num_tokens,
+                                    loomMoeHandle_t *handle, loomMoeLayoutInfo_t *info);
+/* Sends token rows x [T*H] to the ranks of their experts and writes recv_x
+ * [recv_slots*H] expert-major: local expert ascending, then source rank, then
+ * source token. Dedup mode moves each token once per destination rank and
+ * copies it into each of its local experts' slots on arrival. Collective;
+ * blocking; may be repeated (new x, same routing). Errors: InvalidArgument
+ * (on any rank: x NULL with T > 0, recv_x NULL with recv_slots > 0). */
+LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, void *recv_x);
+/* Returns expert outputs expert_out [recv_slots*H] (same slot order as
+ * recv_x, unweighted) and writes y [T*H]: y[t] = sum over t's selections of
+ * weight * expert_out, computed in float32 in a fixed order and rounded once
+ * (docs/moe.md), so the bits do not depend on the transport, arrival order
+ * or mode. A token without selections gets 0. Needs a Dispatch on the handle
+ * first. Collective; blocking. Errors: InvalidArgument (on any rank:
+ * expert_out NULL with recv_slots > 0, y NULL with T > 0), InvalidUsage (no
+ * dispatch yet, on any rank). */
+LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_out, void *y);
+/* Fills *info as loomMoeLayout did. Local. Errors: InvalidArgument. */
+LOOM_API loomResult_t loomMoeHandleQuery(loomMoeHandle_t handle, loomMoeLayoutInfo_t *info);
+/* Frees a handle; NULL is a no-op. Local. */
+LOOM_API loomResult_t loomMoeHandleDestroy(loomMoeHandle_t handle);
 
 #ifdef __cplusplus
 }

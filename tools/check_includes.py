@@ -6,7 +6,7 @@
 # core, collectives and the transport layer's p2p.h/transport.h/arena.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer; moe
-# (placement, pure functions) sees core;
+# (statistics, placement; dispatch through the public collectives) sees core;
 # topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;

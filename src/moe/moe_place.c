@@ -7,6 +7,7 @@
  * and compiler. Computes from counts only (moe_coselect.c gathers them);
  * never communicates. The algorithm and its guarantees: docs/moe.md.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,21 +240,10 @@ typedef struct {
 
 static loomResult_t read_config(const loomMoePlacementConfig_t *cfg, opts_t *o)
 {
-    if (cfg == NULL || cfg->magic != LOOM_MOE_PLACEMENT_CONFIG_MAGIC || !CFG_HAS(cfg, nranks)) {
-        LOOM_WARN("loomMoePlacementConfig_t was not initialized with "
-                  "LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER (%s, magic 0x%x, size %zu bytes)",
-                  cfg ? "set" : "NULL", cfg ? cfg->magic : 0u, cfg ? cfg->size : (size_t)0);
-        return loomInvalidArgument;
-    }
-    /* A newer caller's fields must be unset (zero) for this library to honour it. */
-    for (size_t i = sizeof(*cfg); i < cfg->size; i++) {
-        if (((const unsigned char *)cfg)[i] != 0) {
-            LOOM_WARN("loomMoePlacementConfig_t of %zu bytes sets byte %zu, past the %zu bytes "
-                      "this library knows",
-                      cfg->size, i, sizeof(*cfg));
-            return loomInvalidArgument;
-        }
-    }
+    LOOM_CHECK(loom_moe_struct_check(
+        "loomMoePlacementConfig_t", "LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER", cfg,
+        cfg ? cfg->size : 0, cfg ? cfg->magic : 0, LOOM_MOE_PLACEMENT_CONFIG_MAGIC,
+        offsetof(loomMoePlacementConfig_t, nranks) + sizeof(cfg->nranks), sizeof(*cfg), 1));
     const int undef = LOOM_CONFIG_UNDEF_INT;
     o->nranks = cfg->nranks;
     o->ranks_per_host = CFG_HAS(cfg, ranks_per_host) ? cfg->ranks_per_host : undef;

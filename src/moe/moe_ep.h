@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * moe_ep.h - what the files of the collective MoE part share (docs/moe.md, "Dispatch and
+ * combine"): the plan and handle structures, the row and segment formats on the wire, and the
+ * status word by which every rank learns that one of them refused its input. moe_plan.c builds
+ * plans, moe_layout.c handles, moe_xfer.c moves rows. Internal to src/moe/.
+ */
+#ifndef LOOM_MOE_EP_H
+#define LOOM_MOE_EP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom_moe.h"
+
+#define LOOM_MOE_MAX_TOP_K   64
+#define LOOM_MOE_MAX_EXPERTS 32767 /* local ids travel as int16 */
+
+/* Counters of a plan, as loomMoeStats_t without its header. */
+typedef struct loom_moe_counters {
+    uint64_t layouts, tokens, pairs, pairs_local;
+    uint64_t rows_naive_remote, rows_dedup_remote, rows_sent_remote, rows_sent_self;
+    uint64_t bytes_sent, bytes_recv;
+} loom_moe_counters_t;
+
+struct loomMoePlan {
+    loomComm_t comm;
+    int rank, nranks;
+    int num_experts, top_k, mode;
+    loomDataType_t dtype;
+    size_t hidden;
+    size_t elem_bytes;    /* of dtype */
+    size_t payload_bytes; /* H * elem_bytes: one token row */
+    size_t pairs_per_row; /* k in dedup mode, 1 in naive mode */
+    size_t trailer_off;   /* payload_bytes rounded up to 4 */
+    size_t row_bytes;     /* the wire stride of a row, a multiple of 16 */
+    int32_t *expert_rank; /* [E] */
+    int32_t *local_id;    /* [E] index of the expert among its rank's, by ascending id */
+    int *num_local;       /* [G] experts on each rank */
+    int max_local;        /* the largest of num_local */
+    int live_handles;
+    loom_moe_counters_t stats;
+};
+
+struct loomMoeHandle {
+    loomMoePlan_t plan;
+    size_t num_tokens;
+    int32_t *topk;  /* [T*k] copy */
+    float *weights; /* [T*k] copy */
+    /* Send side: rows in wire order, destination ascending, then token (then slot). */
+    size_t *send_rows; /* [G] */
+    size_t send_total;
+    int32_t *row_token; /* [send_total] */
+    int32_t *row_slot;  /* [send_total] top-k slot of a naive row; NULL in dedup mode */
+    /* Receive side. */
+    size_t *recv_rows; /* [G] from each source */
+    size_t recv_total;
+    int64_t *pair_count;    /* [L*G]: pairs for local expert l from source s at [l*G+s] */
+    int64_t *expert_count;  /* [L] */
+    int64_t *expert_offset; /* [L] */
+    size_t recv_slots;
+    /* Filled by Dispatch from the trailers: row r's pairs are [row_start[r], row_start[r+1]),
+     * in top-k slot order, each with its slot in recv_x and its weight. */
+    int dispatched;
+    size_t *row_start;  /* [recv_total + 1] */
+    size_t *pair_slot;  /* [recv_slots] */
+    float *pair_weight; /* [recv_slots] */
+};
+
+/* One segment per peer and direction: this header, then its rows. The header travels even
+ * when there are no rows, so every rank hears every other rank's status. */
+#define LOOM_MOE_SEG_MAGIC 0x53454f4du /* "MOES" */
+typedef struct loom_moe_seg_hdr {
+    uint32_t magic;
+    uint32_t status; /* a loomResult_t: Success, or why the sender refused its input */
+    uint64_t rows;
+} loom_moe_seg_hdr_t;
+
+/* The first refusal among the statuses of ranks 0..nranks-1 (status_of(i) read by the caller
+ * into statuses[]), or Success. On a rank other than the refusing one, WARNs naming it. */
+loomResult_t loom_moe_status_join(const char *call, const uint32_t *statuses, int nranks,
+                                  int my_rank);
+
+#endif

@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * moe_xfer.c - loomMoeDispatch and loomMoeCombine: the two data exchanges of a handle, each one
+ * loomAllToAllv of bytes with one segment per peer (a 16-byte header carrying the sender's
+ * status, then its rows), so a refusal on one rank reaches every rank in the same exchange.
+ *
+ * Dispatch: a row is one token's payload plus a trailer (the token index, then the (weight,
+ * local expert) pairs it has on the destination, in top-k slot order); on arrival each pair's
+ * payload is copied into the next slot of its (local expert, source) run, whose start Layout
+ * computed, so slots come out in the canonical order: local expert, source rank, source token.
+ *
+ * Combine (docs/moe.md gives why the bits are reproducible): for each received row, the pairs'
+ * weight x expert output summed in float32 in top-k slot order is the row's partial; partials
+ * travel back as float32 over the same segments reversed; the home rank adds, per token, the
+ * partials in ascending source rank into a float32 accumulator started at 0 and rounds once to
+ * the datatype. In naive mode a row carries one pair, and the home rank first sums a token's
+ * partials from one rank in slot order: the same float32 operations as dedup, the same bits.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtype.h"
+#include "moe.h"
+#include "moe_ep.h"
+
+#define HDR_BYTES sizeof(loom_moe_seg_hdr_t)
+
+/* One exchange: per-peer byte counts and displacements of both directions, and the buffers. */
+typedef struct xfer {
+    size_t *scount, *sdispl, *rcount, *rdispl;
+    unsigned char *sbuf, *rbuf;
+    size_t stotal, rtotal;
+    uint32_t *statuses; /* [G] each rank's status, read from the headers */
+} xfer_t;
+
+static void xfer_free(xfer_t *x)
+{
+    free(x->scount);
+    free(x->sdispl);
+    free(x->rcount);
+    free(x->rdispl);
+    free(x->sbuf);
+    free(x->rbuf);
+    free(x->statuses);
+}
+
+/* Segment g of a direction holds a header and rows[g] rows of row_bytes. */
+static loomResult_t segs_size(const char *call, size_t G, const size_t *rows, size_t row_bytes,
+                              size_t *count, size_t *displ, size_t *total_p)
+{
+    size_t total = 0;
+    for (size_t g = 0; g < G; g++) {
+        size_t bytes;
+        if (__builtin_mul_overflow(rows[g], row_bytes, &bytes) ||
+            __builtin_add_overflow(bytes, HDR_BYTES, &bytes) ||
+            __builtin_add_overflow(total, bytes, &total)) {
+            LOOM_WARN("%s: %zu rows of %zu bytes for rank %zu overflow", call, rows[g], row_bytes,
+                      g);
+            return loomInvalidArgument;
+        }
+        count[g] = bytes;
+        displ[g] = total - bytes;
+    }
+    *total_p = total;
+    return loomSuccess;
+}
+
+static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_rows,
+                              const size_t *recv_rows, size_t row_bytes, xfer_t *x)
+{
+    memset(x, 0, sizeof(*x));
+    x->scount = malloc(G * sizeof(size_t));
+    x->sdispl = malloc(G * sizeof(size_t));
+    x->rcount = malloc(G * sizeof(size_t));
+    x->rdispl = malloc(G * sizeof(size_t));
+    x->statuses = malloc(G * sizeof(uint32_t));
+    if (x->scount == NULL || x->sdispl == NULL || x->rcount == NULL || x->rdispl == NULL ||
+        x->statuses == NULL) {
+        LOOM_WARN("%s: out of memory for the counts of %zu ranks", call, G);
+        return loomSystemError;
+    }
+    LOOM_CHECK(segs_size(call, G, send_rows, row_bytes, x->scount, x->sdispl, &x->stotal));
+    LOOM_CHECK(segs_size(call, G, recv_rows, row_bytes, x->rcount, x->rdispl, &x->rtotal));
+    /* Zeroed: the padding of rows goes on the wire, and should be the same every time. */
+    x->sbuf = calloc(x->stotal, 1);
+    x->rbuf = malloc(x->rtotal);
+    if (x->sbuf == NULL || x->rbuf == NULL) {
+        LOOM_WARN("%s: out of memory for %zu bytes to send and %zu to receive", call, x->stotal,
+                  x->rtotal);
+        return loomSystemError;
+    }
+    for (size_t g = 0; g < G; g++) {
+        loom_moe_seg_hdr_t hdr = {LOOM_MOE_SEG_MAGIC, loomSuccess, send_rows[g]};
+        memcpy(x->sbuf + x->sdispl[g], &hdr, sizeof(hdr));
+    }
+    return loomSuccess;
+}
+
+/* Sends every segment with this rank's status; Success only if every rank's status, and every
+ * header, is good. */
+static loomResult_t xfer_run(const char *call, const struct loomMoePlan *p, xfer_t *x,
+                             loomResult_t status, const size_t *recv_rows)
+{
+    size_t G = (size_t)p->nranks;
+    for (size_t g = 0; g < G; g++) {
+        uint32_t st = (uint32_t)status;
+        memcpy(x->sbuf + x->sdispl[g] + offsetof(loom_moe_seg_hdr_t, status), &st, sizeof(st));
+    }
+    LOOM_CHECK(loomAllToAllv(x->sbuf, x->scount, x->sdispl, x->rbuf, x->rcount, x->rdispl,
+                             loomUint8, p->comm, NULL));
+    for (size_t s = 0; s < G; s++) {
+        loom_moe_seg_hdr_t hdr;
+        memcpy(&hdr, x->rbuf + x->rdispl[s], sizeof(hdr));
+        if (hdr.magic != LOOM_MOE_SEG_MAGIC ||
+            (hdr.status == loomSuccess && hdr.rows != recv_rows[s])) {
+            LOOM_WARN("%s: rank %zu sent a segment with magic 0x%x and %llu rows, rank %d expected "
+                      "magic 0x%x and %zu rows",
+                      call, s, hdr.magic, (unsigned long long)hdr.rows, p->rank, LOOM_MOE_SEG_MAGIC,
+                      recv_rows[s]);
+            return loomRemoteError;
+        }
+        x->statuses[s] = hdr.status;
+    }
+    return loom_moe_status_join(call, x->statuses, p->nranks, p->rank);
+}
+
+static void xfer_count_bytes(struct loomMoePlan *p, const xfer_t *x)
+{
+    for (size_t g = 0; g < (size_t)p->nranks; g++) {
+        if (g == (size_t)p->rank)
+            continue;
+        p->stats.bytes_sent += x->scount[g];
+        p->stats.bytes_recv += x->rcount[g];
+    }
+}
+
+// ---- dispatch ----------------------------------------------------------------------------
+
+static void pack_rows(const struct loomMoeHandle *h, const unsigned char *x, xfer_t *xf)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t k = (size_t)p->top_k, ppr = p->pairs_per_row, r = 0;
+    for (size_t g = 0; g < (size_t)p->nranks; g++) {
+        unsigned char *row = xf->sbuf + xf->sdispl[g] + HDR_BYTES;
+        for (size_t i = 0; i < h->send_rows[g]; i++, r++, row += p->row_bytes) {
+            int32_t t = h->row_token[r];
+            memcpy(row, x + (size_t)t * p->payload_bytes, p->payload_bytes);
+            unsigned char *tr = row + p->trailer_off;
+            unsigned char *wts = tr + 4, *ids = tr + 4 + ppr * sizeof(float);
+            memcpy(tr, &t, sizeof(t));
+            size_t j0 = h->row_slot ? (size_t)h->row_slot[r] : 0;
+            size_t j1 = h->row_slot ? j0 + 1 : k, n = 0;
+            for (size_t j = j0; j < j1; j++) {
+                int32_t e = h->topk[(size_t)t * k + j];
+                if (e < 0 || (size_t)p->expert_rank[e] != g)
+                    continue;
+                int16_t id = (int16_t)p->local_id[e];
+                memcpy(wts + n * sizeof(float), &h->weights[(size_t)t * k + j], sizeof(float));
+                memcpy(ids + n * sizeof(int16_t), &id, sizeof(id));
+                n++;
+            }
+            for (int16_t none = -1; n < ppr; n++)
+                memcpy(ids + n * sizeof(int16_t), &none, sizeof(none));
+        }
+    }
+}
+
+static loomResult_t bad_row(const struct loomMoePlan *p, size_t s, size_t i, const char *why,
+                            long long v)
+{
+    LOOM_WARN("loomMoeDispatch: row %zu from rank %zu breaks the protocol: %s %lld (rank %d)", i, s,
+              why, v, p->rank);
+    return loomRemoteError;
+}
+
+/* Reads the trailers, records each row's pairs and copies payloads into their slots. */
+static loomResult_t expand_rows(struct loomMoeHandle *h, const xfer_t *xf, unsigned char *recv_x)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t G = (size_t)p->nranks, L = (size_t)p->num_local[p->rank], ppr = p->pairs_per_row;
+    int naive = p->mode == loomMoeModeNaive;
+    size_t *cursor = malloc((L * G + 1) * sizeof(size_t));
+    if (cursor == NULL) {
+        LOOM_WARN("loomMoeDispatch: out of memory for %zu slot cursors", L * G);
+        return loomSystemError;
+    }
+    for (size_t l = 0; l < L; l++) {
+        size_t at = (size_t)h->expert_offset[l];
+        for (size_t s = 0; s < G; s++) {
+            cursor[l * G + s] = at;
+            at += (size_t)h->pair_count[l * G + s];
+        }
+    }
+    loomResult_t res = loomSuccess;
+    size_t rr = 0, pp = 0;
+    for (size_t s = 0; s < G && res == loomSuccess; s++) {
+        const unsigned char *row = xf->rbuf + xf->rdispl[s] + HDR_BYTES;
+        int64_t prev = -1;
+        for (size_t i = 0; i < h->recv_rows[s] && res == loomSuccess; i++, rr++) {
+            const unsigned char *tr = row + p->trailer_off;
+            const unsigned char *wts = tr + 4, *ids = tr + 4 + ppr * sizeof(float);
+            int32_t t;
+            memcpy(&t, tr, sizeof(t));
+            if (t < 0 || t < prev || (!naive && t == prev)) {
+                res = bad_row(p, s, i, "token out of order:", t);
+                break;
+            }
+            prev = t;
+            h->row_start[rr] = pp;
+            for (size_t q = 0; q < ppr; q++) {
+                int16_t id;
+                memcpy(&id, ids + q * sizeof(id), sizeof(id));
+                if (id < 0 && q > 0)
+                    break;
+                size_t c = (size_t)id * G + s;
+                if (id < 0 || (size_t)id >= L ||
+                    cursor[c] == (size_t)(h->expert_offset[id] + h->expert_count[id]) ||
+                    (s + 1 < G && cursor[c] == cursor[c + 1])) {
+                    res = bad_row(p, s, i, "local expert", id);
+                    break;
+                }
+                size_t slot = cursor[c]++;
+                memcpy(&h->pair_weight[pp], wts + q * sizeof(float), sizeof(float));
+                h->pair_slot[pp++] = slot;
+                memcpy(recv_x + slot * p->payload_bytes, row, p->payload_bytes);
+            }
+            row += p->row_bytes;
+        }
+    }
+    if (res == loomSuccess && pp != h->recv_slots)
+        res = bad_row(p, G - 1, rr, "pairs in all, expected more:", (long long)pp);
+    h->row_start[rr] = pp;
+    free(cursor);
+    return res;
+}
+
+LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, void *recv_x)
+{
+    if (handle == NULL) {
+        LOOM_WARN("loomMoeDispatch: handle is NULL");
+        return loomInvalidArgument;
+    }
+    struct loomMoeHandle *h = handle;
+    struct loomMoePlan *p = h->plan;
+    loomResult_t status = loomSuccess;
+    if (x == NULL && h->num_tokens > 0) {
+        LOOM_WARN("loomMoeDispatch: x is NULL with %zu tokens (rank %d)", h->num_tokens, p->rank);
+        status = loomInvalidArgument;
+    } else if (recv_x == NULL && h->recv_slots > 0) {
+        LOOM_WARN("loomMoeDispatch: recv_x is NULL with %zu slots to receive (rank %d)",
+                  h->recv_slots, p->rank);
+        status = loomInvalidArgument;
+    }
+    if (h->row_start == NULL) {
+        h->row_start = malloc((h->recv_total + 1) * sizeof(size_t));
+        h->pair_slot = malloc((h->recv_slots + 1) * sizeof(size_t));
+        h->pair_weight = malloc((h->recv_slots + 1) * sizeof(float));
+    }
+    if (status == loomSuccess &&
+        (h->row_start == NULL || h->pair_slot == NULL || h->pair_weight == NULL)) {
+        LOOM_WARN("loomMoeDispatch: out of memory for %zu received pairs", h->recv_slots);
+        status = loomSystemError; /* told to the peers, so that they do not wait */
+    }
+    xfer_t xf;
+    loomResult_t res = xfer_init("loomMoeDispatch", (size_t)p->nranks, h->send_rows, h->recv_rows,
+                                 p->row_bytes, &xf);
+    if (res == loomSuccess) {
+        if (status == loomSuccess)
+            pack_rows(h, x, &xf);
+        res = xfer_run("loomMoeDispatch", p, &xf, status, h->recv_rows);
+    }
+    if (res == loomSuccess)
+        res = expand_rows(h, &xf, recv_x);
+    if (res == loomSuccess) {
+        h->dispatched = 1;
+        xfer_count_bytes(p, &xf);
+    }
+    xfer_free(&xf);
+    return res;
+}
+
+// ---- combine -----------------------------------------------------------------------------
+
+static inline float load_elem(loomDataType_t dt, const void *buf, size_t i)
+{
+    if (dt == loomFloat32) {
+        float v;
+        memcpy(&v, (const unsigned char *)buf + i * 4, 4);
+        return v;
+    }
+    uint16_t b;
+    memcpy(&b, (const unsigned char *)buf + i * 2, 2);
+    return dt == loomBfloat16 ? loom_bf16_decode(b) : loom_f16_decode(b);
+}
+
+static inline void store_elem(loomDataType_t dt, void *buf, size_t i, float v)
+{
+    if (dt == loomFloat32) {
+        memcpy((unsigned char *)buf + i * 4, &v, 4);
+        return;
+    }
+    uint16_t b = dt == loomBfloat16 ? loom_bf16_encode(v) : loom_f16_encode(v);
+    memcpy((unsigned char *)buf + i * 2, &b, 2);
+}
+
+/* Each received row's partial, in the order the rows came: the rows of source s return to s
+ * in the order s sent them. */
+static void row_partials(const struct loomMoeHandle *h, const void *expert_out, xfer_t *xf,
+                         float *acc)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t H = p->hidden, rr = 0;
+    for (size_t s = 0; s < (size_t)p->nranks; s++) {
+        unsigned char *out = xf->sbuf + xf->sdispl[s] + HDR_BYTES;
+        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, out += H * sizeof(float)) {
+            for (size_t c = 0; c < H; c++)
+                acc[c] = 0.0f;
+            for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
+                float w = h->pair_weight[q];
+                size_t base = h->pair_slot[q] * H;
+                for (size_t c = 0; c < H; c++)
+                    acc[c] += w * load_elem(p->dtype, expert_out, base + c);
+            }
+            memcpy(out, acc, H * sizeof(float));
+        }
+    }
+}
+
+/* The home sum: per token, partials in ascending source rank, then one rounding. */
+static void home_sum(const struct loomMoeHandle *h, const xfer_t *xf, float *yacc, float *tmp,
+                     void *y)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t H = p->hidden, r = 0;
+    int naive = p->mode == loomMoeModeNaive;
+    memset(yacc, 0, h->num_tokens * H * sizeof(float));
+    for (size_t g = 0; g < (size_t)p->nranks; g++) {
+        const unsigned char *in = xf->rbuf + xf->rdispl[g] + HDR_BYTES;
+        for (size_t i = 0; i < h->send_rows[g]; i++, r++, in += H * sizeof(float)) {
+            size_t t = (size_t)h->row_token[r];
+            float *dst = yacc + t * H;
+            /* Naive: a token's rows to one rank are adjacent, in slot order; sum them first, as
+             * the dedup row's partial would have been summed on rank g. */
+            if (naive) {
+                int first = i == 0 || h->row_token[r - 1] != (int32_t)t;
+                int last = i + 1 == h->send_rows[g] || h->row_token[r + 1] != (int32_t)t;
+                for (size_t c = 0; c < H; c++) {
+                    float v;
+                    memcpy(&v, in + c * sizeof(float), sizeof(v));
+                    tmp[c] = (first ? 0.0f : tmp[c]) + v;
+                }
+                if (!last)
+                    continue;
+                for (size_t c = 0; c < H; c++)
+                    dst[c] += tmp[c];
+                continue;
+            }
+            for (size_t c = 0; c < H; c++) {
+                float v;
+                memcpy(&v, in + c * sizeof(float), sizeof(v));
+                dst[c] += v;
+            }
+        }
+    }
+    for (size_t i = 0; i < h->num_tokens * H; i++)
+        store_elem(p->dtype, y, i, yacc[i]);
+}
+
+LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_out, void *y)
+{
+    if (handle == NULL) {
+        LOOM_WARN("loomMoeCombine: handle is NULL");
+        return loomInvalidArgument;
+    }
+    struct loomMoeHandle *h = handle;
+    struct loomMoePlan *p = h->plan;
+    size_t H = p->hidden;
+    loomResult_t status = loomSuccess;
+    if (!h->dispatched) {
+        LOOM_WARN("loomMoeCombine: the handle was never dispatched (rank %d): call "
+                  "loomMoeDispatch first",
+                  p->rank);
+        status = loomInvalidUsage;
+    } else if (expert_out == NULL && h->recv_slots > 0) {
+        LOOM_WARN("loomMoeCombine: expert_out is NULL with %zu slots (rank %d)", h->recv_slots,
+                  p->rank);
+        status = loomInvalidArgument;
+    } else if (y == NULL && h->num_tokens > 0) {
+        LOOM_WARN("loomMoeCombine: y is NULL with %zu tokens (rank %d)", h->num_tokens, p->rank);
+        status = loomInvalidArgument;
+    }
+    float *acc = malloc(2 * H * sizeof(float));
+    float *yacc = malloc((h->num_tokens * H + 1) * sizeof(float));
+    if (status == loomSuccess && (acc == NULL || yacc == NULL)) {
+        LOOM_WARN("loomMoeCombine: out of memory for %zu tokens of %zu floats", h->num_tokens, H);
+        status = loomSystemError; /* told to the peers, so that they do not wait */
+    }
+    xfer_t xf;
+    /* Partials travel back over the dispatch segments reversed. */
+    loomResult_t res = xfer_init("loomMoeCombine", (size_t)p->nranks, h->recv_rows, h->send_rows,
+                                 H * sizeof(float), &xf);
+    if (res == loomSuccess) {
+        if (status == loomSuccess)
+            row_partials(h, expert_out, &xf, acc);
+        res = xfer_run("loomMoeCombine", p, &xf, status, h->send_rows);
+    }
+    if (res == loomSuccess) {
+        home_sum(h, &xf, yacc, acc + H, y);
+        xfer_count_bytes(p, &xf);
+    }
+    xfer_free(&xf);
+    free(acc);
+    free(yacc);
+    return res;
+}

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// moe_ref.h - what the MoE dispatch tests share: batches that every rank can regenerate for any
+// rank (routing from moe_gen.h, token rows from a seed), placements, the test's experts
+// (y = x * (e + 1) + e in float32, rounded to the datatype), and the single-process references
+// of combine. Used by test_moe_dispatch.cc and test_moe_errors.cc.
+#ifndef LOOM_TESTS_MOE_REF_H
+#define LOOM_TESTS_MOE_REF_H
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "loom_moe.h"
+
+namespace moetest {
+
+struct Batch {
+    size_t tokens = 0;
+    std::vector<int32_t> topk;  // [T*k]
+    std::vector<float> weights; // [T*k]
+    std::vector<uint8_t> x;     // [T*H] in the datatype
+};
+
+struct Shape {
+    int num_experts, top_k;
+    size_t hidden;
+    loomDataType_t dtype;
+    bool planted; // planted-partition routing with 10% -1 selections; else uniform
+    bool dyadic;  // small integers and weights in eighths: every sum exact
+    uint64_t seed;
+};
+
+// Tokens of `rank`: 0 on rank 1 (and everywhere when seed says so), different on the others.
+size_t TokensOf(const Shape &s, int rank, int nranks);
+// Rank `rank`'s batch; any rank can make any rank's. Columns 0 and 1 of a token hold the
+// rank and the token index, so a row can be recognised after it moved.
+Batch MakeBatch(const Shape &s, int rank, int nranks);
+// Contiguous (as a NULL expert_rank gives) or a seeded permutation of the same shares.
+std::vector<int32_t> Placement(int num_experts, int nranks, bool random, uint64_t seed);
+
+size_t ElemBytes(loomDataType_t dt);
+float Load(loomDataType_t dt, const uint8_t *buf, size_t i);
+void Store(loomDataType_t dt, uint8_t *buf, size_t i, float v);
+// The test's expert e on one element, rounded to the datatype as an expert output would be.
+float Expert(loomDataType_t dt, int e, float v);
+
+// y of one rank's batch. grouped: the canonical order with this placement (per rank ascending,
+// a float32 partial over its pairs in slot order, partials added from 0); otherwise all
+// experts on one process (one float32 sum over the slots in order).
+std::vector<uint8_t> Reference(const Shape &s, const Batch &b, const std::vector<int32_t> &place,
+                               bool grouped);
+
+} // namespace moetest
+
+#endif

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_moe_dispatch.cc - MoE dispatch and combine on forked ranks (1 to 4; LOOM_NET=shm and
+// tcp), against single-process references: combine's y bitwise equal to the canonical-order
+// reference on random floats and to the all-experts-local reference on dyadic inputs, for
+// float32, bfloat16 and float16, contiguous and random placements, uniform and planted routings
+// (with -1 selections), zero-token ranks, ranks without experts and T different on every rank;
+// naive and dedup y bitwise equal; every received slot holding the row its place in the canonical
+// order names (local expert, source rank, source token), again after a second dispatch; and the
+// plan's counters exact against loom_moe_rows_count and the wire format's sizes, and zero after
+// a reset.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "loom_moe.h"
+#include "moe_ref.h"
+#include "mp_fixture.h"
+
+extern "C" {
+#include "moe_gen.h"
+}
+
+using moetest::Batch;
+using moetest::Shape;
+
+namespace {
+
+struct Run {
+    std::vector<uint8_t> y;
+    loomMoeStats_t stats = LOOM_MOE_STATS_INITIALIZER;
+};
+
+std::string Describe(const Shape &s, bool random_place, int mode)
+{
+    return "E=" + std::to_string(s.num_experts) + " k=" + std::to_string(s.top_k) +
+           " dtype=" + std::to_string((int)s.dtype) + (s.planted ? " planted" : " uniform") +
+           (s.dyadic ? " dyadic" : " random") + (random_place ? " random-placement" : "") +
+           (mode == loomMoeModeNaive ? " naive" : " dedup") + " seed=" + std::to_string(s.seed);
+}
+
+// The rows rank `src` sends to `dst` and the pairs among them, from src's regenerated batch.
+void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
+                 int mode, size_t *rows, size_t *pairs)
+{
+    size_t k = (size_t)s.top_k;
+    *rows = *pairs = 0;
+    for (size_t t = 0; t < b.tokens; t++) {
+        size_t n = 0;
+        for (size_t j = 0; j < k; j++)
+            if (b.topk[t * k + j] >= 0 && place[(size_t)b.topk[t * k + j]] == dst)
+                n++;
+        *pairs += n;
+        *rows += mode == loomMoeModeNaive ? n : (n > 0);
+    }
+}
+
+// The slots of local expert e must hold, in order, the rows of (source rank, token) ascending
+// that selected e, each an exact copy of the source's row.
+void CheckSlots(const Shape &s, const std::vector<Batch> &all, const std::vector<int32_t> &place,
+                int rank, const std::vector<uint8_t> &recv_x, const loomMoeLayoutInfo_t &info,
+                const std::vector<int64_t> &count, const std::vector<int64_t> &offset)
+{
+    size_t k = (size_t)s.top_k, row = s.hidden * moetest::ElemBytes(s.dtype);
+    int l = 0;
+    int64_t next = 0;
+    for (int e = 0; e < s.num_experts; e++) {
+        if (place[(size_t)e] != rank)
+            continue;
+        XT_CHECK_EQ(offset[(size_t)l], next);
+        int64_t slot = offset[(size_t)l];
+        for (size_t src = 0; src < all.size(); src++) {
+            for (size_t t = 0; t < all[src].tokens; t++) {
+                bool sel = false;
+                for (size_t j = 0; j < k; j++)
+                    sel = sel || all[src].topk[t * k + j] == e;
+                if (!sel)
+                    continue;
+                XT_CHECK(slot < offset[(size_t)l] + count[(size_t)l]);
+                XT_CHECK_MSG(memcmp(recv_x.data() + (size_t)slot * row, all[src].x.data() + t * row,
+                                    row) == 0,
+                             "expert " + std::to_string(e) + " slot " + std::to_string(slot) +
+                                 " should hold token " + std::to_string(t) + " of rank " +
+                                 std::to_string(src));
+                slot++;
+            }
+        }
+        XT_CHECK_EQ(slot, offset[(size_t)l] + count[(size_t)l]);
+        next = slot;
+        l++;
+    }
+    XT_CHECK_EQ(l, info.num_local_experts);
+    XT_CHECK_EQ((size_t)next, info.recv_slots);
+}
+
+void CheckStats(const Shape &s, const std::vector<Batch> &all, const std::vector<int32_t> &place,
+                int rank, int mode, const loomMoeStats_t &st, int dispatches)
+{
+    const Batch &b = all[(size_t)rank];
+    int G = (int)all.size();
+    std::vector<int32_t> home(b.tokens, rank);
+    std::vector<uint64_t> to_rank((size_t)G, 0);
+    loom_moe_rows_t want{};
+    XT_CHECK_LOOM(loom_moe_rows_count(b.topk.data(), b.tokens, (uint32_t)s.top_k,
+                                      (uint32_t)s.num_experts, place.data(), (uint32_t)G,
+                                      home.data(), to_rank.data(), &want));
+    XT_CHECK_EQ(st.layouts, 1u);
+    XT_CHECK_EQ(st.tokens, b.tokens);
+    XT_CHECK_EQ(st.pairs, want.pairs);
+    XT_CHECK_EQ(st.pairs_local, want.pairs_local);
+    XT_CHECK_EQ(st.rows_naive_remote, want.rows_naive_remote);
+    XT_CHECK_EQ(st.rows_dedup_remote, want.rows_remote);
+    bool naive = mode == loomMoeModeNaive;
+    XT_CHECK_EQ(st.rows_sent_remote, naive ? want.rows_naive_remote : want.rows_remote);
+    XT_CHECK_EQ(st.rows_sent_self, naive ? want.pairs_local : want.rows - want.rows_remote);
+    // The wire format (docs/moe.md): a 16-byte header per segment; dispatch rows of
+    // round16(round4(H*s) + 4 + 6*pairs_per_row) bytes; combine rows of H float32.
+    size_t ppr = naive ? 1 : (size_t)s.top_k;
+    size_t stride =
+        ((s.hidden * moetest::ElemBytes(s.dtype) + 3) / 4 * 4 + 4 + 6 * ppr + 15) / 16 * 16;
+    uint64_t sent = 0, recv = 0;
+    for (int g = 0; g < G; g++) {
+        if (g == rank)
+            continue;
+        size_t out_rows, out_pairs, in_rows, in_pairs;
+        RowsBetween(s, b, place, g, mode, &out_rows, &out_pairs);
+        RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
+        if (!naive)
+            XT_CHECK_EQ(out_rows, to_rank[(size_t)g]);
+        sent += dispatches * (16 + out_rows * stride) + 16 + in_rows * s.hidden * 4;
+        recv += dispatches * (16 + in_rows * stride) + 16 + out_rows * s.hidden * 4;
+    }
+    XT_CHECK_EQ(st.bytes_sent, sent);
+    XT_CHECK_EQ(st.bytes_recv, recv);
+}
+
+// Layout, dispatch, the experts, combine; checks the slots and the counters on the way.
+Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, int mode)
+{
+    loomtest::SetContext(Describe(s, random_place, mode));
+    std::vector<Batch> all;
+    for (int r = 0; r < G; r++)
+        all.push_back(moetest::MakeBatch(s, r, G));
+    for (const Batch &b : all)
+        XT_CHECK_EQ(b.topk.size(), b.tokens * (size_t)s.top_k);
+    std::vector<int32_t> place = moetest::Placement(s.num_experts, G, random_place, s.seed);
+    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
+    cfg.num_experts = s.num_experts;
+    cfg.top_k = s.top_k;
+    cfg.hidden = s.hidden;
+    cfg.datatype = s.dtype;
+    cfg.mode = mode;
+    cfg.expert_rank = random_place ? place.data() : nullptr;
+    loomMoePlan_t plan = nullptr;
+    XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
+    const Batch &b = all[(size_t)rank];
+    std::vector<int64_t> count((size_t)s.num_experts + 1, -1), offset(count);
+    loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    info.expert_count = count.data();
+    info.expert_offset = offset.data();
+    loomMoeHandle_t h = nullptr;
+    XT_CHECK_LOOM(loomMoeLayout(plan, b.topk.data(), b.weights.data(), b.tokens, &h, &info));
+    size_t E_s = moetest::ElemBytes(s.dtype), H = s.hidden;
+    std::vector<uint8_t> recv_x(info.recv_slots * H * E_s + 1, 0xa5);
+    XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), recv_x.data()));
+    CheckSlots(s, all, place, rank, recv_x, info, count, offset);
+    // A handle dispatches again (a new x, the same routing) to the same slots.
+    std::vector<uint8_t> again_x(recv_x.size(), 0x3c);
+    XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), again_x.data()));
+    XT_CHECK(memcmp(again_x.data(), recv_x.data(), info.recv_slots * H * E_s) == 0);
+    // The experts: slot i of local expert l runs expert global(l).
+    std::vector<uint8_t> out(recv_x.size(), 0);
+    int l = 0;
+    for (int e = 0; e < s.num_experts; e++) {
+        if (place[(size_t)e] != rank)
+            continue;
+        for (int64_t i = offset[(size_t)l]; i < offset[(size_t)l] + count[(size_t)l]; i++)
+            for (size_t c = 0; c < H; c++)
+                moetest::Store(
+                    s.dtype, out.data(), (size_t)i * H + c,
+                    moetest::Expert(s.dtype, e,
+                                    moetest::Load(s.dtype, recv_x.data(), (size_t)i * H + c)));
+        l++;
+    }
+    Run run;
+    run.y.assign(b.tokens * H * E_s, 0x5a);
+    XT_CHECK_LOOM(loomMoeCombine(h, out.data(), run.y.data()));
+    loomMoeLayoutInfo_t again = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    std::vector<int64_t> count2(count.size(), -1), offset2(count.size(), -1);
+    again.expert_count = count2.data();
+    again.expert_offset = offset2.data();
+    XT_CHECK_LOOM(loomMoeHandleQuery(h, &again));
+    XT_CHECK(count2 == count && offset2 == offset);
+    XT_CHECK_EQ(again.num_local_experts, info.num_local_experts);
+    XT_CHECK_EQ(again.recv_slots, info.recv_slots);
+    XT_CHECK_EQ(again.recv_rows, info.recv_rows);
+    XT_CHECK_EQ(again.send_rows, info.send_rows);
+    XT_CHECK_LOOM(loomMoeHandleDestroy(h));
+    XT_CHECK_LOOM(loomMoePlanGetStats(plan, &run.stats, 1));
+    CheckStats(s, all, place, rank, mode, run.stats, 2);
+    loomMoeStats_t zero = LOOM_MOE_STATS_INITIALIZER;
+    XT_CHECK_LOOM(loomMoePlanGetStats(plan, &zero, 0));
+    XT_CHECK(zero.layouts == 0 && zero.pairs == 0 && zero.bytes_sent == 0 && zero.bytes_recv == 0);
+    XT_CHECK_LOOM(loomMoePlanDestroy(plan));
+    XT_CHECK_MSG(run.y == moetest::Reference(s, b, place, true),
+                 "y differs from the canonical-order reference");
+    if (s.dyadic)
+        XT_CHECK_MSG(run.y == moetest::Reference(s, b, place, false),
+                     "y differs from the all-experts-local reference on exact inputs");
+    return run;
+}
+
+void Grid(int rank, int nranks, loomComm_t comm)
+{
+    const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
+    uint64_t seed = 11;
+    for (auto ek : shapes) {
+        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16}) {
+            for (bool planted : {false, true}) {
+                for (bool dyadic : {false, true}) {
+                    for (bool random_place : {false, true}) {
+                        Shape s{ek[0], ek[1], 5, dt, planted, dyadic, seed++};
+                        Run dedup = RunOne(comm, rank, nranks, s, random_place, loomMoeModeDedup);
+                        Run naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
+                        XT_CHECK_MSG(dedup.y == naive.y, "naive and dedup y differ");
+                    }
+                }
+            }
+        }
+    }
+}
+
+class MoeDispatch : public ::testing::TestWithParam<std::tuple<int, const char *>> {};
+
+TEST_P(MoeDispatch, MatchesReferencesNaiveAndCounters)
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", std::get<1>(GetParam())}};
+    opts.deadline_s = 120;
+    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), Grid, opts));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeDispatch,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values("shm", "tcp")),
+                         [](const auto &info) {
+                             return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                    std::get<1>(info.param);
+                         });
+
+} // namespace
