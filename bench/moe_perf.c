@@ -116,8 +116,9 @@ static void usage(void)
            "  -J FILE: JSON results\n"
            "  --gen uniform|planted|text|skew (planted), with --rho P (0.8),\n"
            "        --groups G (hidden groups; default one per rank), --zipf A (0),\n"
-           "        --mask P (0), --hot-ratio R (skew: 2), --seed S (1),\n"
-           "        --text FILE (text: the bytes tokens stand for, cycled)\n"
+           "        --mask P (0), --hot-ratio R (skew: 1.5), --seed S (1),\n"
+           "        --text FILE (text: the bytes tokens stand for, cycled); skew makes rank\n"
+           "        0's experts hot-ratio times as popular (hot-ratio < ranks)\n"
            "  --trace FILE: an LMTR v1 trace instead (docs/moe-trace.md); each batch is split\n"
            "        evenly over the ranks, -E, -k and -t come from it\n"
            "  --batches B: routing batches (8): placement learns on the first half, every\n"
@@ -178,7 +179,7 @@ static void parse(int argc, char **argv, opts_t *o)
                   .placement = PLACE_COSELECT,
                   .modes = 7,
                   .rho = 0.8,
-                  .hot_ratio = 2.0,
+                  .hot_ratio = 1.5,
                   .seed = 1};
     static const struct option longs[] = {
         {"gen", required_argument, 0, 1},        {"rho", required_argument, 0, 2},
@@ -342,7 +343,7 @@ static void routing_generate(const opts_t *o, int top_k, routing_t *r)
                         .seed = o->seed};
     if (g.num_groups > g.num_experts)
         g.num_groups = g.num_experts;
-    if (o->gen == GEN_SKEW) {
+    if (o->gen == GEN_SKEW && g_nranks > 1) {
         g.hot_experts = (uint32_t)(o->num_experts / g_nranks);
         g.hot_ratio = o->hot_ratio;
     }
