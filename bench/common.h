@@ -88,6 +88,8 @@ void bench_fill_input(const bench_ctx_t *ctx, void *buf, size_t count, int rank,
  * as loom.h specifies (accumulate in float32 for 8/16-bit floats, avg divides
  * the sum once by nranks). */
 void bench_fill_reduced(const bench_ctx_t *ctx, void *buf, size_t count, size_t offset);
+/* buf[i] = v in dtype, rounded to nearest even for the narrow floats (v exact in float32). */
+void bench_store(loomDataType_t dtype, void *buf, size_t i, double v);
 /* Element i of a float32/float64/float16/bfloat16 buffer as a double (0 for
  * other types). */
 double bench_load_float(loomDataType_t dtype, const void *buf, size_t i);

@@ -93,7 +93,7 @@ static uint32_t minifloat_bits(float x, const minifloat_t *f)
 /* buf[i] = v in dtype; integers wrap modulo 2^bits as loom's integer ops do.
  * For float and the narrow floats v is exactly a float32 here: small integers,
  * or an average already computed in float32. */
-static void store(loomDataType_t dtype, void *buf, size_t i, double v)
+void bench_store(loomDataType_t dtype, void *buf, size_t i, double v)
 {
     char *p = (char *)buf + i * bench_type_size(dtype);
     uint64_t u = (uint64_t)(int64_t)v;
@@ -288,7 +288,7 @@ void bench_fill_input(const bench_ctx_t *ctx, void *buf, size_t count, int rank,
     gen_t g = gen_make(ctx);
     uint64_t key = rank_key(ctx->seed, rank);
     for (size_t i = 0; i < count; i++)
-        store(ctx->dtype, buf, i, (double)gen_value(&g, key, rank, offset + i));
+        bench_store(ctx->dtype, buf, i, (double)gen_value(&g, key, rank, offset + i));
 }
 
 void bench_init_rank_input(const bench_ctx_t *ctx, void *sendbuff)
@@ -337,7 +337,7 @@ void bench_fill_reduced(const bench_ctx_t *ctx, void *buf, size_t count, size_t 
     for (int r = 0; r < ctx->nranks; r++)
         keys[r] = rank_key(ctx->seed, r);
     for (size_t i = 0; i < count; i++)
-        store(ctx->dtype, buf, i, reduce_one(ctx, &g, keys, offset + i));
+        bench_store(ctx->dtype, buf, i, reduce_one(ctx, &g, keys, offset + i));
     free(keys);
 }
 

@@ -1,0 +1,827 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * moe_perf.c - MoE dispatch and combine (include/loom_moe.h) measured per step: layout, dispatch
+ * and combine times, remote rows, local hit rate, wire bytes and the busiest rank's rows, for
+ * three modes run in one process on the same routing: naive (one row per (token, expert),
+ * contiguous placement: the baseline of every ratio), dedup (one row per (token, rank),
+ * contiguous) and dedup+place (dedup under a placement learned on the first half of the routing
+ * batches, all modes being measured on the second half). Routing comes from the generators of
+ * src/moe/moe_gen.h or an LMTR v1 trace (src/moe/moe_trace.h), so this program links the
+ * library's modules statically, as the MoE tests do. docs/moe.md, "Benchmark", explains the
+ * columns.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "loom.h"
+#include "loom_moe.h"
+#include "moe_gen.h"
+#include "moe_trace.h"
+#include "options.h"
+
+enum { GEN_UNIFORM, GEN_PLANTED, GEN_TEXT, GEN_SKEW };
+enum { PLACE_CONTIGUOUS, PLACE_RANDOM, PLACE_COSELECT };
+enum { MODE_NAIVE, MODE_DEDUP, MODE_PLACE, NUM_MODES };
+static const char *const k_gen_names[] = {"uniform", "planted", "text", "skew"};
+static const char *const k_place_names[] = {"contiguous", "random", "coselect"};
+static const char *const k_mode_names[] = {"naive", "dedup", "dedup+place"};
+
+#define MAX_LIST 16
+
+typedef struct opts {
+    int num_experts;
+    int top_k[MAX_LIST], n_top_k;
+    size_t hidden[MAX_LIST];
+    int n_hidden;
+    size_t tokens; /* per rank and batch */
+    loomDataType_t dtype;
+    int warmup, iters, check, batches;
+    int gen, placement;
+    unsigned modes; /* 1 << MODE_* */
+    double rho, zipf, mask, hot_ratio;
+    int groups; /* hidden groups; 0: one per rank */
+    uint64_t seed;
+    const char *trace, *text, *json;
+} opts_t;
+
+/* This rank's routing: batch b holds ntok[b] tokens at topk + off[b] * k. */
+typedef struct routing {
+    int num_experts, top_k, nbatches;
+    int32_t *topk;
+    size_t *off, *ntok, max_tok;
+    char label[64];
+} routing_t;
+
+typedef struct result {
+    int k;
+    size_t hidden;
+    int mode;
+    double rows, saved, hit, bytes, layout_us, dispatch_us, combine_us, total_us, maxrank;
+    long long wrong;
+} result_t;
+
+static int g_rank, g_nranks;
+static loomComm_t g_comm;
+
+#define CHECK(_call)                                                                               \
+    do {                                                                                           \
+        loomResult_t res_ = (_call);                                                               \
+        if (res_ != loomSuccess) {                                                                 \
+            fprintf(stderr, "moe_perf: rank %d: %s failed: %s / %s\n", g_rank, #_call,             \
+                    loomGetErrorString(res_), loomGetLastError(g_comm));                           \
+            if (g_comm)                                                                            \
+                loomCommAbort(g_comm);                                                             \
+            exit(EXIT_FAILURE);                                                                    \
+        }                                                                                          \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        bench_die("lower -t, -d or --batches", "cannot allocate %zu x %zu bytes", n, size);
+    return p;
+}
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+// ---- Flags -------------------------------------------------------------------
+
+static void usage(void)
+{
+    printf("Usage: moe_perf [flags]   (several ranks: loomrun -n N moe_perf ...)\n"
+           "  -E experts (64)            -k top-k, a comma list (6)\n"
+           "  -d hidden elements, a comma list (1024)\n"
+           "  -t tokens per rank and batch (2048)   -y float|bfloat16|half (bfloat16)\n"
+           "  -w warm-up steps (2)       -n timed steps, median reported (10)\n"
+           "  -c 1: check combine's output against a local reference (#wrong)\n"
+           "  -J FILE: JSON results\n"
+           "  --gen uniform|planted|text|skew (planted), with --rho P (0.8),\n"
+           "        --groups G (hidden groups; default one per rank), --zipf A (0),\n"
+           "        --mask P (0), --hot-ratio R (skew: 1.5), --seed S (1),\n"
+           "        --text FILE (text: the bytes tokens stand for, cycled); skew makes rank\n"
+           "        0's experts hot-ratio times as popular (hot-ratio < ranks)\n"
+           "  --trace FILE: an LMTR v1 trace instead (docs/moe-trace.md); each batch is split\n"
+           "        evenly over the ranks, -E, -k and -t come from it\n"
+           "  --batches B: routing batches (8): placement learns on the first half, every\n"
+           "        mode is measured on the second\n"
+           "  --placement contiguous|random|coselect: dedup+place's placement (coselect)\n"
+           "  --modes a comma list of naive,dedup,dedup+place (all)\n"
+           "Not built: --reorder (token re-ordering is not in the library), --import of\n"
+           "other formats, the cost model's prediction (loomCommPlan has no AllToAllv).\n");
+}
+
+static double parse_num(const char *flag, const char *v, double lo, double hi)
+{
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || !(x >= lo && x <= hi))
+        bench_die(NULL, "%s wants a number in [%g, %g], not '%s'", flag, lo, hi, v);
+    return x;
+}
+
+static int parse_name(const char *flag, const char *v, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(v, names[i]) == 0)
+            return i;
+    bench_die(NULL, "%s: unknown value '%s' (see -h)", flag, v);
+}
+
+/* A comma list of numbers into out[MAX_LIST]; returns how many. */
+static int parse_list(const char *flag, const char *v, double lo, double hi, double *out)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", v);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == MAX_LIST)
+            bench_die(NULL, "%s: at most %d values", flag, MAX_LIST);
+        out[n++] = parse_num(flag, tok, lo, hi);
+    }
+    if (n == 0)
+        bench_die(NULL, "%s wants at least one value", flag);
+    return n;
+}
+
+static void parse(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.num_experts = 64,
+                  .top_k = {6},
+                  .n_top_k = 1,
+                  .hidden = {1024},
+                  .n_hidden = 1,
+                  .tokens = 2048,
+                  .dtype = loomBfloat16,
+                  .warmup = 2,
+                  .iters = 10,
+                  .batches = 8,
+                  .gen = GEN_PLANTED,
+                  .placement = PLACE_COSELECT,
+                  .modes = 7,
+                  .rho = 0.8,
+                  .hot_ratio = 1.5,
+                  .seed = 1};
+    static const struct option longs[] = {
+        {"gen", required_argument, 0, 1},        {"rho", required_argument, 0, 2},
+        {"groups", required_argument, 0, 3},     {"zipf", required_argument, 0, 4},
+        {"mask", required_argument, 0, 5},       {"hot-ratio", required_argument, 0, 6},
+        {"seed", required_argument, 0, 7},       {"text", required_argument, 0, 8},
+        {"trace", required_argument, 0, 9},      {"batches", required_argument, 0, 10},
+        {"placement", required_argument, 0, 11}, {"modes", required_argument, 0, 12},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const char *const dtypes[] = {"float", "bfloat16", "half"};
+    static const loomDataType_t dtype_ids[] = {loomFloat32, loomBfloat16, loomFloat16};
+    double list[MAX_LIST];
+    int c;
+    while ((c = getopt_long(argc, argv, "E:k:d:t:y:w:n:c:J:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'E':
+            o->num_experts = (int)parse_num("-E", optarg, 1, 32767);
+            break;
+        case 'k':
+            o->n_top_k = parse_list("-k", optarg, 1, 64, list);
+            for (int i = 0; i < o->n_top_k; i++)
+                o->top_k[i] = (int)list[i];
+            break;
+        case 'd':
+            o->n_hidden = parse_list("-d", optarg, 1, 1 << 24, list);
+            for (int i = 0; i < o->n_hidden; i++)
+                o->hidden[i] = (size_t)list[i];
+            break;
+        case 't':
+            o->tokens = (size_t)parse_num("-t", optarg, 0, 1 << 24);
+            break;
+        case 'y':
+            o->dtype = dtype_ids[parse_name("-y", optarg, dtypes, 3)];
+            break;
+        case 'w':
+            o->warmup = (int)parse_num("-w", optarg, 0, 1e6);
+            break;
+        case 'n':
+            o->iters = (int)parse_num("-n", optarg, 1, 1e6);
+            break;
+        case 'c':
+            o->check = (int)parse_num("-c", optarg, 0, 1);
+            break;
+        case 'J':
+            o->json = optarg;
+            break;
+        case 1:
+            o->gen = parse_name("--gen", optarg, k_gen_names, 4);
+            break;
+        case 2:
+            o->rho = parse_num("--rho", optarg, 0, 1);
+            break;
+        case 3:
+            o->groups = (int)parse_num("--groups", optarg, 1, 32767);
+            break;
+        case 4:
+            o->zipf = parse_num("--zipf", optarg, 0, 8);
+            break;
+        case 5:
+            o->mask = parse_num("--mask", optarg, 0, 1);
+            break;
+        case 6:
+            o->hot_ratio = parse_num("--hot-ratio", optarg, 1, 1e6);
+            break;
+        case 7:
+            o->seed = (uint64_t)parse_num("--seed", optarg, 0, 9e15);
+            break;
+        case 8:
+            o->text = optarg;
+            break;
+        case 9:
+            o->trace = optarg;
+            break;
+        case 10:
+            o->batches = (int)parse_num("--batches", optarg, 2, 1 << 20);
+            break;
+        case 11:
+            o->placement = parse_name("--placement", optarg, k_place_names, 3);
+            break;
+        case 12: {
+            char buf[128];
+            snprintf(buf, sizeof(buf), "%s", optarg);
+            o->modes = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save))
+                o->modes |= 1u << parse_name("--modes", tok, k_mode_names, NUM_MODES);
+            break;
+        }
+        case 'h':
+            usage();
+            exit(EXIT_SUCCESS);
+        default:
+            bench_die("moe_perf -h lists the flags", "bad flag");
+        }
+    }
+    if (optind < argc)
+        bench_die("moe_perf -h lists the flags", "unexpected argument '%s'", argv[optind]);
+    if (o->gen == GEN_TEXT && o->text == NULL && o->trace == NULL)
+        bench_die("for example --text README.md", "--gen text needs --text FILE");
+    if (o->modes == 0)
+        bench_die(NULL, "--modes names no mode");
+}
+
+// ---- Routing -------------------------------------------------------------------
+
+static void routing_alloc(routing_t *r, int nbatches, size_t total_tokens)
+{
+    r->nbatches = nbatches;
+    r->off = xcalloc((size_t)nbatches, sizeof(size_t));
+    r->ntok = xcalloc((size_t)nbatches, sizeof(size_t));
+    r->topk = xcalloc(total_tokens * (size_t)r->top_k, sizeof(int32_t));
+}
+
+/* Each batch of the trace split evenly over the ranks, in file order. */
+static void routing_from_trace(const opts_t *o, routing_t *r)
+{
+    loom_moe_trace_t *t = NULL;
+    if (loom_moe_trace_read(o->trace, &t) != loomSuccess)
+        bench_die("check the path; docs/moe-trace.md gives the format", "cannot read trace %s: %s",
+                  o->trace, loomGetLastError(NULL));
+    if (t->num_batches < 2)
+        bench_die(NULL, "trace %s has %zu batches; placement needs at least 2", o->trace,
+                  t->num_batches);
+    r->num_experts = (int)t->header.num_experts;
+    r->top_k = (int)t->header.top_k;
+    size_t total = 0;
+    for (size_t b = 0; b < t->num_batches; b++)
+        total += t->batches[b].num_tokens / (size_t)g_nranks + 1;
+    routing_alloc(r, (int)t->num_batches, total);
+    size_t pos = 0;
+    for (size_t b = 0; b < t->num_batches; b++) {
+        size_t n = t->batches[b].num_tokens, lo = n * (size_t)g_rank / (size_t)g_nranks;
+        size_t hi = n * (size_t)(g_rank + 1) / (size_t)g_nranks;
+        r->off[b] = pos;
+        r->ntok[b] = hi - lo;
+        memcpy(r->topk + pos * (size_t)r->top_k, t->batches[b].topk + lo * (size_t)r->top_k,
+               (hi - lo) * (size_t)r->top_k * sizeof(int32_t));
+        pos += hi - lo;
+        if (hi - lo > r->max_tok)
+            r->max_tok = hi - lo;
+    }
+    const char *base = strrchr(o->trace, '/');
+    snprintf(r->label, sizeof(r->label), "%s", base ? base + 1 : o->trace);
+    loom_moe_trace_free(t);
+}
+
+/* One generated layer of batches x ranks x T tokens, the same on every rank; rank g of batch b
+ * takes tokens (b * G + g) * T onwards, so that the hidden structure is shared by all. */
+static void routing_generate(const opts_t *o, int top_k, routing_t *r)
+{
+    r->num_experts = o->num_experts;
+    r->top_k = top_k;
+    size_t per = o->tokens, all = per * (size_t)g_nranks * (size_t)o->batches;
+    int32_t *topk = xcalloc(all * (size_t)top_k, sizeof(int32_t));
+    loom_moe_gen_t g = {.num_experts = (uint32_t)o->num_experts,
+                        .top_k = (uint32_t)top_k,
+                        .num_groups = (uint32_t)(o->groups ? o->groups : g_nranks),
+                        .rho = o->gen == GEN_UNIFORM ? 0.0 : o->rho,
+                        .zipf_alpha = o->zipf,
+                        .mask = o->mask,
+                        .seed = o->seed};
+    if (g.num_groups > g.num_experts)
+        g.num_groups = g.num_experts;
+    if (o->gen == GEN_SKEW && g_nranks > 1) {
+        g.hot_experts = (uint32_t)(o->num_experts / g_nranks);
+        g.hot_ratio = o->hot_ratio;
+    }
+    loomResult_t res;
+    if (o->gen == GEN_UNIFORM && o->mask == 0.0) {
+        res = loom_moe_gen_uniform(g.num_experts, g.top_k, all, o->seed, topk, NULL);
+    } else if (o->gen == GEN_TEXT) {
+        FILE *f = fopen(o->text, "rb");
+        uint8_t *text = xcalloc(all, 1);
+        size_t got = f ? fread(text, 1, all, f) : 0;
+        if (f)
+            fclose(f);
+        if (got == 0)
+            bench_die(NULL, "cannot read any byte of --text %s", o->text);
+        for (size_t i = got; i < all; i++)
+            text[i] = text[i % got];
+        res = loom_moe_gen_text(&g, text, all, 1, topk, NULL, NULL, NULL);
+        free(text);
+    } else {
+        res = loom_moe_gen_planted(&g, all, 1, topk, NULL, NULL);
+    }
+    if (res != loomSuccess)
+        bench_die("see the generator knobs in moe_perf -h",
+                  "the routing generator refused E=%d k=%d "
+                  "groups=%u: %s",
+                  o->num_experts, top_k, g.num_groups, loomGetLastError(NULL));
+    routing_alloc(r, o->batches, per * (size_t)o->batches);
+    for (int b = 0; b < o->batches; b++) {
+        r->off[b] = (size_t)b * per;
+        r->ntok[b] = per;
+        memcpy(r->topk + r->off[b] * (size_t)top_k,
+               topk + ((size_t)b * (size_t)g_nranks + (size_t)g_rank) * per * (size_t)top_k,
+               per * (size_t)top_k * sizeof(int32_t));
+    }
+    r->max_tok = per;
+    free(topk);
+    if (o->gen == GEN_UNIFORM || o->gen == GEN_TEXT)
+        snprintf(r->label, sizeof(r->label), "%s", k_gen_names[o->gen]);
+    else
+        snprintf(r->label, sizeof(r->label), "%s%g", k_gen_names[o->gen], o->rho);
+}
+
+static void routing_free(routing_t *r)
+{
+    free(r->topk);
+    free(r->off);
+    free(r->ntok);
+}
+
+// ---- Placements ------------------------------------------------------------------
+
+/* Rank r holds the next floor(E/G) experts, plus one for r < E mod G (loom_moe.h's shares). */
+static void place_contiguous(int E, int32_t *expert_rank)
+{
+    int e = 0;
+    for (int r = 0; r < g_nranks; r++)
+        for (int i = 0; i < E / g_nranks + (r < E % g_nranks); i++)
+            expert_rank[e++] = r;
+}
+
+/* The contiguous shares, shuffled by a seed every rank shares. */
+static void place_random(int E, uint64_t seed, int32_t *expert_rank)
+{
+    place_contiguous(E, expert_rank);
+    uint64_t s = seed ^ 0x5eedULL;
+    for (int i = E - 1; i > 0; i--) {
+        int j = (int)(splitmix64(&s) % (uint64_t)(i + 1));
+        int32_t t = expert_rank[i];
+        expert_rank[i] = expert_rank[j];
+        expert_rank[j] = t;
+    }
+}
+
+/* Co-selection counts of every rank's first half of the batches, summed, then placed. */
+static void place_coselect(const routing_t *r, int32_t *expert_rank)
+{
+    size_t E = (size_t)r->num_experts;
+    uint64_t *cos = xcalloc(E * E + E, sizeof(uint64_t));
+    for (int b = 0; b < r->nbatches / 2; b++)
+        CHECK(loomMoeCoselectAccumulate(r->topk + r->off[b] * (size_t)r->top_k, r->ntok[b],
+                                        r->top_k, r->num_experts, cos, cos + E * E));
+    CHECK(loomAllReduce(cos, cos, E * E + E, loomUint64, loomSum, g_comm, NULL));
+    loomMoePlacementConfig_t cfg = LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER;
+    cfg.nranks = g_nranks;
+    CHECK(loomMoePlacementCompute(cos, cos + E * E, r->num_experts, &cfg, expert_rank, NULL));
+    free(cos);
+}
+
+// ---- Metrics of the routing ----------------------------------------------------------
+
+typedef struct counts {
+    double rows_naive, rows_dedup, hit; /* per step, over all ranks */
+    double max_naive, max_dedup;        /* per step, the most remote rows one rank receives */
+} counts_t;
+
+/* Row counts of the evaluation batches under a placement, every token at home on its rank. */
+static counts_t count_rows(const routing_t *r, const int32_t *expert_rank)
+{
+    int first = r->nbatches / 2, nb = r->nbatches - first;
+    size_t G = (size_t)g_nranks, k = (size_t)r->top_k;
+    /* per batch: dedup then naive rows to each rank; then pairs, pairs_local, R0, R1 */
+    size_t n = (size_t)nb * 2 * G + 4;
+    uint64_t *buf = xcalloc(n, sizeof(uint64_t)), *tot = buf + n - 4;
+    int32_t *home = xcalloc(r->max_tok, sizeof(int32_t));
+    for (size_t t = 0; t < r->max_tok; t++)
+        home[t] = g_rank;
+    for (int b = 0; b < nb; b++) {
+        loom_moe_rows_t rows;
+        int bb = first + b;
+        const int32_t *topk = r->topk + r->off[bb] * k;
+        uint64_t *dedup = buf + (size_t)b * 2 * G, *naive = dedup + G;
+        if (loom_moe_rows_count(topk, r->ntok[bb], (uint32_t)k, (uint32_t)r->num_experts,
+                                expert_rank, (uint32_t)g_nranks, home, dedup, &rows) != loomSuccess)
+            bench_die(NULL, "routing batch %d holds an expert id out of range", bb);
+        for (size_t i = 0; i < r->ntok[bb] * k; i++)
+            if (topk[i] >= 0 && expert_rank[topk[i]] != g_rank)
+                naive[expert_rank[topk[i]]]++;
+        tot[0] += rows.pairs;
+        tot[1] += rows.pairs_local;
+        tot[2] += rows.rows_naive_remote;
+        tot[3] += rows.rows_remote;
+    }
+    CHECK(loomAllReduce(buf, buf, n, loomUint64, loomSum, g_comm, NULL));
+    counts_t c = {.rows_naive = (double)tot[2] / nb,
+                  .rows_dedup = (double)tot[3] / nb,
+                  .hit = tot[0] ? 100.0 * (double)tot[1] / (double)tot[0] : 0.0};
+    for (int b = 0; b < nb; b++) {
+        uint64_t md = 0, mn = 0, *dedup = buf + (size_t)b * 2 * G, *naive = dedup + G;
+        for (size_t g = 0; g < G; g++) {
+            md = dedup[g] > md ? dedup[g] : md;
+            mn = naive[g] > mn ? naive[g] : mn;
+        }
+        c.max_dedup += (double)md / nb;
+        c.max_naive += (double)mn / nb;
+    }
+    free(home);
+    free(buf);
+    return c;
+}
+
+// ---- Data and the check ------------------------------------------------------------------
+
+/* Inputs are integers in [-4, 4] and weights multiples of 1/8, so that every product and sum
+ * of the reference is exact and the expected output is rounded once, as combine's is. */
+static double x_value(size_t t, size_t i)
+{
+    return (double)((t * 7 + i * 3 + (size_t)g_rank * 5) % 9) - 4.0;
+}
+
+static float weight_value(size_t t, int j)
+{
+    return (float)(1 + (t + (size_t)j) % 4) / 8.0f;
+}
+
+/* The expert function: expert e multiplies by e + 1, rounded to the datatype. */
+static double expert_value(loomDataType_t dt, double x, int e)
+{
+    char tmp[8];
+    bench_store(dt, tmp, 0, x * (e + 1));
+    return bench_load_float(dt, tmp, 0);
+}
+
+static void run_experts(loomDataType_t dt, size_t H, const int32_t *expert_rank, int E,
+                        const loomMoeLayoutInfo_t *info, const void *in, void *out)
+{
+    int l = 0;
+    for (int e = 0; e < E; e++) {
+        if (expert_rank[e] != g_rank)
+            continue;
+        size_t lo = (size_t)info->expert_offset[l], hi = lo + (size_t)info->expert_count[l];
+        for (size_t i = lo * H; i < hi * H; i++)
+            bench_store(dt, out, i, expert_value(dt, bench_load_float(dt, in, i), e));
+        l++;
+    }
+}
+
+/* Elements of y that differ from the reference of this rank's tokens. */
+static long long count_wrong(loomDataType_t dt, size_t H, const int32_t *topk, int k, size_t T,
+                             const void *y)
+{
+    long long wrong = 0;
+    char ref[8];
+    for (size_t t = 0; t < T; t++)
+        for (size_t i = 0; i < H; i++) {
+            double acc = 0.0;
+            for (int j = 0; j < k; j++)
+                if (topk[t * (size_t)k + (size_t)j] >= 0)
+                    acc += (double)weight_value(t, j) *
+                           expert_value(dt, x_value(t, i), topk[t * (size_t)k + (size_t)j]);
+            bench_store(dt, ref, 0, acc);
+            wrong += bench_load_float(dt, ref, 0) != bench_load_float(dt, y, t * H + i);
+        }
+    return wrong;
+}
+
+// ---- One mode ---------------------------------------------------------------------------
+
+typedef struct bufs {
+    void *x, *y, *recv, *out;
+    float *w;
+    size_t recv_cap; /* slots recv and out hold */
+    int64_t *ecount, *eoffset;
+} bufs_t;
+
+static void ensure_slots(bufs_t *b, size_t slots, size_t row_bytes)
+{
+    if (slots <= b->recv_cap)
+        return;
+    free(b->recv);
+    free(b->out);
+    b->recv = xcalloc(slots, row_bytes);
+    b->out = xcalloc(slots, row_bytes);
+    b->recv_cap = slots;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One step on batch b: layout, dispatch, the experts (only when checking), combine; returns
+ * the wrong elements of y when checking. times[3] receives each phase's microseconds. */
+static long long step(const opts_t *o, loomMoePlan_t plan, const routing_t *r, int b, size_t H,
+                      const int32_t *expert_rank, bufs_t *bf, int check, double *times)
+{
+    size_t es = bench_type_size(o->dtype), T = r->ntok[b];
+    const int32_t *topk = r->topk + r->off[b] * (size_t)r->top_k;
+    loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    info.expert_count = bf->ecount;
+    info.expert_offset = bf->eoffset;
+    loomMoeHandle_t h = NULL;
+    double t0 = now_us();
+    CHECK(loomMoeLayout(plan, topk, bf->w, T, &h, &info));
+    double t1 = now_us();
+    ensure_slots(bf, info.recv_slots, H * es);
+    CHECK(loomMoeDispatch(h, bf->x, bf->recv));
+    double t2 = now_us();
+    if (check)
+        run_experts(o->dtype, H, expert_rank, r->num_experts, &info, bf->recv, bf->out);
+    double t3 = now_us();
+    CHECK(loomMoeCombine(h, check ? bf->out : bf->recv, bf->y));
+    double t4 = now_us();
+    CHECK(loomMoeHandleDestroy(h));
+    times[0] = t1 - t0;
+    times[1] = t2 - t1;
+    times[2] = t4 - t3;
+    return check ? count_wrong(o->dtype, H, topk, r->top_k, T, bf->y) : 0;
+}
+
+static void run_mode(const opts_t *o, const routing_t *r, size_t H, int mode,
+                     const int32_t *expert_rank, result_t *res)
+{
+    size_t es = bench_type_size(o->dtype);
+    int first = r->nbatches / 2, nb = r->nbatches - first;
+    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
+    cfg.num_experts = r->num_experts;
+    cfg.top_k = r->top_k;
+    cfg.datatype = (int)o->dtype;
+    cfg.mode = mode == MODE_NAIVE ? loomMoeModeNaive : loomMoeModeDedup;
+    cfg.hidden = H;
+    cfg.expert_rank = expert_rank;
+    loomMoePlan_t plan = NULL;
+    CHECK(loomMoePlanCreate(&plan, &cfg, g_comm));
+
+    bufs_t bf = {0};
+    bf.x = xcalloc(r->max_tok * H, es);
+    bf.y = xcalloc(r->max_tok * H, es);
+    bf.w = xcalloc(r->max_tok * (size_t)r->top_k, sizeof(float));
+    bf.ecount = xcalloc((size_t)r->num_experts, sizeof(int64_t));
+    bf.eoffset = xcalloc((size_t)r->num_experts, sizeof(int64_t));
+    for (size_t t = 0; t < r->max_tok; t++) {
+        for (size_t i = 0; i < H; i++)
+            bench_store(o->dtype, bf.x, t * H + i, x_value(t, i));
+        for (int j = 0; j < r->top_k; j++)
+            bf.w[t * (size_t)r->top_k + (size_t)j] = weight_value(t, j);
+    }
+
+    /* One untimed pass over the evaluation batches: the check and the wire bytes. */
+    double times[3];
+    long long wrong = 0;
+    loomMoeStats_t st = LOOM_MOE_STATS_INITIALIZER;
+    CHECK(loomMoePlanGetStats(plan, &st, 1));
+    for (int b = first; b < r->nbatches; b++)
+        wrong += step(o, plan, r, b, H, expert_rank, &bf, o->check, times);
+    CHECK(loomMoePlanGetStats(plan, &st, 1));
+    double sums[2] = {(double)wrong, (double)st.bytes_sent};
+    CHECK(loomAllReduce(sums, sums, 2, loomFloat64, loomSum, g_comm, NULL));
+
+    for (int i = 0; i < o->warmup; i++)
+        step(o, plan, r, first + i % nb, H, expert_rank, &bf, 0, times);
+    double *all = xcalloc((size_t)o->iters * 4, sizeof(double));
+    for (int i = 0; i < o->iters; i++) {
+        CHECK(loomBarrier(g_comm, NULL));
+        step(o, plan, r, first + i % nb, H, expert_rank, &bf, 0, all + (size_t)i * 3);
+    }
+    /* Stragglers set the pace: each phase's time is its slowest rank's. */
+    CHECK(loomAllReduce(all, all, (size_t)o->iters * 3, loomFloat64, loomMax, g_comm, NULL));
+    double *col = all + (size_t)o->iters * 3;
+    double med[4];
+    for (int p = 0; p < 4; p++) {
+        for (int i = 0; i < o->iters; i++)
+            col[i] = p < 3 ? all[(size_t)i * 3 + (size_t)p]
+                           : all[(size_t)i * 3] + all[(size_t)i * 3 + 1] + all[(size_t)i * 3 + 2];
+        med[p] = median(col, o->iters);
+    }
+    res->layout_us = med[0];
+    res->dispatch_us = med[1];
+    res->combine_us = med[2];
+    res->total_us = med[3];
+    res->bytes = sums[1] / nb;
+    res->wrong = o->check ? (long long)sums[0] : -1;
+    free(all);
+    free(bf.x);
+    free(bf.y);
+    free(bf.w);
+    free(bf.recv);
+    free(bf.out);
+    free(bf.ecount);
+    free(bf.eoffset);
+    CHECK(loomMoePlanDestroy(plan));
+}
+
+// ---- Output --------------------------------------------------------------------------------
+
+static const char *dtype_name(loomDataType_t dt)
+{
+    return bench_type_names[dt];
+}
+
+static void print_row(const opts_t *o, const routing_t *r, const result_t *x, double naive_total)
+{
+    char vs[16] = "-", wrong[24] = "N/A";
+    if (naive_total > 0)
+        snprintf(vs, sizeof(vs), "%.3f", naive_total / x->total_us);
+    if (x->wrong >= 0)
+        snprintf(wrong, sizeof(wrong), "%lld", x->wrong);
+    printf("%5d %3d %6zu %8s %3d %-12s %-12s %9.0f %8.1f %6.1f %12.0f %10.1f %12.1f %11.1f "
+           "%10.1f %8s %12.0f %6s\n",
+           r->num_experts, x->k, x->hidden, dtype_name(o->dtype), g_nranks, r->label,
+           k_mode_names[x->mode], x->rows, x->saved, x->hit, x->bytes, x->layout_us, x->dispatch_us,
+           x->combine_us, x->total_us, vs, x->maxrank, wrong);
+}
+
+static void write_json(const opts_t *o, const routing_t *r, const result_t *res, int nres,
+                       const double *geo, const int *geo_n)
+{
+    FILE *f = fopen(o->json, "w");
+    if (f == NULL)
+        bench_die(NULL, "cannot write -J %s", o->json);
+    fprintf(f,
+            "{\"program\":\"moe_perf\",\"nranks\":%d,\"experts\":%d,\"tokens_per_rank\":%zu,"
+            "\"dtype\":\"%s\",\"trace\":\"%s\",\"batches\":%d,\"iters\":%d,\"results\":[",
+            g_nranks, r->num_experts, r->max_tok, dtype_name(o->dtype), r->label, r->nbatches,
+            o->iters);
+    for (int i = 0; i < nres; i++) {
+        const result_t *x = &res[i];
+        fprintf(f,
+                "%s{\"k\":%d,\"hidden\":%zu,\"mode\":\"%s\",\"rows\":%.1f,"
+                "\"rows_saved_pct\":%.3f,\"hit_pct\":%.3f,\"bytes\":%.0f,\"layout_us\":%.2f,"
+                "\"dispatch_us\":%.2f,\"combine_us\":%.2f,\"total_us\":%.2f,"
+                "\"maxrank_rows\":%.1f,\"wrong\":%lld}",
+                i ? "," : "", x->k, x->hidden, k_mode_names[x->mode], x->rows, x->saved, x->hit,
+                x->bytes, x->layout_us, x->dispatch_us, x->combine_us, x->total_us, x->maxrank,
+                x->wrong);
+    }
+    fprintf(f, "],\"geomean_vs_naive\":{");
+    int comma = 0;
+    for (int m = 0; m < NUM_MODES; m++)
+        if (geo_n[m]) {
+            fprintf(f, "%s\"%s\":%.4f", comma ? "," : "", k_mode_names[m], exp(geo[m] / geo_n[m]));
+            comma = 1;
+        }
+    fprintf(f, "}}\n");
+    fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    parse(argc, argv, &o);
+    if (getenv("LOOM_RANK") && *getenv("LOOM_RANK")) {
+        CHECK(loomCommInitFromEnv(&g_comm));
+    } else {
+        loomUniqueId id;
+        CHECK(loomGetUniqueId(&id));
+        CHECK(loomCommInitRank(&g_comm, 1, id, 0));
+    }
+    CHECK(loomCommUserRank(g_comm, &g_rank));
+    CHECK(loomCommCount(g_comm, &g_nranks));
+
+    int nk = o.trace ? 1 : o.n_top_k;
+    result_t *res = xcalloc((size_t)nk * (size_t)o.n_hidden * NUM_MODES, sizeof(result_t));
+    int nres = 0, geo_n[NUM_MODES] = {0};
+    double geo[NUM_MODES] = {0};
+    long long wrong_total = 0;
+    routing_t r = {0};
+    for (int ki = 0; ki < nk; ki++) {
+        memset(&r, 0, sizeof(r));
+        if (o.trace)
+            routing_from_trace(&o, &r);
+        else
+            routing_generate(&o, o.top_k[ki], &r);
+        size_t E = (size_t)r.num_experts;
+        /* Past 1024 experts the reference's sums would no longer be exact in float32. */
+        if (o.check && E > 1024)
+            bench_die("run the check with E <= 1024",
+                      "-c 1 checks exactly up to 1024 experts, "
+                      "not %zu",
+                      E);
+        int32_t *contig = xcalloc(E, sizeof(int32_t)), *placed = xcalloc(E, sizeof(int32_t));
+        place_contiguous(r.num_experts, contig);
+        if (o.placement == PLACE_COSELECT)
+            place_coselect(&r, placed);
+        else if (o.placement == PLACE_RANDOM)
+            place_random(r.num_experts, o.seed, placed);
+        else
+            memcpy(placed, contig, E * sizeof(int32_t));
+        counts_t c_contig = count_rows(&r, contig), c_placed = count_rows(&r, placed);
+        if (g_rank == 0) {
+            printf("# moe_perf: %d ranks, %zu tokens per rank and step, %d batches (placement "
+                   "learns on %d), %d warm-up and %d timed steps; times are the slowest "
+                   "rank's, median\n",
+                   g_nranks, r.max_tok, r.nbatches, r.nbatches / 2, o.warmup, o.iters);
+            printf("#%4s %3s %6s %8s %3s %-12s %-12s %9s %8s %6s %12s %10s %12s %11s %10s %8s "
+                   "%12s %6s\n",
+                   "E", "k", "H", "dtype", "G", "trace", "mode", "rows", "saved%", "hit%", "bytes",
+                   "layout(us)", "dispatch(us)", "combine(us)", "total(us)", "vs_naive",
+                   "maxrank_rows", "#wrong");
+        }
+        for (int hi = 0; hi < o.n_hidden; hi++) {
+            double naive_total = 0;
+            for (int m = 0; m < NUM_MODES; m++) {
+                if (!(o.modes & (1u << m)))
+                    continue;
+                result_t *x = &res[nres++];
+                const counts_t *c = m == MODE_PLACE ? &c_placed : &c_contig;
+                *x = (result_t){.k = r.top_k, .hidden = o.hidden[hi], .mode = m};
+                run_mode(&o, &r, o.hidden[hi], m, m == MODE_PLACE ? placed : contig, x);
+                x->rows = m == MODE_NAIVE ? c->rows_naive : c->rows_dedup;
+                x->saved =
+                    c_contig.rows_naive > 0 ? 100.0 * (1.0 - x->rows / c_contig.rows_naive) : 0.0;
+                x->hit = c->hit;
+                x->maxrank = m == MODE_NAIVE ? c->max_naive : c->max_dedup;
+                if (m == MODE_NAIVE)
+                    naive_total = x->total_us;
+                if (naive_total > 0) {
+                    geo[m] += log(naive_total / x->total_us);
+                    geo_n[m]++;
+                }
+                wrong_total += x->wrong > 0 ? x->wrong : 0;
+                if (g_rank == 0)
+                    print_row(&o, &r, x, naive_total);
+                fflush(stdout);
+            }
+        }
+        free(contig);
+        free(placed);
+        if (ki + 1 < nk)
+            routing_free(&r);
+    }
+    if (g_rank == 0) {
+        printf("# geomean vs_naive:");
+        for (int m = 0; m < NUM_MODES; m++)
+            if (geo_n[m])
+                printf("  %s %.3f", k_mode_names[m], exp(geo[m] / geo_n[m]));
+        printf("\n# #wrong total: %lld\n", wrong_total);
+        if (o.json)
+            write_json(&o, &r, res, nres, geo, geo_n);
+    }
+    routing_free(&r);
+    free(res);
+    CHECK(loomCommDestroy(g_comm));
+    return wrong_total ? EXIT_FAILURE : EXIT_SUCCESS;
+}
