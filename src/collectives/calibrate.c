@@ -222,9 +222,9 @@ static loomResult_t measure(loom_coll_ctx_t *ctx, uint8_t *s, uint8_t *r, unsign
     v[LOOM_COST_BETA] = beta;
     v[LOOM_COST_GAMMA] = measure_gamma(s, r);
     v[LOOM_COST_O] = o;
-    /* A rank that idled measured nothing (-1): the others' values stand. */
     v[LOOM_COST_COLD] = measure_cold();
-    /* big_one = one (the bytes' way) + CAL_BIG_BYTES beta_one + one (the answer's way). */
+    /* big_one = one (the bytes' way) + CAL_BIG_BYTES beta_one + one (the answer's way); a rank
+     * that idled in both halves measured nothing (-1), and the others' values stand. */
     v[LOOM_COST_BETA_ONE] =
         big_one == 0 ? -1.0 : fmax(((double)big_one - 2.0 * (double)one) / CAL_BIG_BYTES, 1e-3);
     return loomSuccess;

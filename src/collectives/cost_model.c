@@ -125,9 +125,8 @@ static loom_link_cost_t apply_env(loom_link_cost_t l)
     if (loom_link_cost_parse(text, &set) != 0) {
         if (!__atomic_exchange_n(&warned[l.cls], 1, __ATOMIC_RELAXED))
             LOOM_WARN("LOOM_COST_%s=\"%s\" is not "
-                      "\"alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]\" (non-negative "
-                      "numbers); "
-                      "ignored",
+                      "\"alpha_us,beta_ns,gamma_ns[,o_us[,beta_one_ns[,cold_ns]]]\" "
+                      "(non-negative numbers); ignored",
                       env_names[l.cls], text);
         return l;
     }
