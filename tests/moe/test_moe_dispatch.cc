@@ -24,6 +24,7 @@ extern "C" {
 }
 
 using moetest::Batch;
+using moetest::MoeRanks;
 using moetest::Shape;
 
 namespace {
@@ -146,13 +147,7 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     for (const Batch &b : all)
         XT_CHECK_EQ(b.topk.size(), b.tokens * (size_t)s.top_k);
     std::vector<int32_t> place = moetest::Placement(s.num_experts, G, random_place, s.seed);
-    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
-    cfg.num_experts = s.num_experts;
-    cfg.top_k = s.top_k;
-    cfg.hidden = s.hidden;
-    cfg.datatype = s.dtype;
-    cfg.mode = mode;
-    cfg.expert_rank = random_place ? place.data() : nullptr;
+    loomMoeConfig_t cfg = moetest::Config(s, place, random_place, mode);
     loomMoePlan_t plan = nullptr;
     XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
     const Batch &b = all[(size_t)rank];
@@ -170,20 +165,7 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     std::vector<uint8_t> again_x(recv_x.size(), 0x3c);
     XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), again_x.data()));
     XT_CHECK(memcmp(again_x.data(), recv_x.data(), info.recv_slots * H * E_s) == 0);
-    // The experts: slot i of local expert l runs expert global(l).
-    std::vector<uint8_t> out(recv_x.size(), 0);
-    int l = 0;
-    for (int e = 0; e < s.num_experts; e++) {
-        if (place[(size_t)e] != rank)
-            continue;
-        for (int64_t i = offset[(size_t)l]; i < offset[(size_t)l] + count[(size_t)l]; i++)
-            for (size_t c = 0; c < H; c++)
-                moetest::Store(
-                    s.dtype, out.data(), (size_t)i * H + c,
-                    moetest::Expert(s.dtype, e,
-                                    moetest::Load(s.dtype, recv_x.data(), (size_t)i * H + c)));
-        l++;
-    }
+    std::vector<uint8_t> out = moetest::RunExperts(s, place, rank, recv_x, offset, count);
     Run run;
     run.y.assign(b.tokens * H * E_s, 0x5a);
     XT_CHECK_LOOM(loomMoeCombine(h, out.data(), run.y.data()));
@@ -232,17 +214,12 @@ void Grid(int rank, int nranks, loomComm_t comm)
     }
 }
 
-class MoeDispatch : public ::testing::TestWithParam<std::tuple<int, const char *>> {};
-
-TEST_P(MoeDispatch, MatchesReferencesNaiveAndCounters)
+TEST_P(MoeRanks, DispatchMatchesReferencesNaiveAndCounters)
 {
-    loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", std::get<1>(GetParam())}};
-    opts.deadline_s = 120;
-    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), Grid, opts));
+    RunGrid(Grid);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, MoeDispatch,
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeRanks,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values("shm", "tcp")),
                          [](const auto &info) {
