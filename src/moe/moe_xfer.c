@@ -486,7 +486,8 @@ static void scatter_weight_grads(const struct loomMoeHandle *h, const xfer_t *ba
 {
     const struct loomMoePlan *p = h->plan;
     size_t k = (size_t)p->top_k, ppr = p->pairs_per_row, r = 0;
-    memset(grad_weights, 0, h->num_tokens * k * sizeof(float));
+    if (h->num_tokens > 0) /* grad_weights may be NULL without tokens */
+        memset(grad_weights, 0, h->num_tokens * k * sizeof(float));
     for (size_t g = 0; g < (size_t)p->nranks; g++) {
         const unsigned char *dw = back->rbuf + back->rdispl[g] + HDR_BYTES;
         for (size_t i = 0; i < h->send_rows[g]; i++, r++, dw += ppr * sizeof(float)) {

@@ -102,6 +102,13 @@ std::vector<float> RefGradW(const Shape &s, const Batch &b, const std::vector<ui
     return gw;
 }
 
+// Bitwise equality of float vectors (memcmp, so that -0 and NaN compare as bits).
+bool SameBits(const std::vector<float> &a, const std::vector<float> &b)
+{
+    return a.size() == b.size() &&
+           (a.empty() || memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 double Dot(const Shape &s, const uint8_t *a, const uint8_t *b, size_t n)
 {
     double sum = 0.0;
@@ -170,8 +177,7 @@ Grads RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place
                                          gr.grad_w.data()));
     CheckGradOut(s, all, gy, place, rank, gr.grad_out);
     std::vector<float> want_w = RefGradW(s, b, gy[(size_t)rank]);
-    XT_CHECK_MSG(memcmp(gr.grad_w.data(), want_w.data(), want_w.size() * sizeof(float)) == 0,
-                 "grad_weights differ from <grad_y, expert_out>");
+    XT_CHECK_MSG(SameBits(gr.grad_w, want_w), "grad_weights differ from <grad_y, expert_out>");
 
     if (s.dyadic && s.dtype == loomFloat32) {
         double wgw = 0.0;
@@ -209,8 +215,7 @@ void Grid(int rank, int nranks, loomComm_t comm)
                         XT_CHECK_MSG(dedup.grad_x == naive.grad_x, "naive and dedup grad_x differ");
                         XT_CHECK_MSG(dedup.grad_out == naive.grad_out,
                                      "naive and dedup grad_expert_out differ");
-                        XT_CHECK_MSG(memcmp(dedup.grad_w.data(), naive.grad_w.data(),
-                                            dedup.grad_w.size() * sizeof(float)) == 0,
+                        XT_CHECK_MSG(SameBits(dedup.grad_w, naive.grad_w),
                                      "naive and dedup grad_weights differ");
                     }
                 }
