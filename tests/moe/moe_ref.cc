@@ -149,6 +149,27 @@ std::vector<uint8_t> RunExperts(const Shape &s, const std::vector<int32_t> &plac
     return out;
 }
 
+void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
+                 int mode, size_t *rows, size_t *pairs)
+{
+    size_t k = (size_t)s.top_k;
+    *rows = *pairs = 0;
+    for (size_t t = 0; t < b.tokens; t++) {
+        size_t n = 0;
+        for (size_t j = 0; j < k; j++)
+            if (b.topk[t * k + j] >= 0 && place[(size_t)b.topk[t * k + j]] == dst)
+                n++;
+        *pairs += n;
+        *rows += mode == loomMoeModeNaive ? n : (n > 0);
+    }
+}
+
+size_t RowStride(const Shape &s, int mode)
+{
+    size_t ppr = mode == loomMoeModeNaive ? 1 : (size_t)s.top_k;
+    return ((s.hidden * ElemBytes(s.dtype) + 3) / 4 * 4 + 4 + 6 * ppr + 15) / 16 * 16;
+}
+
 void MoeRanks::RunGrid(void (*body)(int rank, int nranks, loomComm_t comm))
 {
     loomtest::RunOptions opts;

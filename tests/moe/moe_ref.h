@@ -59,6 +59,12 @@ std::vector<uint8_t> RunExperts(const Shape &s, const std::vector<int32_t> &plac
                                 const std::vector<int64_t> &offset,
                                 const std::vector<int64_t> &count);
 
+// The rows that the rank of batch b sends to rank dst in this mode, and the pairs among them.
+void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
+                 int mode, size_t *rows, size_t *pairs);
+// The wire stride of a dispatch row (docs/moe.md): round16(round4(H*s) + 4 + 6*pairs_per_row).
+size_t RowStride(const Shape &s, int mode);
+
 // The multi-rank grids: 1 to 4 ranks, LOOM_NET shm and tcp (instantiated once, in
 // test_moe_dispatch.cc); each TEST_P calls RunGrid with its body.
 class MoeRanks : public ::testing::TestWithParam<std::tuple<int, const char *>> {

@@ -5,10 +5,11 @@
 // batches and experts: grad_x bitwise equal to combine's canonical-order reference with every
 // weight 1 (and to the all-experts-local one on dyadic inputs), every slot of grad_expert_out
 // equal to w * grad_y of its (source rank, token), grad_weights equal to <grad_y, expert_out>
-// summed in float32 (0 for -1 selections); float32 and bfloat16, contiguous and random
-// placements, zero-token ranks; naive and dedup gradients bitwise equal; and the adjoint
-// identities <dispatch(x), g> = <x, dispatch_backward(g)>, <combine(o), gy> = <o, grad_o> and
-// <combine(o), gy> = <w, grad_w>, exact on float32 integer inputs.
+// summed in float32 (0 for -1 selections); float32, bfloat16 and float16, contiguous and random
+// placements, zero-token ranks; naive and dedup gradients bitwise equal; the plan's byte
+// counters against the wire format; and the adjoint identities <dispatch(x), g> =
+// <x, dispatch_backward(g)>, <combine(o), gy> = <o, grad_o> and <combine(o), gy> = <w, grad_w>,
+// exact on float32 integer inputs.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -125,6 +126,30 @@ std::vector<double> SumOverRanks(loomComm_t comm, std::vector<double> v)
     return out;
 }
 
+// The wire bytes of one dispatch backward and one combine backward (docs/moe.md): dispatch
+// backward's float32 partial per received row, combine backward's dispatch rows, then one
+// float32 weight gradient per pair slot of each row; a 16-byte header per segment of each.
+void CheckBackwardBytes(const Shape &s, const std::vector<Batch> &all,
+                        const std::vector<int32_t> &place, int rank, int mode, loomMoePlan_t plan)
+{
+    loomMoeStats_t st = LOOM_MOE_STATS_INITIALIZER;
+    XT_CHECK_LOOM(loomMoePlanGetStats(plan, &st, 0));
+    size_t stride = moetest::RowStride(s, mode), H4 = s.hidden * 4;
+    size_t dw = 4 * (mode == loomMoeModeNaive ? 1 : (size_t)s.top_k);
+    uint64_t sent = 0, recv = 0;
+    for (int g = 0; g < (int)all.size(); g++) {
+        if (g == rank)
+            continue;
+        size_t out_rows, in_rows, pairs;
+        moetest::RowsBetween(s, all[(size_t)rank], place, g, mode, &out_rows, &pairs);
+        moetest::RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &pairs);
+        sent += 16 + in_rows * H4 + 16 + out_rows * stride + 16 + in_rows * dw;
+        recv += 16 + out_rows * H4 + 16 + in_rows * stride + 16 + out_rows * dw;
+    }
+    XT_CHECK_EQ(st.bytes_sent, sent);
+    XT_CHECK_EQ(st.bytes_recv, recv);
+}
+
 Grads RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, int mode)
 {
     loomtest::SetContext(
@@ -158,6 +183,8 @@ Grads RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place
     std::vector<uint8_t> y(b.tokens * H * E_s + 1);
     XT_CHECK_LOOM(loomMoeCombine(h, out.data(), y.data()));
 
+    loomMoeStats_t st = LOOM_MOE_STATS_INITIALIZER;
+    XT_CHECK_LOOM(loomMoePlanGetStats(plan, &st, 1));
     // Dispatch backward of g = the expert outputs: combine with every weight 1.
     Grads gr;
     gr.grad_x.assign(b.tokens * H * E_s, 0x5a);
@@ -178,6 +205,8 @@ Grads RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place
     CheckGradOut(s, all, gy, place, rank, gr.grad_out);
     std::vector<float> want_w = RefGradW(s, b, gy[(size_t)rank]);
     XT_CHECK_MSG(SameBits(gr.grad_w, want_w), "grad_weights differ from <grad_y, expert_out>");
+
+    CheckBackwardBytes(s, all, place, rank, mode, plan);
 
     if (s.dyadic && s.dtype == loomFloat32) {
         double wgw = 0.0;
@@ -205,7 +234,7 @@ void Grid(int rank, int nranks, loomComm_t comm)
     const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
     uint64_t seed = 101;
     for (auto ek : shapes) {
-        for (loomDataType_t dt : {loomFloat32, loomBfloat16}) {
+        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16}) {
             for (bool planted : {false, true}) {
                 for (bool dyadic : {false, true}) {
                     for (bool random_place : {false, true}) {

@@ -42,22 +42,6 @@ std::string Describe(const Shape &s, bool random_place, int mode)
            (mode == loomMoeModeNaive ? " naive" : " dedup") + " seed=" + std::to_string(s.seed);
 }
 
-// The rows rank `src` sends to `dst` and the pairs among them, from src's regenerated batch.
-void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
-                 int mode, size_t *rows, size_t *pairs)
-{
-    size_t k = (size_t)s.top_k;
-    *rows = *pairs = 0;
-    for (size_t t = 0; t < b.tokens; t++) {
-        size_t n = 0;
-        for (size_t j = 0; j < k; j++)
-            if (b.topk[t * k + j] >= 0 && place[(size_t)b.topk[t * k + j]] == dst)
-                n++;
-        *pairs += n;
-        *rows += mode == loomMoeModeNaive ? n : (n > 0);
-    }
-}
-
 // The slots of local expert e must hold, in order, the rows of (source rank, token) ascending
 // that selected e, each an exact copy of the source's row.
 void CheckSlots(const Shape &s, const std::vector<Batch> &all, const std::vector<int32_t> &place,
@@ -116,18 +100,16 @@ void CheckStats(const Shape &s, const std::vector<Batch> &all, const std::vector
     bool naive = mode == loomMoeModeNaive;
     XT_CHECK_EQ(st.rows_sent_remote, naive ? want.rows_naive_remote : want.rows_remote);
     XT_CHECK_EQ(st.rows_sent_self, naive ? want.pairs_local : want.rows - want.rows_remote);
-    // The wire format (docs/moe.md): a 16-byte header per segment; dispatch rows of
-    // round16(round4(H*s) + 4 + 6*pairs_per_row) bytes; combine rows of H float32.
-    size_t ppr = naive ? 1 : (size_t)s.top_k;
-    size_t stride =
-        ((s.hidden * moetest::ElemBytes(s.dtype) + 3) / 4 * 4 + 4 + 6 * ppr + 15) / 16 * 16;
+    // The wire format (docs/moe.md): a 16-byte header per segment; dispatch rows of RowStride
+    // bytes; combine rows of H float32.
+    size_t stride = moetest::RowStride(s, mode);
     uint64_t sent = 0, recv = 0;
     for (int g = 0; g < G; g++) {
         if (g == rank)
             continue;
         size_t out_rows, out_pairs, in_rows, in_pairs;
-        RowsBetween(s, b, place, g, mode, &out_rows, &out_pairs);
-        RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
+        moetest::RowsBetween(s, b, place, g, mode, &out_rows, &out_pairs);
+        moetest::RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
         if (!naive)
             XT_CHECK_EQ(out_rows, to_rank[(size_t)g]);
         sent += dispatches * (16 + out_rows * stride) + 16 + in_rows * s.hidden * 4;
