@@ -9,7 +9,7 @@
  * every rank that passes the same counts (all-reduced with loomUint64 and
  * loomSum) gets the same bytes, on every compiler. All are thread safe on
  * distinct outputs and never block. The collective part: plans, layouts,
- * dispatch and combine over a communicator (last section).
+ * dispatch and combine (and their backward passes) over a communicator (last section).
  *
  * Routing arrays are top-k tables: int32 [num_tokens * top_k], row t holding
  * token t's expert ids; -1 means "no selection" and may repeat, every other
@@ -128,7 +128,8 @@ LOOM_API loomResult_t loomMoePlacementCompute(const uint64_t *coselect, const ui
  * small count exchange) gives a handle, then dispatch sends each token once
  * per rank that hosts one of its experts, and combine brings back one
  * weighted partial per (token, rank) and adds them in a fixed order
- * (docs/moe.md: the wire format, the slot order, the combine order).
+ * (docs/moe.md: the wire format, the slot order, the combine order); the
+ * backward calls run the adjoints on the same handle.
  * Every call below is blocking and collective over the plan's communicator:
  * each rank calls it, in the same order, with its own tokens (T may differ
  * across ranks and be 0). Invalid input on one rank makes every rank return
@@ -193,8 +194,8 @@ typedef struct loomMoeLayoutInfo_v1 {
             NULL, NULL                                                                             \
     }
 
-/* Counters of one plan, summed over its layouts, dispatches and combines on
- * this rank. "Remote" rows go to another rank; rows to the rank itself are
+/* Counters of one plan, summed over its layouts, dispatches, combines and
+ * backward calls on this rank. "Remote" rows go to another rank; rows to the rank itself are
  * local copies and never wire bytes. */
 typedef struct loomMoeStats_v1 {
     size_t size;                /* sizeof(loomMoeStats_t), set by the initializer */
@@ -208,8 +209,8 @@ typedef struct loomMoeStats_v1 {
     uint64_t rows_dedup_remote; /* remote rows of dedup mode: distinct other ranks per token */
     uint64_t rows_sent_remote;  /* remote rows this plan's mode sent (one of the two above) */
     uint64_t rows_sent_self;    /* rows this rank sent to itself */
-    uint64_t bytes_sent;        /* wire bytes to other ranks, dispatch and combine */
-    uint64_t bytes_recv;        /* wire bytes from other ranks, dispatch and combine */
+    uint64_t bytes_sent;        /* wire bytes to other ranks, dispatch, combine, backward */
+    uint64_t bytes_recv;        /* wire bytes from other ranks, dispatch, combine, backward */
 } loomMoeStats_t;
 
 #define LOOM_MOE_STATS_INITIALIZER                                                                 \
@@ -262,6 +263,28 @@ LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, voi
  * expert_out NULL with recv_slots > 0, y NULL with T > 0), InvalidUsage (no
  * dispatch yet, on any rank). */
 LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_out, void *y);
+/* The adjoint of loomMoeDispatch (docs/moe.md, "Backward"): takes the gradient of recv_x,
+ * grad_recv_x [recv_slots*H] in the slot order of recv_x, and writes grad_x [T*H]: grad_x[t] =
+ * the sum of the gradients of t's slots, in combine's order (per rank, slots in top-k order
+ * into a float32 partial; the home rank adds the partials in ascending rank and rounds once),
+ * so the bits do not depend on the transport, arrival order or mode. A token without
+ * selections gets 0. Needs a Dispatch on the handle first. Collective; blocking. Errors:
+ * InvalidArgument (on any rank: grad_recv_x NULL with recv_slots > 0, grad_x NULL with T > 0),
+ * InvalidUsage (no dispatch yet, on any rank). */
+LOOM_API loomResult_t loomMoeDispatchBackward(loomMoeHandle_t handle, const void *grad_recv_x,
+                                              void *grad_x);
+/* The adjoint of loomMoeCombine: takes grad_y [T*H] and the expert_out [recv_slots*H] that
+ * combine took, and writes grad_expert_out [recv_slots*H] (slot of the pair (t, j): w[t, j] *
+ * grad_y[t] in float32, rounded to the datatype) and grad_weights [T*k] float32 (entry (t, j):
+ * <grad_y[t], expert_out[slot of (t, j)]> summed in float32 over the columns in order; 0 where
+ * the id is -1). grad_y travels as dispatch sends x, one row per (token, rank); the weight
+ * gradients come back in a second exchange. Same bits in both modes. Needs a Dispatch on the
+ * handle first. Collective; blocking. Errors: InvalidArgument (on any rank: grad_y or
+ * grad_weights NULL with T > 0, expert_out or grad_expert_out NULL with recv_slots > 0),
+ * InvalidUsage (no dispatch yet, on any rank). */
+LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void *grad_y,
+                                             const void *expert_out, void *grad_expert_out,
+                                             float *grad_weights);
 /* Fills *info as loomMoeLayout did. Local. Errors: InvalidArgument. */
 LOOM_API loomResult_t loomMoeHandleQuery(loomMoeHandle_t handle, loomMoeLayoutInfo_t *info);
 /* Frees a handle; NULL is a no-op. Local. */

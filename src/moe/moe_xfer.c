@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * moe_xfer.c - loomMoeDispatch and loomMoeCombine: the two data exchanges of a handle, each one
- * loomAllToAllv of bytes with one segment per peer (a 16-byte header carrying the sender's
- * status, then its rows), so a refusal on one rank reaches every rank in the same exchange.
+ * moe_xfer.c - loomMoeDispatch, loomMoeCombine and their backward passes: the data exchanges of a
+ * handle, each one loomAllToAllv of bytes with one segment per peer (a 16-byte header carrying
+ * the sender's status, then its rows), so a refusal on one rank reaches every rank in the same
+ * exchange.
  *
  * Dispatch: a row is one token's payload plus a trailer (the token index, then the (weight,
  * local expert) pairs it has on the destination, in top-k slot order); on arrival each pair's
@@ -15,6 +16,11 @@
  * partials in ascending source rank into a float32 accumulator started at 0 and rounds once to
  * the datatype. In naive mode a row carries one pair, and the home rank first sums a token's
  * partials from one rank in slot order: the same float32 operations as dedup, the same bits.
+ *
+ * Backward, on the same handle: dispatch backward is combine with every weight 1 (the same
+ * code). Combine backward sends grad_y as dispatch sends x, writes w * grad_y into each slot,
+ * and returns each pair's weight gradient <grad_y, expert_out[slot]> (float32) to the home rank
+ * in a second exchange, one float32 per pair of each row, in top-k slot order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -305,9 +311,9 @@ static inline void store_elem(loomDataType_t dt, void *buf, size_t i, float v)
 }
 
 /* Each received row's partial, in the order the rows came: the rows of source s return to s
- * in the order s sent them. */
-static void row_partials(const struct loomMoeHandle *h, const void *expert_out, xfer_t *xf,
-                         float *acc)
+ * in the order s sent them. Unweighted (dispatch backward): each pair's weight is taken as 1. */
+static void row_partials(const struct loomMoeHandle *h, const void *expert_out, int weighted,
+                         xfer_t *xf, float *acc)
 {
     const struct loomMoePlan *p = h->plan;
     size_t H = p->hidden, rr = 0;
@@ -317,7 +323,7 @@ static void row_partials(const struct loomMoeHandle *h, const void *expert_out, 
             for (size_t c = 0; c < H; c++)
                 acc[c] = 0.0f;
             for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
-                float w = h->pair_weight[q];
+                float w = weighted ? h->pair_weight[q] : 1.0f;
                 size_t base = h->pair_slot[q] * H;
                 for (size_t c = 0; c < H; c++)
                     acc[c] += w * load_elem(p->dtype, expert_out, base + c);
@@ -367,50 +373,178 @@ static void home_sum(const struct loomMoeHandle *h, const xfer_t *xf, float *yac
         store_elem(p->dtype, y, i, yacc[i]);
 }
 
-LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_out, void *y)
+/* A handle that must have been dispatched, or NULL (WARNed) when the call cannot even start. */
+static struct loomMoeHandle *started(const char *call, loomMoeHandle_t handle, loomResult_t *status)
 {
     if (handle == NULL) {
-        LOOM_WARN("loomMoeCombine: handle is NULL");
-        return loomInvalidArgument;
+        LOOM_WARN("%s: handle is NULL", call);
+        return NULL;
     }
-    struct loomMoeHandle *h = handle;
+    *status = loomSuccess;
+    if (!handle->dispatched) {
+        LOOM_WARN("%s: the handle was never dispatched (rank %d): call loomMoeDispatch first", call,
+                  handle->plan->rank);
+        *status = loomInvalidUsage;
+    }
+    return handle;
+}
+
+/* A buffer that must not be NULL when it has n rows; sets *status to the first refusal. */
+static void need_buf(const char *call, const char *name, const void *buf, size_t n,
+                     const char *unit, int rank, loomResult_t *status)
+{
+    if (*status != loomSuccess || buf != NULL || n == 0)
+        return;
+    LOOM_WARN("%s: %s is NULL with %zu %s (rank %d)", call, name, n, unit, rank);
+    *status = loomInvalidArgument;
+}
+
+/* Combine, and dispatch backward (its adjoint: combine with every weight 1). The partials travel
+ * back over the dispatch segments reversed and are added in the canonical order. */
+static loomResult_t reduce_home(const char *call, loomMoeHandle_t handle, const void *slots,
+                                const char *slots_name, void *out, const char *out_name,
+                                int weighted)
+{
+    loomResult_t status;
+    struct loomMoeHandle *h = started(call, handle, &status);
+    if (h == NULL)
+        return loomInvalidArgument;
     struct loomMoePlan *p = h->plan;
     size_t H = p->hidden;
-    loomResult_t status = loomSuccess;
-    if (!h->dispatched) {
-        LOOM_WARN("loomMoeCombine: the handle was never dispatched (rank %d): call "
-                  "loomMoeDispatch first",
-                  p->rank);
-        status = loomInvalidUsage;
-    } else if (expert_out == NULL && h->recv_slots > 0) {
-        LOOM_WARN("loomMoeCombine: expert_out is NULL with %zu slots (rank %d)", h->recv_slots,
-                  p->rank);
-        status = loomInvalidArgument;
-    } else if (y == NULL && h->num_tokens > 0) {
-        LOOM_WARN("loomMoeCombine: y is NULL with %zu tokens (rank %d)", h->num_tokens, p->rank);
-        status = loomInvalidArgument;
-    }
+    need_buf(call, slots_name, slots, h->recv_slots, "slots", p->rank, &status);
+    need_buf(call, out_name, out, h->num_tokens, "tokens", p->rank, &status);
     float *acc = malloc(2 * H * sizeof(float));
     float *yacc = malloc((h->num_tokens * H + 1) * sizeof(float));
     if (status == loomSuccess && (acc == NULL || yacc == NULL)) {
-        LOOM_WARN("loomMoeCombine: out of memory for %zu tokens of %zu floats", h->num_tokens, H);
+        LOOM_WARN("%s: out of memory for %zu tokens of %zu floats", call, h->num_tokens, H);
         status = loomSystemError; /* told to the peers, so that they do not wait */
     }
     xfer_t xf;
-    /* Partials travel back over the dispatch segments reversed. */
-    loomResult_t res = xfer_init("loomMoeCombine", (size_t)p->nranks, h->recv_rows, h->send_rows,
-                                 H * sizeof(float), &xf);
+    loomResult_t res =
+        xfer_init(call, (size_t)p->nranks, h->recv_rows, h->send_rows, H * sizeof(float), &xf);
     if (res == loomSuccess) {
         if (status == loomSuccess)
-            row_partials(h, expert_out, &xf, acc);
-        res = xfer_run("loomMoeCombine", p, &xf, status, h->send_rows);
+            row_partials(h, slots, weighted, &xf, acc);
+        res = xfer_run(call, p, &xf, status, h->send_rows);
     }
     if (res == loomSuccess) {
-        home_sum(h, &xf, yacc, acc + H, y);
+        home_sum(h, &xf, yacc, acc + H, out);
         xfer_count_bytes(p, &xf);
     }
     xfer_free(&xf);
     free(acc);
     free(yacc);
+    return res;
+}
+
+LOOM_API loomResult_t loomMoeCombine(loomMoeHandle_t handle, const void *expert_out, void *y)
+{
+    return reduce_home("loomMoeCombine", handle, expert_out, "expert_out", y, "y", 1);
+}
+
+LOOM_API loomResult_t loomMoeDispatchBackward(loomMoeHandle_t handle, const void *grad_recv_x,
+                                              void *grad_x)
+{
+    return reduce_home("loomMoeDispatchBackward", handle, grad_recv_x, "grad_recv_x", grad_x,
+                       "grad_x", 0);
+}
+
+// ---- combine backward --------------------------------------------------------------------
+
+/* On the expert rank, from grad_y's rows as dispatch delivered them: each pair's slot gets
+ * w * grad_y rounded to the datatype, and its weight gradient <grad_y, expert_out[slot]>
+ * (float32, columns ascending) goes into the row's place in the return segment, pairs in top-k
+ * slot order. */
+static void pair_grads(const struct loomMoeHandle *h, const xfer_t *in, const void *expert_out,
+                       void *grad_expert_out, xfer_t *back)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t H = p->hidden, ppr = p->pairs_per_row, rr = 0;
+    for (size_t s = 0; s < (size_t)p->nranks; s++) {
+        const unsigned char *row = in->rbuf + in->rdispl[s] + HDR_BYTES;
+        unsigned char *dw = back->sbuf + back->sdispl[s] + HDR_BYTES;
+        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, row += p->row_bytes) {
+            for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
+                float w = h->pair_weight[q], acc = 0.0f;
+                size_t base = h->pair_slot[q] * H;
+                for (size_t c = 0; c < H; c++) {
+                    float g = load_elem(p->dtype, row, c);
+                    store_elem(p->dtype, grad_expert_out, base + c, w * g);
+                    acc += g * load_elem(p->dtype, expert_out, base + c);
+                }
+                memcpy(dw + (q - h->row_start[rr]) * sizeof(float), &acc, sizeof(acc));
+            }
+            dw += ppr * sizeof(float);
+        }
+    }
+}
+
+/* On the home rank: each returned row's weight gradients into their top-k slots; slots without
+ * a selection get 0. */
+static void scatter_weight_grads(const struct loomMoeHandle *h, const xfer_t *back,
+                                 float *grad_weights)
+{
+    const struct loomMoePlan *p = h->plan;
+    size_t k = (size_t)p->top_k, ppr = p->pairs_per_row, r = 0;
+    if (h->num_tokens > 0) /* grad_weights may be NULL without tokens */
+        memset(grad_weights, 0, h->num_tokens * k * sizeof(float));
+    for (size_t g = 0; g < (size_t)p->nranks; g++) {
+        const unsigned char *dw = back->rbuf + back->rdispl[g] + HDR_BYTES;
+        for (size_t i = 0; i < h->send_rows[g]; i++, r++, dw += ppr * sizeof(float)) {
+            size_t t = (size_t)h->row_token[r], n = 0;
+            size_t j0 = h->row_slot ? (size_t)h->row_slot[r] : 0;
+            size_t j1 = h->row_slot ? j0 + 1 : k;
+            for (size_t j = j0; j < j1; j++) {
+                int32_t e = h->topk[t * k + j];
+                if (e < 0 || (size_t)p->expert_rank[e] != g)
+                    continue;
+                memcpy(&grad_weights[t * k + j], dw + n++ * sizeof(float), sizeof(float));
+            }
+        }
+    }
+}
+
+LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void *grad_y,
+                                             const void *expert_out, void *grad_expert_out,
+                                             float *grad_weights)
+{
+    const char *call = "loomMoeCombineBackward";
+    loomResult_t status;
+    struct loomMoeHandle *h = started(call, handle, &status);
+    if (h == NULL)
+        return loomInvalidArgument;
+    struct loomMoePlan *p = h->plan;
+    size_t G = (size_t)p->nranks;
+    need_buf(call, "grad_y", grad_y, h->num_tokens, "tokens", p->rank, &status);
+    need_buf(call, "expert_out", expert_out, h->recv_slots, "slots", p->rank, &status);
+    need_buf(call, "grad_expert_out", grad_expert_out, h->recv_slots, "slots", p->rank, &status);
+    need_buf(call, "grad_weights", grad_weights, h->num_tokens, "tokens", p->rank, &status);
+    /* grad_y goes out as dispatch sends x; the weight gradients come back one float32 per pair,
+     * over the same segments reversed. */
+    xfer_t out, back;
+    memset(&back, 0, sizeof(back));
+    loomResult_t res = xfer_init(call, G, h->send_rows, h->recv_rows, p->row_bytes, &out);
+    if (res == loomSuccess) {
+        if (status == loomSuccess)
+            pack_rows(h, grad_y, &out);
+        res = xfer_run(call, p, &out, status, h->recv_rows);
+    }
+    if (res == loomSuccess) {
+        xfer_count_bytes(p, &out);
+        status =
+            xfer_init(call, G, h->recv_rows, h->send_rows, p->pairs_per_row * sizeof(float), &back);
+        if (status == loomSuccess) {
+            pair_grads(h, &out, expert_out, grad_expert_out, &back);
+            res = xfer_run(call, p, &back, status, h->send_rows);
+        } else {
+            res = status; /* out of memory for the segments: the peers will time out */
+        }
+    }
+    if (res == loomSuccess) {
+        scatter_weight_grads(h, &back, grad_weights);
+        xfer_count_bytes(p, &back);
+    }
+    xfer_free(&out);
+    xfer_free(&back);
     return res;
 }

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "mp_fixture.h"
+
 extern "C" {
 #include "dtype.h"
 #include "moe_gen.h"
@@ -113,6 +115,67 @@ std::vector<int32_t> Placement(int num_experts, int nranks, bool random, uint64_
             std::swap(place[i - 1], place[loom_rng_below(&g, (uint32_t)i)]);
     }
     return place;
+}
+
+loomMoeConfig_t Config(const Shape &s, const std::vector<int32_t> &place, bool random_place,
+                       int mode)
+{
+    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
+    cfg.num_experts = s.num_experts;
+    cfg.top_k = s.top_k;
+    cfg.hidden = s.hidden;
+    cfg.datatype = s.dtype;
+    cfg.mode = mode;
+    cfg.expert_rank = random_place ? place.data() : nullptr;
+    return cfg;
+}
+
+std::vector<uint8_t> RunExperts(const Shape &s, const std::vector<int32_t> &place, int rank,
+                                const std::vector<uint8_t> &recv_x,
+                                const std::vector<int64_t> &offset,
+                                const std::vector<int64_t> &count)
+{
+    std::vector<uint8_t> out(recv_x.size(), 0);
+    size_t H = s.hidden;
+    for (int e = 0, l = 0; e < s.num_experts; e++) {
+        if (place[(size_t)e] != rank)
+            continue;
+        for (int64_t i = offset[(size_t)l]; i < offset[(size_t)l] + count[(size_t)l]; i++)
+            for (size_t c = 0; c < H; c++)
+                Store(s.dtype, out.data(), (size_t)i * H + c,
+                      Expert(s.dtype, e, Load(s.dtype, recv_x.data(), (size_t)i * H + c)));
+        l++;
+    }
+    return out;
+}
+
+void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
+                 int mode, size_t *rows, size_t *pairs)
+{
+    size_t k = (size_t)s.top_k;
+    *rows = *pairs = 0;
+    for (size_t t = 0; t < b.tokens; t++) {
+        size_t n = 0;
+        for (size_t j = 0; j < k; j++)
+            if (b.topk[t * k + j] >= 0 && place[(size_t)b.topk[t * k + j]] == dst)
+                n++;
+        *pairs += n;
+        *rows += mode == loomMoeModeNaive ? n : (n > 0);
+    }
+}
+
+size_t RowStride(const Shape &s, int mode)
+{
+    size_t ppr = mode == loomMoeModeNaive ? 1 : (size_t)s.top_k;
+    return ((s.hidden * ElemBytes(s.dtype) + 3) / 4 * 4 + 4 + 6 * ppr + 15) / 16 * 16;
+}
+
+void MoeRanks::RunGrid(void (*body)(int rank, int nranks, loomComm_t comm))
+{
+    loomtest::RunOptions opts;
+    opts.env = {{"LOOM_NET", std::get<1>(GetParam())}};
+    opts.deadline_s = 120;
+    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), body, opts));
 }
 
 std::vector<uint8_t> Reference(const Shape &s, const Batch &b, const std::vector<int32_t> &place,

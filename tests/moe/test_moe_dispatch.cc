@@ -24,6 +24,7 @@ extern "C" {
 }
 
 using moetest::Batch;
+using moetest::MoeRanks;
 using moetest::Shape;
 
 namespace {
@@ -39,22 +40,6 @@ std::string Describe(const Shape &s, bool random_place, int mode)
            " dtype=" + std::to_string((int)s.dtype) + (s.planted ? " planted" : " uniform") +
            (s.dyadic ? " dyadic" : " random") + (random_place ? " random-placement" : "") +
            (mode == loomMoeModeNaive ? " naive" : " dedup") + " seed=" + std::to_string(s.seed);
-}
-
-// The rows rank `src` sends to `dst` and the pairs among them, from src's regenerated batch.
-void RowsBetween(const Shape &s, const Batch &b, const std::vector<int32_t> &place, int dst,
-                 int mode, size_t *rows, size_t *pairs)
-{
-    size_t k = (size_t)s.top_k;
-    *rows = *pairs = 0;
-    for (size_t t = 0; t < b.tokens; t++) {
-        size_t n = 0;
-        for (size_t j = 0; j < k; j++)
-            if (b.topk[t * k + j] >= 0 && place[(size_t)b.topk[t * k + j]] == dst)
-                n++;
-        *pairs += n;
-        *rows += mode == loomMoeModeNaive ? n : (n > 0);
-    }
 }
 
 // The slots of local expert e must hold, in order, the rows of (source rank, token) ascending
@@ -115,18 +100,16 @@ void CheckStats(const Shape &s, const std::vector<Batch> &all, const std::vector
     bool naive = mode == loomMoeModeNaive;
     XT_CHECK_EQ(st.rows_sent_remote, naive ? want.rows_naive_remote : want.rows_remote);
     XT_CHECK_EQ(st.rows_sent_self, naive ? want.pairs_local : want.rows - want.rows_remote);
-    // The wire format (docs/moe.md): a 16-byte header per segment; dispatch rows of
-    // round16(round4(H*s) + 4 + 6*pairs_per_row) bytes; combine rows of H float32.
-    size_t ppr = naive ? 1 : (size_t)s.top_k;
-    size_t stride =
-        ((s.hidden * moetest::ElemBytes(s.dtype) + 3) / 4 * 4 + 4 + 6 * ppr + 15) / 16 * 16;
+    // The wire format (docs/moe.md): a 16-byte header per segment; dispatch rows of RowStride
+    // bytes; combine rows of H float32.
+    size_t stride = moetest::RowStride(s, mode);
     uint64_t sent = 0, recv = 0;
     for (int g = 0; g < G; g++) {
         if (g == rank)
             continue;
         size_t out_rows, out_pairs, in_rows, in_pairs;
-        RowsBetween(s, b, place, g, mode, &out_rows, &out_pairs);
-        RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
+        moetest::RowsBetween(s, b, place, g, mode, &out_rows, &out_pairs);
+        moetest::RowsBetween(s, all[(size_t)g], place, rank, mode, &in_rows, &in_pairs);
         if (!naive)
             XT_CHECK_EQ(out_rows, to_rank[(size_t)g]);
         sent += dispatches * (16 + out_rows * stride) + 16 + in_rows * s.hidden * 4;
@@ -146,13 +129,7 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     for (const Batch &b : all)
         XT_CHECK_EQ(b.topk.size(), b.tokens * (size_t)s.top_k);
     std::vector<int32_t> place = moetest::Placement(s.num_experts, G, random_place, s.seed);
-    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
-    cfg.num_experts = s.num_experts;
-    cfg.top_k = s.top_k;
-    cfg.hidden = s.hidden;
-    cfg.datatype = s.dtype;
-    cfg.mode = mode;
-    cfg.expert_rank = random_place ? place.data() : nullptr;
+    loomMoeConfig_t cfg = moetest::Config(s, place, random_place, mode);
     loomMoePlan_t plan = nullptr;
     XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
     const Batch &b = all[(size_t)rank];
@@ -170,20 +147,7 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
     std::vector<uint8_t> again_x(recv_x.size(), 0x3c);
     XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), again_x.data()));
     XT_CHECK(memcmp(again_x.data(), recv_x.data(), info.recv_slots * H * E_s) == 0);
-    // The experts: slot i of local expert l runs expert global(l).
-    std::vector<uint8_t> out(recv_x.size(), 0);
-    int l = 0;
-    for (int e = 0; e < s.num_experts; e++) {
-        if (place[(size_t)e] != rank)
-            continue;
-        for (int64_t i = offset[(size_t)l]; i < offset[(size_t)l] + count[(size_t)l]; i++)
-            for (size_t c = 0; c < H; c++)
-                moetest::Store(
-                    s.dtype, out.data(), (size_t)i * H + c,
-                    moetest::Expert(s.dtype, e,
-                                    moetest::Load(s.dtype, recv_x.data(), (size_t)i * H + c)));
-        l++;
-    }
+    std::vector<uint8_t> out = moetest::RunExperts(s, place, rank, recv_x, offset, count);
     Run run;
     run.y.assign(b.tokens * H * E_s, 0x5a);
     XT_CHECK_LOOM(loomMoeCombine(h, out.data(), run.y.data()));
@@ -232,17 +196,12 @@ void Grid(int rank, int nranks, loomComm_t comm)
     }
 }
 
-class MoeDispatch : public ::testing::TestWithParam<std::tuple<int, const char *>> {};
-
-TEST_P(MoeDispatch, MatchesReferencesNaiveAndCounters)
+TEST_P(MoeRanks, DispatchMatchesReferencesNaiveAndCounters)
 {
-    loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", std::get<1>(GetParam())}};
-    opts.deadline_s = 120;
-    XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), Grid, opts));
+    RunGrid(Grid);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, MoeDispatch,
+INSTANTIATE_TEST_SUITE_P(Ranks, MoeRanks,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values("shm", "tcp")),
                          [](const auto &info) {

@@ -4,8 +4,9 @@
 // expert twice in a row, NULL routing, weights or rows with tokens) makes every rank return
 // loomInvalidArgument within 2 s, with the outputs untouched and the next call working; plans
 // that differ on one rank (E, top_k, mode, placement, an invalid config) fail every rank at
-// creation, naming the field; and the lifecycle rules (combine before dispatch, a plan destroyed
-// under a live handle, structs not made by their initializers).
+// creation, naming the field; the backward calls refuse a NULL gradient buffer on one rank, and
+// a handle never dispatched, on every rank together; and the lifecycle rules (combine before
+// dispatch, a plan destroyed under a live handle, structs not made by their initializers).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -117,18 +118,37 @@ TEST(MoeErrors, BadRoutingOnOneRankFailsEveryRank)
     }
 }
 
+// E = 6, k = 2, H = 3 float32: a plan and a layout, not dispatched, where every rank has tokens
+// and slots (the bad rank, which would have none, takes rank 0's batch).
+struct Layout {
+    moetest::Batch b;
+    loomMoePlan_t plan = nullptr;
+    loomMoeHandle_t h = nullptr;
+    size_t slots = 0;
+};
+
+Layout SmallLayout(int rank, int nranks, loomComm_t comm)
+{
+    Layout lay;
+    moetest::Shape s{6, 2, 3, loomFloat32, false, false, 4};
+    lay.b = moetest::MakeBatch(s, rank == kBadRank ? 0 : rank, nranks);
+    loomMoeConfig_t cfg = Config(6, 2, 3);
+    XT_CHECK_LOOM(loomMoePlanCreate(&lay.plan, &cfg, comm));
+    loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    XT_CHECK_LOOM(loomMoeLayout(lay.plan, lay.b.topk.data(), lay.b.weights.data(), lay.b.tokens,
+                                &lay.h, &info));
+    XT_CHECK(info.recv_slots > 0 && lay.b.tokens > 0);
+    lay.slots = info.recv_slots;
+    return lay;
+}
+
 void BadBuffers(int rank, int nranks, loomComm_t comm)
 {
-    moetest::Shape s{6, 2, 3, loomFloat32, false, false, 4};
-    moetest::Batch b = moetest::MakeBatch(s, rank == kBadRank ? 0 : rank, nranks);
-    loomMoeConfig_t cfg = Config(6, 2, 3);
-    loomMoePlan_t plan = nullptr;
-    XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
-    loomMoeHandle_t h = nullptr;
-    loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
-    XT_CHECK_LOOM(loomMoeLayout(plan, b.topk.data(), b.weights.data(), b.tokens, &h, &info));
-    XT_CHECK(info.recv_slots > 0);
-    std::vector<uint8_t> slots(info.recv_slots * 3 * 4, 0xa5), y(b.tokens * 3 * 4, 0x5a);
+    Layout lay = SmallLayout(rank, nranks, comm);
+    const moetest::Batch &b = lay.b;
+    loomMoePlan_t plan = lay.plan;
+    loomMoeHandle_t h = lay.h;
+    std::vector<uint8_t> slots(lay.slots * 3 * 4, 0xa5), y(b.tokens * 3 * 4, 0x5a);
     const std::vector<uint8_t> slots0 = slots, y0 = y;
     bool bad = rank == kBadRank;
     ExpectWithin2s([&] { return loomMoeCombine(h, slots.data(), y.data()); }, loomInvalidUsage,
@@ -161,6 +181,79 @@ TEST(MoeErrors, BadBuffersOnOneRankFailEveryRank)
     loomtest::RunOptions opts;
     opts.env = {{"LOOM_NET", "shm"}};
     XT_ASSERT_RUN(loomtest::RunRanks(kRanks, BadBuffers, opts));
+}
+
+void BadBackward(int rank, int nranks, loomComm_t comm)
+{
+    Layout lay = SmallLayout(rank, nranks, comm);
+    const moetest::Batch &b = lay.b;
+    loomMoePlan_t plan = lay.plan;
+    loomMoeHandle_t h = lay.h;
+    std::vector<uint8_t> slots(lay.slots * 3 * 4, 0xa5), grad_out(slots);
+    std::vector<uint8_t> grad_x(b.tokens * 3 * 4, 0x5a), grad_y(grad_x);
+    std::vector<float> grad_w(b.tokens * 2, -3.0f);
+    const std::vector<uint8_t> grad_out0 = grad_out, grad_x0 = grad_x;
+    const std::vector<float> grad_w0 = grad_w;
+    bool bad = rank == kBadRank;
+    auto untouched = [&] {
+        return grad_out == grad_out0 && grad_x == grad_x0 && grad_w == grad_w0;
+    };
+    ExpectWithin2s([&] { return loomMoeDispatchBackward(h, slots.data(), grad_x.data()); },
+                   loomInvalidUsage, "dispatch backward before dispatch");
+    ExpectLastError(rank == 0 ? "never dispatched" : "rank 0 refused");
+    ExpectWithin2s(
+        [&] {
+            return loomMoeCombineBackward(h, grad_y.data(), slots.data(), grad_out.data(),
+                                          grad_w.data());
+        },
+        loomInvalidUsage, "combine backward before dispatch");
+    ExpectLastError(rank == 0 ? "never dispatched" : "rank 0 refused");
+    XT_CHECK(untouched());
+    XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), slots.data()));
+    ExpectWithin2s(
+        [&] { return loomMoeDispatchBackward(h, bad ? nullptr : slots.data(), grad_x.data()); },
+        loomInvalidArgument, "dispatch backward with grad_recv_x NULL on one rank");
+    ExpectLastError(bad ? "grad_recv_x is NULL" : "rank 1 refused");
+    ExpectWithin2s(
+        [&] { return loomMoeDispatchBackward(h, slots.data(), bad ? nullptr : grad_x.data()); },
+        loomInvalidArgument, "dispatch backward with grad_x NULL on one rank");
+    ExpectLastError(bad ? "grad_x is NULL" : "rank 1 refused");
+    XT_CHECK(untouched());
+    const char *names[] = {"grad_y", "expert_out", "grad_expert_out", "grad_weights"};
+    for (int c = 0; c < 4; c++) {
+        ExpectWithin2s(
+            [&] {
+                return loomMoeCombineBackward(h, bad && c == 0 ? nullptr : grad_y.data(),
+                                              bad && c == 1 ? nullptr : slots.data(),
+                                              bad && c == 2 ? nullptr : grad_out.data(),
+                                              bad && c == 3 ? nullptr : grad_w.data());
+            },
+            loomInvalidArgument,
+            std::string("combine backward with ") + names[c] + " NULL on one rank");
+        ExpectLastError(bad ? std::string(names[c]) + " is NULL" : "rank 1 refused");
+        XT_CHECK(untouched());
+    }
+    // The ranks are still in step: both backward calls work everywhere.
+    XT_CHECK_LOOM(loomMoeDispatchBackward(h, slots.data(), grad_x.data()));
+    XT_CHECK_LOOM(
+        loomMoeCombineBackward(h, grad_y.data(), slots.data(), grad_out.data(), grad_w.data()));
+    XT_CHECK(grad_x != grad_x0 && grad_out != grad_out0 && grad_w != grad_w0);
+    XT_CHECK_LOOM_RES(loomMoeDispatchBackward(nullptr, slots.data(), grad_x.data()),
+                      loomInvalidArgument);
+    XT_CHECK_LOOM_RES(loomMoeCombineBackward(nullptr, grad_y.data(), slots.data(), grad_out.data(),
+                                             grad_w.data()),
+                      loomInvalidArgument);
+    XT_CHECK_LOOM(loomMoeHandleDestroy(h));
+    XT_CHECK_LOOM(loomMoePlanDestroy(plan));
+}
+
+TEST(MoeErrors, BadBackwardOnOneRankFailsEveryRank)
+{
+    for (const char *net : {"shm", "tcp"}) {
+        loomtest::RunOptions opts;
+        opts.env = {{"LOOM_NET", net}};
+        XT_ASSERT_RUN(loomtest::RunRanks(kRanks, BadBackward, opts));
+    }
 }
 
 void Mismatch(int rank, int nranks, loomComm_t comm)
