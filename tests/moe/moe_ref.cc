@@ -209,4 +209,16 @@ std::vector<uint8_t> Reference(const Shape &s, const Batch &b, const std::vector
     return y;
 }
 
+void ForEachShape(int nranks, uint64_t seed0, const std::function<void(const Shape &, bool)> &fn)
+{
+    const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
+    uint64_t seed = seed0;
+    for (auto ek : shapes)
+        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16})
+            for (bool planted : {false, true})
+                for (bool dyadic : {false, true})
+                    for (bool random_place : {false, true})
+                        fn(Shape{ek[0], ek[1], 5, dt, planted, dyadic, seed++}, random_place);
+}
+
 } // namespace moetest

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -34,6 +35,11 @@ struct Shape {
     bool dyadic;  // small integers and weights in eighths: every sum exact
     uint64_t seed;
 };
+
+// The grid the multi-rank tests run: four (experts, top-k) shapes (one sized by nranks), three
+// dtypes, uniform and planted routing, exact and random inputs, contiguous and random placement;
+// seeds from seed0 up, one per shape.
+void ForEachShape(int nranks, uint64_t seed0, const std::function<void(const Shape &, bool)> &fn);
 
 // Tokens of `rank`: 0 on rank 1 (and everywhere when seed says so), different on the others.
 size_t TokensOf(const Shape &s, int rank, int nranks);

@@ -231,26 +231,13 @@ Grads RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place
 
 void Grid(int rank, int nranks, loomComm_t comm)
 {
-    const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
-    uint64_t seed = 101;
-    for (auto ek : shapes) {
-        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16}) {
-            for (bool planted : {false, true}) {
-                for (bool dyadic : {false, true}) {
-                    for (bool random_place : {false, true}) {
-                        Shape s{ek[0], ek[1], 5, dt, planted, dyadic, seed++};
-                        Grads dedup = RunOne(comm, rank, nranks, s, random_place, loomMoeModeDedup);
-                        Grads naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
-                        XT_CHECK_MSG(dedup.grad_x == naive.grad_x, "naive and dedup grad_x differ");
-                        XT_CHECK_MSG(dedup.grad_out == naive.grad_out,
-                                     "naive and dedup grad_expert_out differ");
-                        XT_CHECK_MSG(SameBits(dedup.grad_w, naive.grad_w),
-                                     "naive and dedup grad_weights differ");
-                    }
-                }
-            }
-        }
-    }
+    moetest::ForEachShape(nranks, 101, [&](const Shape &s, bool random_place) {
+        Grads dedup = RunOne(comm, rank, nranks, s, random_place, loomMoeModeDedup);
+        Grads naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
+        XT_CHECK_MSG(dedup.grad_x == naive.grad_x, "naive and dedup grad_x differ");
+        XT_CHECK_MSG(dedup.grad_out == naive.grad_out, "naive and dedup grad_expert_out differ");
+        XT_CHECK_MSG(SameBits(dedup.grad_w, naive.grad_w), "naive and dedup grad_weights differ");
+    });
 }
 
 TEST_P(MoeRanks, BackwardMatchesReferencesAdjointsAndNaive)

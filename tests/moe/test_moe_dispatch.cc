@@ -178,22 +178,11 @@ Run RunOne(loomComm_t comm, int rank, int G, const Shape &s, bool random_place, 
 
 void Grid(int rank, int nranks, loomComm_t comm)
 {
-    const int shapes[][2] = {{8, 2}, {12, 6}, {nranks > 1 ? nranks - 1 : 1, 1}, {5, 5}};
-    uint64_t seed = 11;
-    for (auto ek : shapes) {
-        for (loomDataType_t dt : {loomFloat32, loomBfloat16, loomFloat16}) {
-            for (bool planted : {false, true}) {
-                for (bool dyadic : {false, true}) {
-                    for (bool random_place : {false, true}) {
-                        Shape s{ek[0], ek[1], 5, dt, planted, dyadic, seed++};
-                        Run dedup = RunOne(comm, rank, nranks, s, random_place, loomMoeModeDedup);
-                        Run naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
-                        XT_CHECK_MSG(dedup.y == naive.y, "naive and dedup y differ");
-                    }
-                }
-            }
-        }
-    }
+    moetest::ForEachShape(nranks, 11, [&](const Shape &s, bool random_place) {
+        Run dedup = RunOne(comm, rank, nranks, s, random_place, loomMoeModeDedup);
+        Run naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
+        XT_CHECK_MSG(dedup.y == naive.y, "naive and dedup y differ");
+    });
 }
 
 TEST_P(MoeRanks, DispatchMatchesReferencesNaiveAndCounters)

@@ -178,6 +178,12 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt);
  * is wider), so that a block's accumulators and the block being added stay
  * in L2. */
 size_t loom_shm_block_elems(const shm_call_t *c);
+/* Room for the n source pointers of a reduction: small (SHM_SRCS_SMALL entries, the caller's)
+ * where n fits it, else allocated; NULL, WARNed as rank's, when out of memory. Release with
+ * loom_shm_srcs_free. */
+#define SHM_SRCS_SMALL 16
+const void **loom_shm_srcs(int n, int rank, const void **small);
+void loom_shm_srcs_free(const void **srcs, const void **small);
 /* dst[0..len) (and a copy in dst2, if not NULL) = the reduction over ranks
  * 0..n-1 of srcs[r][0..len), in rank order: in dst itself when the datatype is
  * its own accumulator and no source overlaps dst (srcs[0] may equal it), else

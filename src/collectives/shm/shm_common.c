@@ -335,6 +335,20 @@ static int acc_in_dst(const shm_call_t *c, const void *const *srcs, size_t len, 
  * source once and writes dst once (3 passes for 2 ranks, against 5 for init,
  * acc and finish in dst), with the same bits. Buffers that overlap partially
  * (never the case for NCCL's in-place layouts) take the unfused path. */
+const void **loom_shm_srcs(int n, int rank, const void **small)
+{
+    const void **srcs = n <= SHM_SRCS_SMALL ? small : malloc(sizeof(*srcs) * (size_t)n);
+    if (srcs == NULL)
+        LOOM_WARN("rank %d: out of memory for %d sources", rank, n);
+    return srcs;
+}
+
+void loom_shm_srcs_free(const void **srcs, const void **small)
+{
+    if (srcs != small)
+        free((void *)srcs);
+}
+
 void loom_shm_reduce(const shm_call_t *c, const void *const *srcs, size_t len, void *acc, void *dst,
                      void *dst2)
 {

@@ -104,28 +104,39 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     return exchange_rounds(&c, send, recv, bytes, hb, 0);
 }
 
-loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+/* Single copy of AllGather (block = 0: every peer's whole sendbuff is its block) and AllToAll
+ * (block = 1: this rank's block of every peer's sendbuff): arrive, read each peer's block into
+ * place, finish. Falls back to cico where single copy was not agreed. */
+static loomResult_t read_blocks_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                    loom_algo_fn_t cico, int alltoall)
 {
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
     if (!loom_shm_single_copy_agreed(ctx))
-        return loom_allgather_shm_cico(ctx, a);
+        return cico(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
     uint8_t *recv = a->recvbuff;
+    const size_t off = alltoall ? (size_t)c.me * bytes : 0; /* where this rank's block starts */
     loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
     LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
     LOOM_CHECK(loom_shm_check(&c, -1));
-    if ((const uint8_t *)a->sendbuff != recv + (size_t)c.me * bytes)
-        memcpy(recv + (size_t)c.me * bytes, a->sendbuff, bytes);
+    const uint8_t *own = (const uint8_t *)a->sendbuff + off;
+    if (own != recv + (size_t)c.me * bytes)
+        memcpy(recv + (size_t)c.me * bytes, own, bytes);
     for (int i = 1; i < c.n; i++) {
         int r = (c.me + i) % c.n;
         loom_arena_desc_t d;
         loom_arena_peer_desc(c.ar, r, &d);
-        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes, d.send, bytes));
+        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes, d.send + off, bytes));
     }
     return loom_shm_finish_single_copy(&c);
+}
+
+loomResult_t loom_allgather_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    return read_blocks_cma(ctx, a, loom_allgather_shm_cico, 0);
 }
 
 loomResult_t loom_allgather_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -261,26 +272,7 @@ loomResult_t loom_alltoall_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t
 
 loomResult_t loom_alltoall_shm_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
-    if (bytes == 0)
-        return loomSuccess;
-    if (!loom_shm_single_copy_agreed(ctx))
-        return loom_alltoall_shm_cico(ctx, a);
-    shm_call_t c;
-    LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CMA));
-    uint8_t *recv = a->recvbuff;
-    loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));
-    LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
-    LOOM_CHECK(loom_shm_check(&c, -1));
-    memcpy(recv + (size_t)c.me * bytes, (const uint8_t *)a->sendbuff + (size_t)c.me * bytes, bytes);
-    for (int i = 1; i < c.n; i++) {
-        int r = (c.me + i) % c.n;
-        loom_arena_desc_t d;
-        loom_arena_peer_desc(c.ar, r, &d);
-        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes,
-                                   d.send + (uint64_t)c.me * bytes, bytes));
-    }
-    return loom_shm_finish_single_copy(&c);
+    return read_blocks_cma(ctx, a, loom_alltoall_shm_cico, 1);
 }
 
 loomResult_t loom_alltoall_shm(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)

@@ -182,12 +182,10 @@ static loomResult_t flat_reduce(shm_call_t *c, unsigned h, size_t pe, size_t pie
     const loom_coll_args_t *a = c->a;
     uint8_t *acc, *tmp;
     LOOM_CHECK(loom_shm_scratch(c, &acc, &tmp));
-    const void *srcs_small[16];
-    const void **srcs = c->n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c->n);
-    if (srcs == NULL) {
-        LOOM_WARN("rank %d: out of memory for %d sources", c->me, c->n);
+    const void *srcs_small[SHM_SRCS_SMALL];
+    const void **srcs = loom_shm_srcs(c->n, c->me, srcs_small);
+    if (srcs == NULL)
         return loomSystemError;
-    }
     loomResult_t res = loomSuccess;
     const size_t be = loom_shm_block_elems(c);
     for (size_t k = 0; k < pieces && res == loomSuccess; k++) {
@@ -203,8 +201,7 @@ static loomResult_t flat_reduce(shm_call_t *c, unsigned h, size_t pe, size_t pie
             loom_shm_reduce(c, srcs, len, acc, (uint8_t *)a->recvbuff + i * c->es, NULL);
         }
     }
-    if (srcs != srcs_small)
-        free(srcs);
+    loom_shm_srcs_free(srcs, srcs_small);
     LOOM_CHECK(res);
     return loom_shm_end(c);
 }
@@ -345,12 +342,10 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     plan_t p;
     LOOM_CHECK(plan_init(&p, ctx, a, mode));
     loomResult_t res = loomSuccess;
-    const void *srcs_small[16];
-    const void **srcs =
-        ctx->nranks <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)ctx->nranks);
+    const void *srcs_small[SHM_SRCS_SMALL];
+    const void **srcs = loom_shm_srcs(ctx->nranks, ctx->rank, srcs_small);
     uint8_t *acc = NULL, *tmp = NULL;
     if (srcs == NULL) {
-        LOOM_WARN("rank %d: out of memory for %d sources", ctx->rank, ctx->nranks);
         res = loomSystemError;
         goto out;
     }
@@ -366,8 +361,7 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
         LOOM_CHECK_GOTO(cico_round(&p, k, e, srcs, acc, tmp), res, out);
     res = loom_shm_end(&p.c);
 out:
-    if (srcs != srcs_small)
-        free(srcs);
+    loom_shm_srcs_free(srcs, srcs_small);
     plan_fini(&p);
     return res;
 }

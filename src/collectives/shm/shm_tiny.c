@@ -59,12 +59,10 @@ static loomResult_t take(shm_call_t *c, int rank, const uint8_t **data_p)
 /* Reduces element range [off, off + len) of every rank's cell into dst. */
 static loomResult_t reduce_cells(shm_call_t *c, size_t off, size_t len, void *dst)
 {
-    const void *srcs_small[16];
-    const void **srcs = c->n <= 16 ? srcs_small : malloc(sizeof(*srcs) * (size_t)c->n);
-    if (srcs == NULL) {
-        LOOM_WARN("rank %d: out of memory for %d sources", c->me, c->n);
+    const void *srcs_small[SHM_SRCS_SMALL];
+    const void **srcs = loom_shm_srcs(c->n, c->me, srcs_small);
+    if (srcs == NULL)
         return loomSystemError;
-    }
     loomResult_t res = loomSuccess;
     for (int r = 0; r < c->n && res == loomSuccess; r++) {
         const uint8_t *data;
@@ -76,8 +74,7 @@ static loomResult_t reduce_cells(shm_call_t *c, size_t off, size_t len, void *ds
         uint64_t acc[LOOM_ARENA_CELL_BYTES]; /* 8 bytes per element at most */
         loom_shm_reduce(c, srcs, len, acc, dst, NULL);
     }
-    if (srcs != srcs_small)
-        free(srcs);
+    loom_shm_srcs_free(srcs, srcs_small);
     return res;
 }
 
