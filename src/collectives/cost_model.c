@@ -361,10 +361,9 @@ double loom_cost_allreduce_reduce_bcast(const loom_cost_call_t *c, const loom_li
         return 0.0;
     double n = c->nranks, S = c->nbytes;
     double r = rounds(S, (double)c->chunk_bytes);
-    /* Its bytes go one way at a time, but priced at beta_one it lost to direct where the model
-     * said it won (2 ranks, loopback tcp, 1 MiB: 310-380 us against 205-235 predicted, direct
-     * 228): the root receives, reduces and sends in turn, chunk by chunk, and that chain runs at
-     * the exchange's rate. */
+    /* Its bytes go one way at a time, but the root receives, reduces and sends in turn, chunk
+     * by chunk, and that chain runs at the exchange's rate: priced at beta_one it won on paper
+     * where it lost in fact (docs/ALGORITHMS.md). */
     return loom_cost_eval(l, r + 1, (n - 1) * (r + 1), 2 * (n - 1) * S, n * S * c->acc_ratio);
 }
 

@@ -191,6 +191,19 @@ TEST(ShmPlan, OverridesWin)
 
 // The block is a sixteenth of the L2 within 16 KiB to 1 MiB; unknown caches take the
 // documented assumption.
+// A flat Reduce's pieces are at least the L1d: 48 KiB on the VM, 32 KiB on the chiplet part, and
+// the assumed 32 KiB where the L1d is unknown.
+TEST(ShmPlan, PieceFollowsTheL1d)
+{
+    const loom_shm_machine_t small = FromFixture("shm-small-l3.json");
+    const loom_shm_machine_t large = FromFixture("shm-large-l3.json");
+    EXPECT_EQ(Plan(LOOM_COLL_REDUCE, 256 * K, 2, large).piece_bytes, 48 * K);
+    EXPECT_EQ(Plan(LOOM_COLL_REDUCE, 256 * K, 2, small).piece_bytes, 32 * K);
+    loom_shm_machine_t unknown = large;
+    unknown.l1d = 0;
+    EXPECT_EQ(Plan(LOOM_COLL_REDUCE, 256 * K, 2, unknown).piece_bytes, 32 * K);
+}
+
 TEST(ShmPlan, BlockFollowsTheL2)
 {
     const loom_shm_machine_t small = FromFixture("shm-small-l3.json");

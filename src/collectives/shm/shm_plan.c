@@ -114,8 +114,7 @@ static int single_copy_pays(loom_coll_kind_t kind, size_t bytes, int n, const lo
      * copy waits for two per call, cico for one per round, so it pays only past one round...
      * except an AllToAll, whose arena copies every byte twice (in and out) where single copy
      * copies it once: the CPUs that the ranks share save a whole copy of what a rank receives
-     * once that outweighs the extra wait, from about a rank's L1d (4 and 8 ranks on 2 CPUs:
-     * 1.3-2x at 64 KiB-16 MiB, slower at 16-32 KiB). */
+     * once that outweighs the extra wait, from about a rank's L1d on (docs/PERFORMANCE.md). */
     const int crowded = m->cpus > 0 && n > m->cpus;
     const size_t received = bytes / (size_t)n * (size_t)(n - 1);
     if (crowded && kind == LOOM_COLL_ALLTOALL) {
@@ -163,6 +162,10 @@ void loom_shm_plan(loom_coll_kind_t kind, size_t bytes, int n, const loom_shm_ma
     p->variant = SHM_ALGO_CICO;
     p->nt_out_min = p->nt_in_min = SHM_NEVER;
     p->block_bytes = block_bytes(m, o);
+    /* A flat Reduce's root reads a piece while a non-root writes the next; a piece smaller than
+     * the writer's L1d leaves the two on lines the writer still holds, and pays the flag's
+     * handover for little. */
+    p->piece_bytes = (l1d_of(m) + 63) & ~(size_t)63;
     p->store_reason = "no copies";
     if (kind == LOOM_COLL_BARRIER) {
         p->variant = SHM_ALGO_BARRIER;

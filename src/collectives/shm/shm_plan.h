@@ -34,6 +34,7 @@ typedef struct {
     size_t nt_out_min;        /* copies into recvbuff of this many bytes or more stream */
     size_t nt_in_min;         /* copies into the arena of this many bytes or more stream */
     size_t block_bytes;       /* reduction block */
+    size_t piece_bytes;       /* a flat Reduce's smallest piece: at least the L1d */
     const char *reason;       /* the property or override that chose the variant */
     const char *store_reason; /* ... and the store thresholds */
 } loom_shm_plan_t;

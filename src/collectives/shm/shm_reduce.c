@@ -131,22 +131,19 @@ static loomResult_t copy_out(plan_t *p, unsigned h, size_t lo, size_t e, uint64_
 // ---- flat ----------------------------------------------------------------------------
 
 /* A Reduce's pieces (AllReduce: one, the whole vector): SHM_FLAT_PIECES of whole lines, at
- * least SHM_FLAT_PIECE_MIN. Each non-root copies piece k into its half and posts ARRIVE + k, so
- * that the root, which reads its own part straight from sendbuff, reduces piece k while the
- * others copy piece k + 1; unpipelined, the root waited for the whole copy before its first
- * read. A piece outweighs the flag's handover and the lines the two ranks then share by far:
- * pieces of 16 KiB were no faster at 128-256 KiB and noisier, so pipelining starts at 128 KiB
- * (2 ranks, 512 KiB: 2x). No override: every rank must cut the same pieces, which its
- * descriptor does not carry. */
-#define SHM_FLAT_PIECES    8
-#define SHM_FLAT_PIECE_MIN (64u << 10)
+ * least the plan's piece (the L1d). Each non-root copies piece k into its half and posts
+ * ARRIVE + k, so that the root, which reads its own part straight from sendbuff, reduces piece k
+ * while the others copy piece k + 1; unpipelined, the root waited for the whole copy before its
+ * first read. Every rank cuts the same pieces: they follow the plan, which every rank of an
+ * arena computes from the same machine (docs/PERFORMANCE.md has the measurements). */
+#define SHM_FLAT_PIECES 8
 
-static size_t flat_piece_elems(size_t count, size_t es)
+static size_t flat_piece_elems(size_t count, size_t es, size_t piece_min)
 {
     size_t piece = (count * es + SHM_FLAT_PIECES - 1) / SHM_FLAT_PIECES;
     piece = (piece + 63) & ~(size_t)63;
-    if (piece < SHM_FLAT_PIECE_MIN)
-        piece = SHM_FLAT_PIECE_MIN;
+    if (piece < piece_min)
+        piece = piece_min;
     return piece / es ? piece / es : 1;
 }
 
@@ -230,7 +227,7 @@ static loomResult_t run_flat_reduce(loom_coll_ctx_t *ctx, const loom_coll_args_t
     loomResult_t res;
     if (!flat_begin(ctx, a, loom_reduce_shm_cico, &c, &h, &res))
         return res;
-    const size_t pe = flat_piece_elems(a->count, c.es);
+    const size_t pe = flat_piece_elems(a->count, c.es, c.plan.piece_bytes);
     const size_t pieces = (a->count + pe - 1) / pe;
     if (c.me == a->root) {
         loom_arena_post(c.ar, shm_flag(&c, SHM_STEP_ARRIVE));

@@ -18,9 +18,9 @@
 #include "timer.h"
 
 /* Large enough that the page pinning per call is part of the measure, small
- * enough to take about a millisecond. The best of 15 pairs: with the best of 5
- * on a VM whose ratio is 1.6, two busy processes beside the ranks pushed it
- * past 2 now and then, and two runs of one benchmark took different paths. */
+ * enough to take about a millisecond. The best of 15 pairs: the best of a few
+ * let other busy processes push a machine's ratio across FAST_RATIO now and
+ * then, and two runs of one benchmark took different paths (docs/PERFORMANCE.md). */
 #define PROBE_BYTES (1024u * 1024u)
 #define PROBE_REPS  15
 /* Single copy replaces the two copies through the arena with one kernel copy:
