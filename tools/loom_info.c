@@ -98,8 +98,33 @@ static void size_text(double b, char *buf, size_t len)
  * where that fails), ucx's from the defaults (UCX runs between hosts). */
 static loom_link_cost_t g_cost[LOOM_LINK_NUM];
 
-/* A communicator of two processes (this one and a child) over net: its
- * constants into *l_p; -1 where it could not be created. */
+/* The hidden first argument that makes loom_info the second rank of measure_class's
+ * communicator; the unique id follows it in hex. */
+#define PEER_ARG "--calibration-peer"
+
+/* Rank 1 of measure_class's communicator: a fresh process image, so that nothing the parent's
+ * threads held at fork (the allocator's locks, with the bootstrap root's thread running) is
+ * held here. Returns the exit status. */
+static int calibration_peer(const char *hex)
+{
+    loomUniqueId id;
+    if (strlen(hex) != 2 * sizeof(id.internal))
+        return 2;
+    for (size_t i = 0; i < sizeof(id.internal); i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 2;
+        id.internal[i] = (char)v;
+    }
+    loomComm_t comm = NULL;
+    if (loomCommInitRank(&comm, 2, id, 1) != loomSuccess)
+        return 1;
+    loomCommDestroy(comm);
+    return 0;
+}
+
+/* A communicator of two processes (this one and a child that runs this program again as
+ * calibration_peer) over net: its constants into *l_p; -1 where it could not be created. */
 static int measure_class(const char *net, loom_link_cost_t *l_p)
 {
     if (setenv("LOOM_NET", net, 1) != 0)
@@ -108,18 +133,25 @@ static int measure_class(const char *net, loom_link_cost_t *l_p)
     loomUniqueId id;
     if (loomGetUniqueId(&id) != loomSuccess)
         return -1;
+    char hex[2 * sizeof(id.internal) + 1];
+    for (size_t i = 0; i < sizeof(id.internal); i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
+    char *const argv[] = {"loom_info", PEER_ARG, hex, NULL};
     fflush(NULL);
+    /* Between fork and exec only async-signal-safe calls: the root's thread runs. */
     pid_t pid = fork();
     if (pid < 0)
         return -1;
+    if (pid == 0) {
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
     loomComm_t comm = NULL;
-    loomResult_t res = loomCommInitRank(&comm, 2, id, pid == 0 ? 1 : 0);
-    if (res == loomSuccess && pid != 0)
+    loomResult_t res = loomCommInitRank(&comm, 2, id, 0);
+    if (res == loomSuccess) {
         *l_p = comm->coll.link;
-    if (res == loomSuccess)
         loomCommDestroy(comm);
-    if (pid == 0)
-        _exit(res == loomSuccess ? 0 : 1);
+    }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         ;
@@ -317,6 +349,8 @@ int main(int argc, char **argv)
 {
     int opt, any = 0, decisions = 0, nranks = 0, have_cls = 0, nhosts = 1;
     loom_link_class_t cls = LOOM_LINK_SHM;
+    if (argc == 3 && strcmp(argv[1], PEER_ARG) == 0)
+        return calibration_peer(argv[2]);
     while ((opt = getopt(argc, argv, "vpatdc:n:H:h")) != -1) {
         any = 1;
         switch (opt) {
