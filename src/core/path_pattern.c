@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * path_pattern.c - loom_expand_path (path_pattern.h). Caller: the timeout dump
- * (transport/p2p_report.c), through dump_text.h.
+ * path_pattern.c - loom_expand_path (path_pattern.h). Callers: the timeout dump
+ * (transport/p2p_report.c) and the MoE routing trace (moe/moe_trace_env.c).
  */
 #include "path_pattern.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * path_pattern.h - the %-expansion of file names that parameters give (LOOM_DUMP_ON_TIMEOUT),
- * so that every rank or process can write a file of its own. No state.
+ * path_pattern.h - the %-expansion of file names that parameters give (LOOM_DUMP_ON_TIMEOUT,
+ * LOOM_MOE_TRACE_FILE), so that every rank or process can write a file of its own. No state.
  */
 #ifndef LOOM_PATH_PATTERN_H
 #define LOOM_PATH_PATTERN_H

@@ -24,6 +24,17 @@ typedef struct loom_moe_counters {
     uint64_t rows_dropped, pairs_dropped;
 } loom_moe_counters_t;
 
+typedef struct loom_moe_trace_writer loom_moe_trace_writer_t;
+
+/* LOOM_MOE_TRACE_FILE for one plan (moe_trace_env.c). */
+typedef struct loom_moe_tracing {
+    char *path;     /* the expanded file name; NULL: tracing is off (or was turned off) */
+    int64_t every;  /* record layouts 0, every, 2*every, ... */
+    uint32_t layer; /* the plan's creation order among the traced plans of the process */
+    uint64_t calls; /* layouts whose routing every rank accepted */
+    loom_moe_trace_writer_t *writer; /* opened at the first record */
+} loom_moe_tracing_t;
+
 struct loomMoePlan {
     loomComm_t comm;
     int rank, nranks;
@@ -41,6 +52,7 @@ struct loomMoePlan {
     int max_local;        /* the largest of num_local */
     int capacity;         /* loomMoeCapacity_t */
     size_t max_recv_rows; /* static modes */
+    loom_moe_tracing_t trace;
     int live_handles;
     loom_moe_counters_t stats;
 };
@@ -94,6 +106,14 @@ loomResult_t loom_moe_capacity_apply(struct loomMoePlan *p, struct loomMoeHandle
                                      loomResult_t *recount_status_p);
 /* InvalidUsage, WARNed, for a handle refused by error mode; Success otherwise. */
 loomResult_t loom_moe_handle_usable(const char *call, const struct loomMoeHandle *h);
+
+/* LOOM_MOE_TRACE_FILE (moe_trace_env.c): start reads the parameters for a new plan (never
+ * fails: a bad setting WARNs and leaves tracing off); record appends one layout's routing
+ * when it is due, WARNing once and turning the plan's tracing off on a failure; stop closes. */
+void loom_moe_tracing_start(struct loomMoePlan *p);
+void loom_moe_tracing_record(struct loomMoePlan *p, const int32_t *topk, const float *weights,
+                             size_t num_tokens);
+void loom_moe_tracing_stop(struct loomMoePlan *p);
 
 /* The first refusal among the statuses of ranks 0..nranks-1 (status_of(i) read by the caller
  * into statuses[]), or Success. On a rank other than the refusing one, WARNs naming it. */

@@ -301,6 +301,8 @@ LOOM_API loomResult_t loomMoeLayout(loomMoePlan_t plan, const int32_t *topk_idx,
     if (status == loomSuccess)
         status = routing_copy(plan, h, topk_idx, topk_weights);
     loomResult_t res = count_exchange(plan, h, status, msg, msg_len, &c);
+    if (res == loomSuccess)
+        loom_moe_tracing_record(plan, h->topk, h->weights, num_tokens);
     int recount = 0;
     loomResult_t recount_status = loomSuccess;
     if (res == loomSuccess && plan->capacity != loomMoeCapacityDropless)

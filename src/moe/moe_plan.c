@@ -265,6 +265,7 @@ static void plan_free(struct loomMoePlan *p)
     free(p->expert_rank);
     free(p->local_id);
     free(p->num_local);
+    loom_moe_tracing_stop(p);
     free(p);
 }
 
@@ -310,6 +311,7 @@ LOOM_API loomResult_t loomMoePlanCreate(loomMoePlan_t *plan, const loomMoeConfig
               rank, nranks, p->num_experts, p->num_local[rank], p->top_k, p->hidden,
               loom_dtype_name(p->dtype), p->mode == loomMoeModeNaive ? "naive" : "dedup",
               p->row_bytes);
+    loom_moe_tracing_start(p);
     *plan = p;
     return loomSuccess;
 }
