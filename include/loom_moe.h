@@ -149,9 +149,20 @@ typedef enum {
     loomMoeModeNaive = 1  /* one row per (token, expert): for comparison, same results */
 } loomMoeMode_t;
 
+/* What a layout does when a rank would receive more rows than the plan allows (docs/moe.md,
+ * "Capacity"). The static modes cost one more AllGather of a count per rank in every layout,
+ * and DROP, when some rank overflows, an AllToAll of grants and a second count exchange. */
+typedef enum {
+    loomMoeCapacityDropless = 0, /* no limit: the layout returns the exact sizes to allocate */
+    loomMoeCapacityError = 1,    /* a rank over max_recv_rows fails every rank's layout alike */
+    loomMoeCapacityDrop = 2      /* overflowing ranks grant quotas; senders drop their lightest
+                                    rows, deterministically, and report them */
+} loomMoeCapacity_t;
+
 /* Options of loomMoePlanCreate; start from LOOM_MOE_CONFIG_INITIALIZER (UNDEF
  * below: LOOM_CONFIG_UNDEF_INT). A larger struct (a newer caller) is accepted
- * only if the bytes past this version's struct are zero. */
+ * only if the bytes past this version's struct are zero; a smaller one that
+ * ends before capacity (an older caller) gets the dropless default. */
 typedef struct loomMoeConfig_v1 {
     size_t size;                /* sizeof(loomMoeConfig_t), set by the initializer */
     unsigned int magic;         /* LOOM_MOE_CONFIG_MAGIC */
@@ -165,12 +176,17 @@ typedef struct loomMoeConfig_v1 {
     const int32_t *expert_rank; /* [E] rank of each expert, in [0, nranks), copied; NULL =
                                    contiguous: rank r holds the next floor(E/G) experts, plus
                                    one for r < E mod G (the shares of loomMoePlacementCompute) */
+    int capacity;               /* loomMoeCapacity_t; UNDEF or absent = loomMoeCapacityDropless */
+    int64_t max_recv_rows;      /* static modes: rows (token, rank) one rank may receive, those
+                                   from itself included, >= 0; required there (UNDEF is
+                                   negative, refused); ignored by dropless */
 } loomMoeConfig_t;
 
 #define LOOM_MOE_CONFIG_INITIALIZER                                                                \
     {                                                                                              \
         sizeof(loomMoeConfig_t), LOOM_MOE_CONFIG_MAGIC, LOOM_VERSION_CODE, LOOM_CONFIG_UNDEF_INT,  \
-            LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, 0, NULL           \
+            LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, 0, NULL,          \
+            LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT                                           \
     }
 
 /* What a layout needs the caller to allocate; start from
@@ -186,12 +202,18 @@ typedef struct loomMoeLayoutInfo_v1 {
     size_t recv_slots;      /* out: rows of recv_x and expert_out, one per (token, local expert) */
     int64_t *expert_count;  /* in: [L] or NULL; out: slots of each local expert */
     int64_t *expert_offset; /* in: [L] or NULL; out: first slot of each local expert */
+    /* Static capacity modes (0 in dropless); written only when the caller's size holds them. */
+    size_t required_rows_max; /* out: the most rows any rank needed before drops, the same on
+                                 every rank */
+    int overflowed;           /* out: 1 if required_rows_max > max_recv_rows, on every rank */
+    size_t rows_dropped;      /* out: drop mode: rows this rank did not send */
+    size_t pairs_dropped;     /* out: drop mode: selections in those rows */
 } loomMoeLayoutInfo_t;
 
 #define LOOM_MOE_LAYOUT_INFO_INITIALIZER                                                           \
     {                                                                                              \
         sizeof(loomMoeLayoutInfo_t), LOOM_MOE_LAYOUT_INFO_MAGIC, LOOM_VERSION_CODE, 0, 0, 0, 0,    \
-            NULL, NULL                                                                             \
+            NULL, NULL, 0, 0, 0, 0                                                                 \
     }
 
 /* Counters of one plan, summed over its layouts, dispatches, combines and
@@ -211,21 +233,23 @@ typedef struct loomMoeStats_v1 {
     uint64_t rows_sent_self;    /* rows this rank sent to itself */
     uint64_t bytes_sent;        /* wire bytes to other ranks, dispatch, combine, backward */
     uint64_t bytes_recv;        /* wire bytes from other ranks, dispatch, combine, backward */
+    uint64_t rows_dropped;      /* drop mode: rows this rank did not send (written only when
+                                   the caller's size holds it, as pairs_dropped) */
+    uint64_t pairs_dropped;     /* drop mode: selections in them; pairs counts the rest */
 } loomMoeStats_t;
 
 #define LOOM_MOE_STATS_INITIALIZER                                                                 \
     {                                                                                              \
         sizeof(loomMoeStats_t), LOOM_MOE_STATS_MAGIC, LOOM_VERSION_CODE, 0, 0, 0, 0, 0, 0, 0, 0,   \
-            0, 0                                                                                   \
+            0, 0, 0, 0                                                                             \
     }
 
 /* Creates a plan for one MoE layer over comm, which must outlive it.
- * Collective: every rank must pass the same E, k, H, datatype, mode and
- * placement; each is compared across ranks (the placement as a 64-bit hash,
- * all in one AllReduce), and a difference, or an invalid config on any rank,
- * fails every rank with InvalidArgument naming the field. Local expert ids
- * on a rank run 0..L-1 in ascending global id. Out: *plan, set only on
- * success. Errors: InvalidArgument. */
+ * Collective: every rank must pass the same E, k, H, datatype, mode,
+ * placement, capacity and max_recv_rows; each is compared across ranks (the placement as a 64-bit
+ * hash, all in one AllReduce), and a difference, or an invalid config on any rank, fails every rank
+ * with InvalidArgument naming the field. Local expert ids on a rank run 0..L-1 in ascending global
+ * id. Out: *plan, set only on success. Errors: InvalidArgument. */
 LOOM_API loomResult_t loomMoePlanCreate(loomMoePlan_t *plan, const loomMoeConfig_t *config,
                                         loomComm_t comm);
 /* Frees a plan; NULL is a no-op. Local. Errors: InvalidUsage while handles
@@ -239,14 +263,25 @@ LOOM_API loomResult_t loomMoePlanGetStats(loomMoePlan_t plan, loomMoeStats_t *st
  * twice in a row, as for the statistics above) and topk_weights [T*k] float32
  * (ignored where the id is -1); both may be NULL when T is 0 and are copied, so
  * they may be reused at once. One small AllToAll of counts, never of the
- * routing. Dropless: *info (may be NULL; see loomMoeHandleQuery) gets the
- * exact sizes to allocate for dispatch and combine. Collective; blocking.
- * Out: *handle, set only on success. Errors: InvalidArgument (bad routing or
- * arguments on any rank: every rank returns it; the rank at fault names the
- * token, slot and id). */
+ * routing. *info (may be NULL; see loomMoeHandleQuery) gets the exact sizes to
+ * allocate for dispatch and combine. Static capacity (docs/moe.md): in error
+ * mode, when a rank would receive more than max_recv_rows, every rank returns
+ * InvalidUsage ("rank R needs N rows > max_recv_rows M"), with *info filled
+ * (required_rows_max, overflowed) and *handle set to a handle that only
+ * loomMoeHandleQuery and loomMoeHandleDestroy accept; in drop mode rows are
+ * dropped by the grant rule and reported in *info, the counters and
+ * loomMoeHandleKept, and every later call on the handle honours the drops.
+ * Collective; blocking. Out: *handle, set on success (and on the overflow
+ * above). Errors: InvalidArgument (bad routing or arguments on any rank:
+ * every rank returns it; the rank at fault names the token, slot and id),
+ * InvalidUsage (error-mode overflow). */
 LOOM_API loomResult_t loomMoeLayout(loomMoePlan_t plan, const int32_t *topk_idx,
                                     const float *topk_weights, size_t num_tokens,
                                     loomMoeHandle_t *handle, loomMoeLayoutInfo_t *info);
+/* Writes kept [T*k]: 1 where the selection (t, j) reaches its expert, 0 where its id is -1 or
+ * drop mode dropped it. Local. Errors: InvalidArgument (NULL handle, kept NULL with T > 0),
+ * InvalidUsage (a handle refused by error mode: nothing reaches an expert). */
+LOOM_API loomResult_t loomMoeHandleKept(loomMoeHandle_t handle, uint8_t *kept);
 /* Sends token rows x [T*H] to the ranks of their experts and writes recv_x
  * [recv_slots*H] expert-major: local expert ascending, then source rank, then
  * source token. Dedup mode moves each token once per destination rank and

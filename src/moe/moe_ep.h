@@ -21,7 +21,19 @@ typedef struct loom_moe_counters {
     uint64_t layouts, tokens, pairs, pairs_local;
     uint64_t rows_naive_remote, rows_dedup_remote, rows_sent_remote, rows_sent_self;
     uint64_t bytes_sent, bytes_recv;
+    uint64_t rows_dropped, pairs_dropped;
 } loom_moe_counters_t;
+
+typedef struct loom_moe_trace_writer loom_moe_trace_writer_t;
+
+/* LOOM_MOE_TRACE_FILE for one plan (moe_trace_env.c). */
+typedef struct loom_moe_tracing {
+    char *path;     /* the expanded file name; NULL: tracing is off (or was turned off) */
+    int64_t every;  /* record layouts 0, every, 2*every, ... */
+    uint32_t layer; /* the plan's creation order among the traced plans of the process */
+    uint64_t calls; /* layouts whose routing every rank accepted */
+    loom_moe_trace_writer_t *writer; /* opened at the first record */
+} loom_moe_tracing_t;
 
 struct loomMoePlan {
     loomComm_t comm;
@@ -38,6 +50,9 @@ struct loomMoePlan {
     int32_t *local_id;    /* [E] index of the expert among its rank's, by ascending id */
     int *num_local;       /* [G] experts on each rank */
     int max_local;        /* the largest of num_local */
+    int capacity;         /* loomMoeCapacity_t */
+    size_t max_recv_rows; /* static modes */
+    loom_moe_tracing_t trace;
     int live_handles;
     loom_moe_counters_t stats;
 };
@@ -65,6 +80,12 @@ struct loomMoeHandle {
     size_t *row_start;  /* [recv_total + 1] */
     size_t *pair_slot;  /* [recv_slots] */
     float *pair_weight; /* [recv_slots] */
+    /* Static capacity (moe_capacity.c). Drop mode sets the dropped selections of topk to -1. */
+    size_t required_rows_max; /* the most rows a rank needed before drops, on every rank */
+    int overflowed;
+    int refused;   /* error mode overflowed: only Query and Destroy accept the handle */
+    int need_rank; /* refused: the rank named in the message */
+    size_t rows_dropped, pairs_dropped;
 };
 
 /* One segment per peer and direction: this header, then its rows. The header travels even
@@ -75,6 +96,24 @@ typedef struct loom_moe_seg_hdr {
     uint32_t status; /* a loomResult_t: Success, or why the sender refused its input */
     uint64_t rows;
 } loom_moe_seg_hdr_t;
+
+/* Static capacity, after a layout's count exchange (moe_capacity.c): one AllGather of every
+ * rank's needed rows gives the verdict. Error mode: an overflow marks the handle refused and
+ * returns InvalidUsage. Drop mode: an overflow runs the grant exchange and sets the dropped
+ * selections of h->topk to -1; *recount_p = 1 then, on every rank, because the counts must be
+ * exchanged again, with *recount_status_p as this rank's status (a failure of its drops). */
+loomResult_t loom_moe_capacity_apply(struct loomMoePlan *p, struct loomMoeHandle *h, int *recount_p,
+                                     loomResult_t *recount_status_p);
+/* InvalidUsage, WARNed, for a handle refused by error mode; Success otherwise. */
+loomResult_t loom_moe_handle_usable(const char *call, const struct loomMoeHandle *h);
+
+/* LOOM_MOE_TRACE_FILE (moe_trace_env.c): start reads the parameters for a new plan (never
+ * fails: a bad setting WARNs and leaves tracing off); record appends one layout's routing
+ * when it is due, WARNing once and turning the plan's tracing off on a failure; stop closes. */
+void loom_moe_tracing_start(struct loomMoePlan *p);
+void loom_moe_tracing_record(struct loomMoePlan *p, const int32_t *topk, const float *weights,
+                             size_t num_tokens);
+void loom_moe_tracing_stop(struct loomMoePlan *p);
 
 /* The first refusal among the statuses of ranks 0..nranks-1 (status_of(i) read by the caller
  * into statuses[]), or Success. On a rank other than the refusing one, WARNs naming it. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * moe_plan.c - MoE plans: one per layer over a communicator. Creation checks the config and
- * then, with one AllReduce, that every rank passed the same E, k, H, datatype, mode and
- * placement, so that a mismatch fails every rank at once instead of corrupting rows later.
- * Also the counters (loomMoePlanGetStats) and the checks every collective MoE call shares.
+ * then, with one AllReduce, that every rank passed the same E, k, H, datatype, mode,
+ * placement and capacity, so that a mismatch fails every rank at once instead of corrupting rows
+ * later. Also the counters (loomMoePlanGetStats) and the checks every collective MoE call shares.
  * Does not route or move rows (moe_layout.c, moe_xfer.c). Called through include/loom_moe.h.
  */
 #include <stddef.h>
@@ -57,11 +57,39 @@ loomResult_t loom_moe_status_join(const char *call, const uint32_t *statuses, in
 
 // ---- config ------------------------------------------------------------------------------
 
+#define CONFIG_HAS(_cfg, _field)                                                                   \
+    ((_cfg)->size >= offsetof(loomMoeConfig_t, _field) + sizeof((_cfg)->_field))
+
+static loomResult_t read_capacity(const loomMoeConfig_t *cfg, struct loomMoePlan *p)
+{
+    int cap = CONFIG_HAS(cfg, capacity) ? cfg->capacity : LOOM_CONFIG_UNDEF_INT;
+    p->capacity = cap == LOOM_CONFIG_UNDEF_INT ? loomMoeCapacityDropless : cap;
+    if (p->capacity != loomMoeCapacityDropless && p->capacity != loomMoeCapacityError &&
+        p->capacity != loomMoeCapacityDrop) {
+        LOOM_WARN("loomMoeConfig_t: capacity %d is none of loomMoeCapacityDropless (0), "
+                  "loomMoeCapacityError (1) and loomMoeCapacityDrop (2)",
+                  p->capacity);
+        return loomInvalidArgument;
+    }
+    if (p->capacity == loomMoeCapacityDropless)
+        return loomSuccess;
+    int64_t rows = CONFIG_HAS(cfg, max_recv_rows) ? cfg->max_recv_rows : LOOM_CONFIG_UNDEF_INT;
+    if (rows < 0) {
+        LOOM_WARN("loomMoeConfig_t: max_recv_rows %lld%s must be >= 0 rows in the static "
+                  "capacity modes",
+                  (long long)rows, rows == LOOM_CONFIG_UNDEF_INT ? " (unset)" : "");
+        return loomInvalidArgument;
+    }
+    p->max_recv_rows = (size_t)rows;
+    return loomSuccess;
+}
+
 static loomResult_t read_config(const loomMoeConfig_t *cfg, int nranks, struct loomMoePlan *p)
 {
+    /* The capacity fields came later: a struct that ends before them is an older caller's. */
     LOOM_CHECK(loom_moe_struct_check("loomMoeConfig_t", "LOOM_MOE_CONFIG_INITIALIZER", cfg,
                                      cfg ? cfg->size : 0, cfg ? cfg->magic : 0,
-                                     LOOM_MOE_CONFIG_MAGIC, sizeof(loomMoeConfig_t),
+                                     LOOM_MOE_CONFIG_MAGIC, offsetof(loomMoeConfig_t, capacity),
                                      sizeof(loomMoeConfig_t), 1));
     const int undef = LOOM_CONFIG_UNDEF_INT;
     if (cfg->num_experts < 1 || cfg->num_experts > LOOM_MOE_MAX_EXPERTS) {
@@ -105,6 +133,7 @@ static loomResult_t read_config(const loomMoeConfig_t *cfg, int nranks, struct l
             return loomInvalidArgument;
         }
     }
+    LOOM_CHECK(read_capacity(cfg, p));
     p->num_experts = cfg->num_experts;
     p->top_k = cfg->top_k;
     p->mode = mode;
@@ -156,9 +185,21 @@ static loomResult_t plan_derive(struct loomMoePlan *p, const int32_t *expert_ran
 
 // ---- the collective check ------------------------------------------------------------------
 
-enum { F_STATUS, F_EXPERTS, F_TOPK, F_HIDDEN, F_DTYPE, F_MODE, F_PLACEMENT, F_COUNT };
-static const char *const field_name[F_COUNT] = {
-    "status", "num_experts", "top_k", "hidden", "datatype", "mode", "expert placement"};
+enum {
+    F_STATUS,
+    F_EXPERTS,
+    F_TOPK,
+    F_HIDDEN,
+    F_DTYPE,
+    F_MODE,
+    F_PLACEMENT,
+    F_CAPACITY,
+    F_MAX_RECV,
+    F_COUNT
+};
+static const char *const field_name[F_COUNT] = {"status",           "num_experts", "top_k",
+                                                "hidden",           "datatype",    "mode",
+                                                "expert placement", "capacity",    "max_recv_rows"};
 
 /* FNV-1a over the placement's values, as little-endian int32. */
 static uint64_t placement_hash(const int32_t *expert_rank, int num_experts)
@@ -186,6 +227,8 @@ static loomResult_t plan_agree(const struct loomMoePlan *p, int valid)
         v[F_DTYPE] = (uint64_t)p->dtype;
         v[F_MODE] = (uint64_t)p->mode;
         v[F_PLACEMENT] = placement_hash(p->expert_rank, p->num_experts);
+        v[F_CAPACITY] = (uint64_t)p->capacity;
+        v[F_MAX_RECV] = (uint64_t)p->max_recv_rows;
     } else {
         v[F_STATUS] = 1;
     }
@@ -222,6 +265,7 @@ static void plan_free(struct loomMoePlan *p)
     free(p->expert_rank);
     free(p->local_id);
     free(p->num_local);
+    loom_moe_tracing_stop(p);
     free(p);
 }
 
@@ -267,6 +311,7 @@ LOOM_API loomResult_t loomMoePlanCreate(loomMoePlan_t *plan, const loomMoeConfig
               rank, nranks, p->num_experts, p->num_local[rank], p->top_k, p->hidden,
               loom_dtype_name(p->dtype), p->mode == loomMoeModeNaive ? "naive" : "dedup",
               p->row_bytes);
+    loom_moe_tracing_start(p);
     *plan = p;
     return loomSuccess;
 }
@@ -293,7 +338,7 @@ LOOM_API loomResult_t loomMoePlanGetStats(loomMoePlan_t plan, loomMoeStats_t *st
     }
     LOOM_CHECK(loom_moe_struct_check("loomMoeStats_t", "LOOM_MOE_STATS_INITIALIZER", stats,
                                      stats ? stats->size : 0, stats ? stats->magic : 0,
-                                     LOOM_MOE_STATS_MAGIC, sizeof(loomMoeStats_t),
+                                     LOOM_MOE_STATS_MAGIC, offsetof(loomMoeStats_t, rows_dropped),
                                      sizeof(loomMoeStats_t), 0));
     const loom_moe_counters_t *c = &plan->stats;
     stats->layouts = c->layouts;
@@ -306,6 +351,10 @@ LOOM_API loomResult_t loomMoePlanGetStats(loomMoePlan_t plan, loomMoeStats_t *st
     stats->rows_sent_self = c->rows_sent_self;
     stats->bytes_sent = c->bytes_sent;
     stats->bytes_recv = c->bytes_recv;
+    if (stats->size >= sizeof(loomMoeStats_t)) {
+        stats->rows_dropped = c->rows_dropped;
+        stats->pairs_dropped = c->pairs_dropped;
+    }
     if (reset)
         memset(&plan->stats, 0, sizeof(plan->stats));
     return loomSuccess;

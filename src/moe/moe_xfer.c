@@ -249,6 +249,8 @@ LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, voi
     }
     struct loomMoeHandle *h = handle;
     struct loomMoePlan *p = h->plan;
+    /* Every rank holds the same refusal, so each returns without an exchange. */
+    LOOM_CHECK(loom_moe_handle_usable("loomMoeDispatch", h));
     loomResult_t status = loomSuccess;
     if (x == NULL && h->num_tokens > 0) {
         LOOM_WARN("loomMoeDispatch: x is NULL with %zu tokens (rank %d)", h->num_tokens, p->rank);
@@ -373,14 +375,18 @@ static void home_sum(const struct loomMoeHandle *h, const xfer_t *xf, float *yac
         store_elem(p->dtype, y, i, yacc[i]);
 }
 
-/* A handle that must have been dispatched, or NULL (WARNed) when the call cannot even start. */
+/* A handle that must have been dispatched, or NULL (WARNed, *status why) when the call cannot
+ * even start: a NULL handle, or one that error mode refused on every rank alike. */
 static struct loomMoeHandle *started(const char *call, loomMoeHandle_t handle, loomResult_t *status)
 {
     if (handle == NULL) {
         LOOM_WARN("%s: handle is NULL", call);
+        *status = loomInvalidArgument;
         return NULL;
     }
-    *status = loomSuccess;
+    *status = loom_moe_handle_usable(call, handle);
+    if (*status != loomSuccess)
+        return NULL;
     if (!handle->dispatched) {
         LOOM_WARN("%s: the handle was never dispatched (rank %d): call loomMoeDispatch first", call,
                   handle->plan->rank);
@@ -408,7 +414,7 @@ static loomResult_t reduce_home(const char *call, loomMoeHandle_t handle, const 
     loomResult_t status;
     struct loomMoeHandle *h = started(call, handle, &status);
     if (h == NULL)
-        return loomInvalidArgument;
+        return status;
     struct loomMoePlan *p = h->plan;
     size_t H = p->hidden;
     need_buf(call, slots_name, slots, h->recv_slots, "slots", p->rank, &status);
@@ -512,7 +518,7 @@ LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void 
     loomResult_t status;
     struct loomMoeHandle *h = started(call, handle, &status);
     if (h == NULL)
-        return loomInvalidArgument;
+        return status;
     struct loomMoePlan *p = h->plan;
     size_t G = (size_t)p->nranks;
     need_buf(call, "grad_y", grad_y, h->num_tokens, "tokens", p->rank, &status);

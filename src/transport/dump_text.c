@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * dump_text.c - the text helpers of dump_text.h: JSON appended to a bounded
- * buffer and the timeout dump's path pattern. Caller: p2p_report.c.
+ * buffer. Caller: p2p_report.c.
  */
 #include "dump_text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <unistd.h>
 
 void loom_jput(loom_jbuf_t *j, const char *fmt, ...)
 {
@@ -34,27 +33,4 @@ void loom_jstr(loom_jbuf_t *j, const char *s)
             loom_jput(j, "%c", ch);
     }
     loom_jput(j, "\"");
-}
-
-void loom_expand_path(const char *pattern, const char *host, int rank, char *out, size_t len)
-{
-    size_t o = 0;
-    for (const char *s = pattern; *s && o + 1 < len; s++) {
-        if (s[0] == '%' && (s[1] == 'h' || s[1] == 'p' || s[1] == 'r' || s[1] == '%')) {
-            s++;
-            if (*s == 'h')
-                o += (size_t)snprintf(out + o, len - o, "%s", host);
-            else if (*s == 'p')
-                o += (size_t)snprintf(out + o, len - o, "%d", (int)getpid());
-            else if (*s == 'r')
-                o += (size_t)snprintf(out + o, len - o, "%d", rank);
-            else
-                out[o++] = '%';
-            if (o >= len)
-                o = len - 1;
-        } else {
-            out[o++] = *s;
-        }
-    }
-    out[o] = '\0';
 }
