@@ -241,12 +241,10 @@ void BadInput(int rank, int G, loomComm_t comm)
         const char *what, *word;
         const int32_t *perm;
         const void *send;
-        loomDataType_t dt;
-        loomRedOp_t op;
+        int dt, op; // ints: an enum object may not hold 99 (UBSan checks loads of enums)
         loomComm_t comm;
     };
-    const auto kDt = static_cast<loomDataType_t>(99);
-    const auto kOp = static_cast<loomRedOp_t>(99);
+    const int kDt = 99, kOp = 99;
     const Bad cases[] = {
         {"repeated perm", "repeated", repeated.data(), x.data(), loomFloat32, loomSum, comm},
         {"perm out of range", "out of range", range.data(), x.data(), loomFloat32, loomSum, comm},
@@ -261,13 +259,15 @@ void BadInput(int rank, int G, loomComm_t comm)
         bytes rs = canary_rs, ag = canary_ag;
         auto t0 = std::chrono::steady_clock::now();
         ExpectRefused(
-            loomMoeReduceScatterPermuted(b.send, rs.data(), H, b.dt, b.op, b.perm, T, b.comm),
+            loomMoeReduceScatterPermuted(b.send, rs.data(), H, static_cast<loomDataType_t>(b.dt),
+                                         static_cast<loomRedOp_t>(b.op), b.perm, T, b.comm),
             b.word, std::string("ReduceScatterPermuted, ") + b.what, t0);
         XT_CHECK(rs == canary_rs);
         if (b.op == loomSum) {
             t0 = std::chrono::steady_clock::now();
             ExpectRefused(loomMoeAllGatherPermuted(b.send == nullptr ? nullptr : rs.data(),
-                                                   ag.data(), H, b.dt, b.perm, T, b.comm),
+                                                   ag.data(), H, static_cast<loomDataType_t>(b.dt),
+                                                   b.perm, T, b.comm),
                           b.word, std::string("AllGatherPermuted, ") + b.what, t0);
             XT_CHECK(ag == canary_ag);
         }
