@@ -318,8 +318,9 @@ LOOM_API loomResult_t loomMoeReorderCompute(const int32_t *expert_rank, int num_
  * then loomReduceScatter, with the same bits. hidden, datatype, op, perm and
  * num_tokens must be equal on every rank: each rank checks them itself, so a
  * perm that is not a permutation is refused on every rank with no message
- * sent. The buffers may overlap. Collective over comm; blocking. Errors: those
- * of loomReduceScatter. */
+ * sent; a NULL buffer with rows, on its rank alone (as by loomReduceScatter).
+ * The buffers may overlap. Collective over comm; blocking. Errors: those of
+ * loomReduceScatter. */
 LOOM_API loomResult_t loomMoeReduceScatterPermuted(const void *sendbuff, void *recvbuff,
                                                    size_t hidden, loomDataType_t datatype,
                                                    loomRedOp_t op, const int32_t *perm,
