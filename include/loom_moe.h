@@ -9,7 +9,8 @@
  * every rank that passes the same counts (all-reduced with loomUint64 and
  * loomSum) gets the same bytes, on every compiler. All are thread safe on
  * distinct outputs and never block. The collective part: plans, layouts,
- * dispatch and combine (and their backward passes) over a communicator (last section).
+ * dispatch and combine (and their backward passes) over a communicator; then
+ * token re-ordering, a pure permutation and two collectives that apply it.
  *
  * Routing arrays are top-k tables: int32 [num_tokens * top_k], row t holding
  * token t's expert ids; -1 means "no selection" and may repeat, every other
@@ -324,6 +325,47 @@ LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void 
 LOOM_API loomResult_t loomMoeHandleQuery(loomMoeHandle_t handle, loomMoeLayoutInfo_t *info);
 /* Frees a handle; NULL is a no-op. Local. */
 LOOM_API loomResult_t loomMoeHandleDestroy(loomMoeHandle_t handle);
+
+/* ---- Re-ordering ----------------------------------------------------------
+ * Moves tokens toward the ranks of their next layer's experts through the
+ * sequence-parallel ReduceScatter a layer already runs (docs/moe.md,
+ * "Re-ordering"). A permutation perm [T] lists natural token indices by
+ * position; rank r owns positions first_r .. first_r + n_r - 1, with n_r =
+ * floor(T/G) plus one for r < T mod G and first_r = r*floor(T/G) + min(r, T
+ * mod G) (the shares of the placement). */
+
+/* Computes perm [num_tokens] (out) from the predicted experts pred_topk
+ * [num_tokens*pred_k] (ids in [0, E) or -1, none twice in a row) and the
+ * placement expert_rank [E] (values in [0, nranks)): score[t][g] counts t's
+ * predicted experts on g; tokens in order of best score descending, then best
+ * minus second-best descending, then index take their highest-scoring rank
+ * with room left (ties to the lower rank); each rank's tokens by index. Pure,
+ * integer-only, deterministic: every rank computes the same bytes. home_rank
+ * [num_tokens] (out, or NULL) gets the rank each token lands on, for
+ * loom's row counts. Outputs untouched on error. Errors: InvalidArgument
+ * (a bad table or placement, nranks outside 1..2^20, more than 2^31-1 tokens,
+ * a NULL array with tokens), SystemError (out of memory). */
+LOOM_API loomResult_t loomMoeReorderCompute(const int32_t *expert_rank, int num_experts, int nranks,
+                                            const int32_t *pred_topk, int pred_k, size_t num_tokens,
+                                            int32_t *perm, int32_t *home_rank);
+/* Row j of recvbuff [n_r*hidden] = op over ranks of row perm[first_r + j] of
+ * sendbuff [num_tokens*hidden]: a gather of the rows into a scratch buffer,
+ * then loomReduceScatter, with the same bits. hidden, datatype, op, perm and
+ * num_tokens must be equal on every rank: each rank checks them itself, so a
+ * perm that is not a permutation is refused on every rank with no message
+ * sent; a NULL buffer with rows, on its rank alone (as by loomReduceScatter).
+ * The buffers may overlap. Collective over comm; blocking. Errors: those of
+ * loomReduceScatter. */
+LOOM_API loomResult_t loomMoeReduceScatterPermuted(const void *sendbuff, void *recvbuff,
+                                                   size_t hidden, loomDataType_t datatype,
+                                                   loomRedOp_t op, const int32_t *perm,
+                                                   size_t num_tokens, loomComm_t comm);
+/* The inverse and adjoint: row perm[first_g + j] of recvbuff
+ * [num_tokens*hidden] = row j of rank g's sendbuff [n_g*hidden] (loomAllGather,
+ * then a scatter into natural order). Arguments and errors as above. */
+LOOM_API loomResult_t loomMoeAllGatherPermuted(const void *sendbuff, void *recvbuff, size_t hidden,
+                                               loomDataType_t datatype, const int32_t *perm,
+                                               size_t num_tokens, loomComm_t comm);
 
 #ifdef __cplusplus
 }
