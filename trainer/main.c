@@ -35,7 +35,9 @@ static void usage(FILE *f)
             "          (tokens, then targets) of the run's first step\n"
             "moe:      --moe E:k (a mixture of E experts, k per token, in place of the MLP)\n"
             "          --moe-every N (every N-th block; 1) --moe-aux COEF (load balancing; 0.01)\n"
-            "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n",
+            "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
+            "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
+            "steps; 10)\n",
             DEFAULT_CORPUS);
 }
 
@@ -51,6 +53,7 @@ enum optkind {
     OK_TPRED,
     OK_MOEMODE,
     OK_MOE,
+    OK_PLACE,
     OK_HELP
 };
 typedef struct {
@@ -102,6 +105,7 @@ static const optdef_t optdefs[] = {
     OPT("moe-aux", OK_DBL, moe_aux),
     OPT("moe-mode", OK_MOEMODE, moe_mode),
     OPT("ep", OK_INT, ep),
+    OPT("moe-place", OK_PLACE, moe_place),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -159,6 +163,20 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
             return -1;
         ((model_cfg_t *)(field - offsetof(model_cfg_t, moe_e)))->moe_e = (int)e;
         ((model_cfg_t *)(field - offsetof(model_cfg_t, moe_e)))->moe_k = (int)k;
+        return 0;
+    }
+    case OK_PLACE: {
+        /* static, coselect (every 10 steps) or coselect:N */
+        long every = 10;
+        if (!strcmp(arg, "static"))
+            every = 0;
+        else if (!strncmp(arg, "coselect:", 9))
+            every = strtol(arg + 9, &end, 10);
+        else if (strcmp(arg, "coselect"))
+            return -1;
+        if (every < 0 || every > (1 << 30) || (end && *end) || (end && end == arg + 9))
+            return -1;
+        *(int *)field = (int)every;
         return 0;
     }
     case OK_HELP:
@@ -240,6 +258,11 @@ static int parse(int argc, char **argv, opts_t *o)
     if (o->ep > o->model.moe_e && o->model.moe_e > 0) {
         fprintf(stderr, "loom-train: --ep %d is larger than the %d experts\n", o->ep,
                 o->model.moe_e);
+        return -1;
+    }
+    if (o->moe_place && (o->model.moe_e == 0 || o->pp > 1 || o->save || o->resume)) {
+        fprintf(stderr, "loom-train: --moe-place coselect needs --moe, and is not supported with "
+                        "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
     if (o->zero > 0 && o->pp > 1) {
@@ -430,6 +453,7 @@ typedef struct {
     /* MoE: the auxiliary loss and the counters of moe_take_stats, summed over the ranks (the
      * seconds: rank 0's) */
     double aux, moe[MOE_STATS];
+    int moved; /* experts --moe-place moved after this step */
 } step_stats_t;
 
 /* Rank 0's line and JSON line of one step. */
@@ -461,9 +485,11 @@ static void report_step(const run_t *r, const step_stats_t *st)
         if (o->model.moe_e > 0)
             fprintf(r->log,
                     ",\"aux_loss\":%s,\"moe_rows_saved\":%.0f,\"moe_rows_sent\":%.0f,"
-                    "\"moe_local_hits\":%.0f,\"moe_selections\":%.0f,\"moe_a2a_ms\":%.4f",
+                    "\"moe_local_hits\":%.0f,\"moe_selections\":%.0f,\"moe_a2a_ms\":%.4f,\"moe_"
+                    "moved\":%d",
                     jnum(b1, st->aux), st->moe[MOE_ROWS_SAVED], st->moe[MOE_ROWS_SENT],
-                    st->moe[MOE_PAIRS_LOCAL], st->moe[MOE_PAIRS], st->moe[MOE_SECONDS] * 1e3);
+                    st->moe[MOE_PAIRS_LOCAL], st->moe[MOE_PAIRS], st->moe[MOE_SECONDS] * 1e3,
+                    st->moved);
         fprintf(r->log, "}\n");
         fflush(r->log);
     }
@@ -499,9 +525,12 @@ static void train_step(run_t *r, int64_t step)
     r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
     st.lr = lr_at(o, step);
     eng_step(&r->e, st.lr);
-    st.dt = tc_now() - t0, st.dc = r->c.comm_s - c0, st.dw = r->c.pp_wait_s - w0;
     if (o->model.moe_e > 0)
         moe_step_report(r, &st);
+    /* after the step's counters: a new placement makes new plans */
+    if (o->moe_place && (step + 1) % o->moe_place == 0)
+        st.moved = moe_replace(&r->s, &r->e);
+    st.dt = tc_now() - t0, st.dc = r->c.comm_s - c0, st.dw = r->c.pp_wait_s - w0;
     if (step > r->first_step) {
         r->t_total += st.dt, r->comm_total += st.dc, r->wait_total += st.dw;
         r->timed++;

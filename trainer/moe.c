@@ -34,29 +34,39 @@ static void grow(float **p, size_t n)
     *p = moe_alloc(n, sizeof(float));
 }
 
+/* Makes (or remakes) layer l's plan on its current placement. */
+static void make_plan(stage_t *s, int l)
+{
+    const layout_t *lay = s->lay;
+    const model_cfg_t *m = &lay->cfg;
+    loomMoePlan_t *plan = &s->plans[l - lay->l0];
+    loomMoePlanDestroy(*plan);
+    *plan = NULL;
+    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
+    cfg.num_experts = m->moe_e;
+    cfg.top_k = m->moe_k;
+    cfg.datatype = loomFloat32;
+    cfg.mode = s->o->moe_mode;
+    cfg.hidden = (size_t)m->d;
+    cfg.expert_rank = lay->erank + (size_t)l * (size_t)m->moe_e;
+    tc_check(loomMoePlanCreate(plan, &cfg, s->c->ep), s->c, "loomMoePlanCreate");
+}
+
 void moe_init(stage_t *s, int n)
 {
     const layout_t *lay = s->lay;
     const model_cfg_t *m = &lay->cfg;
-    int nl = lay->l1 - lay->l0;
-    s->plans = moe_alloc((size_t)nl, sizeof(loomMoePlan_t));
-    if (m->moe_e == 0)
+    size_t nl = (size_t)(lay->l1 - lay->l0), E = (size_t)m->moe_e;
+    s->plans = moe_alloc(nl, sizeof(loomMoePlan_t));
+    if (E == 0)
         return;
-    s->rlog = moe_alloc((size_t)n * (size_t)m->moe_e, sizeof(float));
+    s->rlog = moe_alloc((size_t)n * E, sizeof(float));
     s->rdw = moe_alloc((size_t)n * (size_t)m->moe_k, sizeof(float));
-    for (int l = lay->l0; l < lay->l1; l++) {
-        if (!layout_is_moe(m, l))
-            continue;
-        loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
-        cfg.num_experts = m->moe_e;
-        cfg.top_k = m->moe_k;
-        cfg.datatype = loomFloat32;
-        cfg.mode = s->o->moe_mode;
-        cfg.hidden = (size_t)m->d;
-        cfg.expert_rank = lay->erank + (size_t)l * (size_t)m->moe_e;
-        tc_check(loomMoePlanCreate(&s->plans[l - lay->l0], &cfg, s->c->ep), s->c,
-                 "loomMoePlanCreate");
-    }
+    s->cosel = moe_alloc(nl * E * E, sizeof(uint64_t));
+    s->load = moe_alloc(nl * E, sizeof(uint64_t));
+    for (int l = lay->l0; l < lay->l1; l++)
+        if (layout_is_moe(m, l))
+            make_plan(s, l);
 }
 
 void moe_free(stage_t *s)
@@ -65,6 +75,7 @@ void moe_free(stage_t *s)
         loomMoePlanDestroy(s->plans[l]);
     free(s->plans);
     free(s->rlog), free(s->rdw), free(s->deout), free(s->dgel), free(s->drecv);
+    free(s->cosel), free(s->load);
 }
 
 void moe_acts_alloc(block_acts_t *b, const layout_t *lay, int layer, int n, size_t *floats)
@@ -121,6 +132,12 @@ void moe_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts
     /* Its share of the step's loss: the aux loss of the micro-batch's n tokens, weighted as n of
      * the global batch's tokens, as the language-model loss weights each token. */
     a->aux += moe_aux_f(b->auxg, b->probs, b->idx, n, E, k, s->o->moe_aux, (double)n * a->scale);
+    if (!s->eval && s->o->moe_place) {
+        size_t li = (size_t)(layer - lay->l0);
+        tc_check(loomMoeCoselectAccumulate(b->idx, (size_t)n, k, E, s->cosel + li * E * E,
+                                           s->load + li * E),
+                 s->c, "loomMoeCoselectAccumulate");
+    }
     loomMoeHandleDestroy(b->moe);
     b->moe = NULL;
     loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
@@ -206,4 +223,70 @@ void moe_take_stats(stage_t *s, double out[MOE_STATS])
     }
     out[MOE_SECONDS] = s->moe_s;
     s->moe_s = 0;
+}
+
+/* Moves layer l's experts from the placement old[E] to the layout's current one: every EP rank
+ * contributes its experts' parameters and moments (in ceil(E/ep) slots), and takes its new ones
+ * from the rank that held them. */
+static void move_experts(stage_t *s, engine_t *e, int l, const int32_t *old)
+{
+    const layout_t *lay = &e->lay;
+    const unit_t *u = layout_expert_unit(lay, l);
+    int E = lay->cfg.moe_e, ep = lay->g.ep, slots = (E + ep - 1) / ep;
+    size_t el = (size_t)8 * (size_t)lay->cfg.d * (size_t)lay->cfg.d, rec = 3 * el;
+    float *bufs[3] = {e->params, e->m, e->v};
+    float *send = moe_alloc((size_t)slots * rec, sizeof(float));
+    float *all = moe_alloc((size_t)ep * (size_t)slots * rec, sizeof(float));
+    for (int j = 0; j < lay->nle; j++)
+        for (int b = 0; b < 3; b++)
+            memcpy(send + (size_t)j * rec + (size_t)b * el, bufs[b] + u->off + (size_t)j * el,
+                   el * sizeof(float));
+    tc_allgather(s->c, P_MISC, s->c->ep, send, all, (size_t)slots * rec);
+    for (int j = 0; j < lay->nle; j++) {
+        int x = layout_expert_tensor(lay, l, j, TK_WUP)->expert, r = old[x], i = 0;
+        for (int y = 0; y < x; y++)
+            i += old[y] == r;
+        const float *src = all + ((size_t)r * (size_t)slots + (size_t)i) * rec;
+        for (int b = 0; b < 3; b++)
+            memcpy(bufs[b] + u->off + (size_t)j * el, src + (size_t)b * el, el * sizeof(float));
+    }
+    free(send);
+    free(all);
+}
+
+int moe_replace(stage_t *s, engine_t *e)
+{
+    layout_t *lay = &e->lay;
+    size_t E = (size_t)lay->cfg.moe_e;
+    int moved = 0;
+    int32_t *now = moe_alloc(E, sizeof(int32_t)), *old = moe_alloc(E, sizeof(int32_t));
+    for (int l = lay->l0; l < lay->l1; l++) {
+        if (!layout_is_moe(&lay->cfg, l))
+            continue;
+        size_t li = (size_t)(l - lay->l0);
+        uint64_t *cs = s->cosel + li * E * E, *ld = s->load + li * E;
+        tc_check(loomAllReduce(cs, cs, E * E, loomUint64, loomSum, s->c->world, NULL), s->c,
+                 "loomAllReduce");
+        tc_check(loomAllReduce(ld, ld, E, loomUint64, loomSum, s->c->world, NULL), s->c,
+                 "loomAllReduce");
+        loomMoePlacementConfig_t pc = LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER;
+        pc.nranks = lay->g.ep;
+        tc_check(loomMoePlacementCompute(cs, ld, (int)E, &pc, now, NULL), s->c,
+                 "loomMoePlacementCompute");
+        memset(cs, 0, E * E * sizeof(uint64_t));
+        memset(ld, 0, E * sizeof(uint64_t));
+        memcpy(old, lay->erank + (size_t)l * E, E * sizeof(int32_t));
+        int changed = 0;
+        for (size_t x = 0; x < E; x++)
+            changed += now[x] != old[x];
+        if (!changed)
+            continue;
+        moved += changed;
+        layout_place(lay, l, now);
+        move_experts(s, e, l, old);
+        make_plan(s, l);
+    }
+    free(now);
+    free(old);
+    return moved;
 }

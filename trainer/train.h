@@ -41,6 +41,7 @@ typedef struct {
     int ep;         /* --ep: expert-parallel degree inside the data group (MoE) */
     double moe_aux; /* --moe-aux: the load-balancing loss's coefficient */
     int moe_mode;   /* --moe-mode: loomMoeModeDedup or loomMoeModeNaive */
+    int moe_place;  /* --moe-place coselect:N: re-place the experts every N steps (0: static) */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -184,6 +185,7 @@ typedef struct {
     float *deout, *dgel, *drecv;
     size_t dcap;
     double moe_s;
+    uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -222,6 +224,11 @@ void moe_backward(stage_t *s, int layer, const float *P, float *G, const float *
  * and the seconds spent in loom's MoE calls (layout, dispatch, combine, their backward). */
 enum { MOE_ROWS_SAVED, MOE_ROWS_SENT, MOE_PAIRS, MOE_PAIRS_LOCAL, MOE_SECONDS, MOE_STATS };
 void moe_take_stats(stage_t *s, double out[MOE_STATS]);
+/* --moe-place coselect: places each MoE block's experts anew from the co-selections the training
+ * forwards saw since the last placement (summed over the world, so every rank computes the same
+ * placement), moves the parameters and AdamW moments of each expert that changes rank to its new
+ * owner, and remakes the block's plan. Collective over the world. Returns the experts moved. */
+int moe_replace(stage_t *s, engine_t *e);
 
 /* ---- Schedules (schedule.c) ---------------------------------------------------------------- */
 

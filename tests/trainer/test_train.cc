@@ -449,6 +449,47 @@ TEST(Moe, EveryOtherBlockHasTheGlobalLayoutOfOneProcess)
         EXPECT_EQ(sel, 8.0 * kT * 2);
 }
 
+// --moe-place coselect:N re-places the experts after every N-th step from the co-selections the
+// routers saw (loom's placement), moving each moved expert's parameters and AdamW moments to its
+// new rank. Training goes on bit for bit as with the static placement: an expert sees the same
+// rows in the same order on any rank, its replicas are reduced in the same order, and with k = 2
+// each token's combine and dispatch-backward sums have at most two terms, whose float sum does
+// not depend on which rank adds first. Both a relabelling of the same halves (4 experts on 2
+// ranks; the placement's rank numbers are its own) and new groups (8 experts, dp 2 x ep 2) move
+// experts here.
+TEST(Moe, PlacementMovesExpertsAndChangesNoBit)
+{
+    struct Case {
+        const char *name;
+        int ranks, experts, every;
+    };
+    for (const Case &c : {Case{"moe-place-ep2", 2, 4, 3}, Case{"moe-place-dp2xep2", 4, 8, 2}}) {
+        std::string args = "--moe " + std::to_string(c.experts) + ":2 --ep 2";
+        TrainRun placed =
+            Train(c.name, c.ranks, args + " --moe-place coselect:" + std::to_string(c.every));
+        TrainRun fixed = Train(std::string(c.name) + "-static", c.ranks, args);
+        size_t floats =
+            GlobalFloats() + kL * (size_t(c.experts - 1) * 8 * kC * kC + size_t(kC) * c.experts);
+        ASSERT_TRUE(Complete(placed, floats));
+        ASSERT_TRUE(Complete(fixed, floats));
+        EXPECT_TRUE(Compare(placed, fixed).bitwise) << c.name;
+        EXPECT_EQ(placed.losses, fixed.losses) << c.name;
+        if (c.experts == kE) { // and so within 1e-5 of one process holding every expert
+            Diff d = Compare(placed, MoeReference(2));
+            EXPECT_LE(d.param_rel, 1e-5);
+            EXPECT_LE(d.loss_rel, 1e-5);
+        }
+        auto moved = StepField(placed, "moe_moved");
+        ASSERT_EQ(moved.size(), size_t(kSteps));
+        for (int i = 0; i < kSteps; i++) {
+            if ((i + 1) % c.every)
+                EXPECT_EQ(moved[i], 0) << c.name << " step " << i + 1;
+            else
+                EXPECT_GT(moved[i], 0) << c.name << " step " << i + 1;
+        }
+    }
+}
+
 // ---- What each mode holds per rank --------------------------------------------------------------
 
 double Near(double x, double want, double slack)
@@ -749,6 +790,8 @@ TEST(Options, BadOptionsGetAClearErrorAndNoCrash)
              Case{2, "--moe 4:2 --ep 4", "--ep 4 must divide the data-parallel degree 2"},
              Case{4, "--moe 2:1 --ep 4", "--ep 4 is larger than the 2 experts"},
              Case{1, "--moe 4:2 --moe-mode fast", "bad value 'fast' for --moe-mode"},
+             Case{1, "--moe 4:2 --moe-place often", "bad value 'often' for --moe-place"},
+             Case{2, "--moe 4:2 --pp 2 --moe-place coselect", "--moe-place coselect needs --moe"},
          }) {
         TrainRun r = Train("bad", c.ranks, c.args);
         EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.log;
