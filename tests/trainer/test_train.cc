@@ -361,8 +361,9 @@ struct MoeMode {
 
 class MoeEquivalence : public ::testing::TestWithParam<MoeMode> {};
 
-// Experts spread over the EP group (and replicated over its copies) train as one process holding
-// every expert on the same micro-batches, within the 1e-5 of the other modes: each token meets
+// MoE blocks under DP, ZeRO-3 and PP (experts whole on every rank), and experts spread over the EP
+// group (and replicated over its copies) train as one process holding every expert on the same
+// micro-batches, within the 1e-5 of the other modes. With EP, each token meets
 // the same experts with the same weights, so only rounding differs (an expert's rows from several
 // ranks go through one matrix product; its gradients add over them before the replicas'
 // all-reduce). Routing is not replayed: a flipped top-k choice would move its token's output by
@@ -393,8 +394,10 @@ TEST_P(MoeEquivalence, SameLossesAndParametersAsOneProcess)
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, MoeEquivalence,
-    ::testing::Values(MoeMode{"moe_dp2", 2, "--dp 2", 2}, MoeMode{"moe_ep2", 2, "--ep 2", 2},
-                      MoeMode{"moe_ep4", 4, "--ep 4", 4}, MoeMode{"moe_dp2xep2", 4, "--ep 2", 4}),
+    ::testing::Values(MoeMode{"moe_dp2", 2, "--dp 2", 2}, MoeMode{"moe_zero3", 2, "--zero 3", 2},
+                      MoeMode{"moe_pp2", 2, "--pp 2 --micro 4", 4},
+                      MoeMode{"moe_ep2", 2, "--ep 2", 2}, MoeMode{"moe_ep4", 4, "--ep 4", 4},
+                      MoeMode{"moe_dp2xep2", 4, "--ep 2", 4}),
     [](const ::testing::TestParamInfo<MoeMode> &i) { return std::string(i.param.name); });
 
 // Naive dispatch (a row per token and expert) and dedup (a row per token and rank) move different
