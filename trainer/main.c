@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "          --moe-every N (every N-th block; 1) --moe-aux COEF (load balancing; 0.01)\n"
             "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
             "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
-            "steps; 10)\n",
+            "steps; 10)\n"
+            "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n",
             DEFAULT_CORPUS);
 }
 
@@ -106,6 +107,7 @@ static const optdef_t optdefs[] = {
     OPT("moe-mode", OK_MOEMODE, moe_mode),
     OPT("ep", OK_INT, ep),
     OPT("moe-place", OK_PLACE, moe_place),
+    OPT("moe-trace", OK_STR, moe_trace),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -239,8 +241,9 @@ static int parse(int argc, char **argv, opts_t *o)
                         "betas < 1\n");
         return -1;
     }
-    if (o->ep < 1 || o->model.moe_every < 1 || (o->ep > 1 && o->model.moe_e == 0)) {
-        fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1 needs --moe\n");
+    if (o->ep < 1 || o->model.moe_every < 1 || ((o->ep > 1 || o->moe_trace) && !o->model.moe_e)) {
+        fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1 and --moe-trace "
+                        "need --moe\n");
         return -1;
     }
     if (o->model.moe_e > 0 && (o->tp > 1 || o->cp > 1)) {

@@ -67,10 +67,13 @@ void moe_init(stage_t *s, int n)
     for (int l = lay->l0; l < lay->l1; l++)
         if (layout_is_moe(m, l))
             make_plan(s, l);
+    if (s->o->moe_trace)
+        trace_open(s, s->o->moe_trace);
 }
 
 void moe_free(stage_t *s)
 {
+    trace_close(s);
     for (int l = 0; s->plans && l < s->lay->l1 - s->lay->l0; l++)
         loomMoePlanDestroy(s->plans[l]);
     free(s->plans);
@@ -132,6 +135,8 @@ void moe_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts
     /* Its share of the step's loss: the aux loss of the micro-batch's n tokens, weighted as n of
      * the global batch's tokens, as the language-model loss weights each token. */
     a->aux += moe_aux_f(b->auxg, b->probs, b->idx, n, E, k, s->o->moe_aux, (double)n * a->scale);
+    if (!s->eval && s->trace)
+        trace_batch(s, layer, a, b);
     if (!s->eval && s->o->moe_place) {
         size_t li = (size_t)(layer - lay->l0);
         tc_check(loomMoeCoselectAccumulate(b->idx, (size_t)n, k, E, s->cosel + li * E * E,

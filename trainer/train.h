@@ -42,6 +42,7 @@ typedef struct {
     double moe_aux; /* --moe-aux: the load-balancing loss's coefficient */
     int moe_mode;   /* --moe-mode: loomMoeModeDedup or loomMoeModeNaive */
     int moe_place;  /* --moe-place coselect:N: re-place the experts every N steps (0: static) */
+    const char *moe_trace; /* --moe-trace PREFIX: the routing, as LMTR v1 trace files */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -186,6 +187,7 @@ typedef struct {
     size_t dcap;
     double moe_s;
     uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
+    struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -229,6 +231,12 @@ void moe_take_stats(stage_t *s, double out[MOE_STATS]);
  * placement), moves the parameters and AdamW moments of each expert that changes rank to its new
  * owner, and remakes the block's plan. Collective over the world. Returns the experts moved. */
 int moe_replace(stage_t *s, engine_t *e);
+
+/* --moe-trace (trace.c): opens this rank's trace file, appends one MoE block's routing of a
+ * training forward (step: the optimizer steps done), closes it. Exits on a failed write. */
+void trace_open(stage_t *s, const char *prefix);
+void trace_batch(stage_t *s, int layer, const mb_acts_t *a, const block_acts_t *b);
+void trace_close(stage_t *s);
 
 /* ---- Schedules (schedule.c) ---------------------------------------------------------------- */
 

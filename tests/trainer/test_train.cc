@@ -4,7 +4,7 @@
 // combinations against one process (losses at every step and final parameters), what each mode
 // holds per rank and which collectives it calls, checkpoint resume, Echo on the TP all-reduces,
 // the PyTorch reference (when torch is installed) and bad options. The programs' paths come in
-// LOOMRUN, LOOM_TRAIN and TORCH_REF.
+// LOOMRUN, LOOM_TRAIN, MOE_PERF and TORCH_REF.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -493,6 +493,31 @@ TEST(Moe, PlacementMovesExpertsAndChangesNoBit)
     }
 }
 
+// --moe-trace writes each rank's routing, one LMTR v1 record per MoE block and training forward
+// (24 bytes, then k int16 ids and k fp16 weights per token and a u32 token id, then the CRC; 64
+// bytes of header), and moe_perf replays the file through loom's dispatch and combine.
+TEST(Moe, TraceRecordsTheRoutingAndMoePerfReplaysIt)
+{
+    const char *moe_perf = getenv("MOE_PERF"), *loomrun = getenv("LOOMRUN");
+    ASSERT_NE(moe_perf, nullptr) << "MOE_PERF must name bench/moe_perf";
+    std::string prefix = TmpDir() + "/moe-trace";
+    TrainRun r = Train("moe-trace", 2, kMoe + "--ep 2 --moe-trace " + prefix);
+    ASSERT_TRUE(Complete(r, MoeFloats()));
+    const size_t tokens = 4 * kT, record = 24 + tokens * (2 * 2 * 2 + 4);
+    for (int rank = 0; rank < 2; rank++) {
+        std::string file = prefix + ".rank" + std::to_string(rank) + ".lmtr";
+        EXPECT_EQ(Slurp(file).size(), 64 + kSteps * kL * record) << file;
+    }
+    std::string out = TmpDir() + "/moe-trace-replay.log";
+    std::string cmd = std::string("timeout 120 ") + loomrun + " -n 2 " + moe_perf + " --trace " +
+                      prefix + ".rank0.lmtr -n 1 -w 0 -c 1 > " + out + " 2>&1";
+    int st = system(cmd.c_str());
+    std::string log = Slurp(out);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << log;
+    EXPECT_NE(log.find("#wrong total: 0"), std::string::npos) << log;
+    EXPECT_NE(log.find("    4   2 "), std::string::npos) << log; // E and k from the trace
+}
+
 // ---- What each mode holds per rank --------------------------------------------------------------
 
 double Near(double x, double want, double slack)
@@ -787,7 +812,7 @@ TEST(Options, BadOptionsGetAClearErrorAndNoCrash)
              Case{1, "--schedule zigzag", "bad value 'zigzag' for --schedule"},
              Case{1, "--frobnicate", "unrecognized option"},
              Case{2, "--moe 4:2 --tp 2", "--moe with --tp or --cp is not supported"},
-             Case{2, "--ep 2", "--ep > 1 needs --moe"},
+             Case{2, "--ep 2", "--ep > 1 and --moe-trace need --moe"},
              Case{2, "--moe 4:2 --ep 2 --zero 1", "--ep > 1 with --pp or --zero is not supported"},
              Case{1, "--moe 4:5", "bad value '4:5' for --moe"},
              Case{2, "--moe 4:2 --ep 4", "--ep 4 must divide the data-parallel degree 2"},
