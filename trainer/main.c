@@ -38,7 +38,8 @@ static void usage(FILE *f)
             "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
             "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
             "steps; 10)\n"
-            "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n",
+            "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
+            "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
             DEFAULT_CORPUS);
 }
 
@@ -108,6 +109,7 @@ static const optdef_t optdefs[] = {
     OPT("ep", OK_INT, ep),
     OPT("moe-place", OK_PLACE, moe_place),
     OPT("moe-trace", OK_STR, moe_trace),
+    OPT("moe-replay", OK_STR, moe_replay),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -241,9 +243,10 @@ static int parse(int argc, char **argv, opts_t *o)
                         "betas < 1\n");
         return -1;
     }
-    if (o->ep < 1 || o->model.moe_every < 1 || ((o->ep > 1 || o->moe_trace) && !o->model.moe_e)) {
-        fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1 and --moe-trace "
-                        "need --moe\n");
+    if (o->ep < 1 || o->model.moe_every < 1 ||
+        ((o->ep > 1 || o->moe_trace || o->moe_replay) && !o->model.moe_e)) {
+        fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1, --moe-trace and "
+                        "--moe-replay need --moe\n");
         return -1;
     }
     if (o->model.moe_e > 0 && (o->tp > 1 || o->cp > 1)) {

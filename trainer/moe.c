@@ -69,6 +69,8 @@ void moe_init(stage_t *s, int n)
             make_plan(s, l);
     if (s->o->moe_trace)
         trace_open(s, s->o->moe_trace);
+    if (s->o->moe_replay)
+        replay_open(s, s->o->moe_replay);
 }
 
 void moe_free(stage_t *s)
@@ -132,6 +134,8 @@ void moe_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts
     int n = a->n, C = lay->cfg.d, F = 4 * C, E = lay->cfg.moe_e, k = lay->cfg.moe_k;
     linear_fwd_f(s->rlog, b->h2, router_w(s, P, layer), n, C, E, 0);
     router_fwd_f(b->probs, b->idx, b->w, s->rlog, n, E, k);
+    if (!s->eval && s->replay)
+        replay_route(s, layer, a, b);
     /* Its share of the step's loss: the aux loss of the micro-batch's n tokens, weighted as n of
      * the global batch's tokens, as the language-model loss weights each token. */
     a->aux += moe_aux_f(b->auxg, b->probs, b->idx, n, E, k, s->o->moe_aux, (double)n * a->scale);

@@ -73,6 +73,9 @@
      * idx[n][k] = the k most probable experts, most probable first, ties to the lower id, and     \
      * w[n][k] = their probabilities renormalised to sum 1. */                                     \
     void router_fwd_##S(T *probs, int32_t *idx, T *w, const T *logits, int n, int e, int k);       \
+    /* w[n][k] = the probabilities of the experts idx[n][k] renormalised to sum 1 (router_fwd's    \
+     * weights, for a routing chosen elsewhere: a replayed one). */                                \
+    void router_weights_##S(T *w, const T *probs, const int32_t *idx, int n, int e, int k);        \
     /* Its backward: dlogits[n][e] (written) from dw[n][k], the gradient of w, plus dprob[e]       \
      * (may be NULL), a gradient of every token's probabilities (the auxiliary loss's). */         \
     void router_bwd_##S(T *dlogits, const T *dw, const T *probs, const int32_t *idx, const T *w,   \

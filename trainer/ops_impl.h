@@ -526,7 +526,6 @@ void OPS_FN(router_fwd)(T *probs, int32_t *idx, T *w, const T *logits, int n, in
             p[a] = (T)(exp((double)row[a] - mx) / sum);
         /* Selection by rank of the stored probabilities, ties to the lower id: the same choice
          * wherever the same probabilities are seen. */
-        double sel = 0;
         for (int j = 0; j < k; j++) {
             int best = -1;
             for (int a = 0; a < e; a++) {
@@ -537,8 +536,19 @@ void OPS_FN(router_fwd)(T *probs, int32_t *idx, T *w, const T *logits, int n, in
                     best = a;
             }
             id[j] = best;
-            sel += (double)p[best];
         }
+    }
+    OPS_FN(router_weights)(w, probs, idx, n, e, k);
+}
+
+void OPS_FN(router_weights)(T *w, const T *probs, const int32_t *idx, int n, int e, int k)
+{
+    for (int i = 0; i < n; i++) {
+        const T *p = probs + (size_t)i * e;
+        const int32_t *id = idx + (size_t)i * k;
+        double sel = 0;
+        for (int j = 0; j < k; j++)
+            sel += (double)p[id[j]];
         for (int j = 0; j < k; j++)
             w[(size_t)i * k + j] = (T)((double)p[id[j]] / sel);
     }

@@ -42,7 +42,8 @@ typedef struct {
     double moe_aux; /* --moe-aux: the load-balancing loss's coefficient */
     int moe_mode;   /* --moe-mode: loomMoeModeDedup or loomMoeModeNaive */
     int moe_place;  /* --moe-place coselect:N: re-place the experts every N steps (0: static) */
-    const char *moe_trace; /* --moe-trace PREFIX: the routing, as LMTR v1 trace files */
+    const char *moe_trace;  /* --moe-trace PREFIX: the routing, as LMTR v1 trace files */
+    const char *moe_replay; /* --moe-replay FILE: the routing forced from such a file */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -158,6 +159,7 @@ typedef struct {
 
 typedef struct {
     int n, nseq, tl; /* local tokens, sequences, local tokens per sequence */
+    int seq0;        /* its first sequence in the global batch */
     int nl;          /* blocks on this stage */
     uint8_t *tok, *tgt;
     int32_t *pos;
@@ -188,6 +190,7 @@ typedef struct {
     double moe_s;
     uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
     struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
+    struct loom_moe_trace *replay;       /* --moe-replay's routing, or NULL */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -237,6 +240,12 @@ int moe_replace(stage_t *s, engine_t *e);
 void trace_open(stage_t *s, const char *prefix);
 void trace_batch(stage_t *s, int layer, const mb_acts_t *a, const block_acts_t *b);
 void trace_close(stage_t *s);
+/* --moe-replay FILE: loads the trace (exits unless it routes the model's E and k), and overwrites
+ * a training forward's routing b->idx with the record of the same step, block and micro-batch of
+ * the global batch (in the order one process runs them; its token bytes must match), b->w with
+ * the renormalised probabilities of those experts. Exits where the file has no such record. */
+void replay_open(stage_t *s, const char *path);
+void replay_route(stage_t *s, int layer, const mb_acts_t *a, block_acts_t *b);
 
 /* ---- Schedules (schedule.c) ---------------------------------------------------------------- */
 

@@ -518,6 +518,32 @@ TEST(Moe, TraceRecordsTheRoutingAndMoePerfReplaysIt)
     EXPECT_NE(log.find("    4   2 "), std::string::npos) << log; // E and k from the trace
 }
 
+// --moe-replay forces a recorded routing: ep2 at the default learning rate replaying one
+// process's trace of a run at 10 times that rate routes as ep2 at that rate does (the same local
+// hits every step), not as it would by itself (other hits from step 2 on, once the faster run's
+// router has moved); and a trace of other micro-batches is refused with a message.
+TEST(Moe, ReplayForcesTheRecordedRouting)
+{
+    std::string prefix = TmpDir() + "/moe-replay-src";
+    TrainRun src = Train("moe-replay-src", 1, kMoe + "--micro 2 --lr 0.03 --moe-trace " + prefix);
+    ASSERT_TRUE(Complete(src, MoeFloats()));
+    std::string file = prefix + ".rank0.lmtr";
+    TrainRun replayed = Train("moe-replayed", 2, kMoe + "--ep 2 --moe-replay " + file);
+    TrainRun fast = Train("moe-replay-fast", 2, kMoe + "--ep 2 --lr 0.03");
+    TrainRun own = Train("moe-replay-own", 2, kMoe + "--ep 2");
+    ASSERT_TRUE(Complete(replayed, MoeFloats()));
+    ASSERT_TRUE(Complete(fast, MoeFloats()));
+    ASSERT_TRUE(Complete(own, MoeFloats()));
+    auto hr = StepField(replayed, "moe_local_hits"), hf = StepField(fast, "moe_local_hits"),
+         ho = StepField(own, "moe_local_hits");
+    EXPECT_EQ(hr, hf);
+    EXPECT_NE(hr, ho);
+    EXPECT_EQ(hr[0], ho[0]); // the first step's routing is the same in all three
+    TrainRun wrong = Train("moe-replay-wrong", 1, kMoe + "--micro 4 --moe-replay " + file);
+    EXPECT_EQ(wrong.rc, 1);
+    EXPECT_NE(wrong.log.find("has no routing of these 32 tokens"), std::string::npos) << wrong.log;
+}
+
 // ---- What each mode holds per rank --------------------------------------------------------------
 
 double Near(double x, double want, double slack)
@@ -812,7 +838,7 @@ TEST(Options, BadOptionsGetAClearErrorAndNoCrash)
              Case{1, "--schedule zigzag", "bad value 'zigzag' for --schedule"},
              Case{1, "--frobnicate", "unrecognized option"},
              Case{2, "--moe 4:2 --tp 2", "--moe with --tp or --cp is not supported"},
-             Case{2, "--ep 2", "--ep > 1 and --moe-trace need --moe"},
+             Case{2, "--ep 2", "--ep > 1, --moe-trace and --moe-replay need --moe"},
              Case{2, "--moe 4:2 --ep 2 --zero 1", "--ep > 1 with --pp or --zero is not supported"},
              Case{1, "--moe 4:5", "bad value '4:5' for --moe"},
              Case{2, "--moe 4:2 --ep 4", "--ep 4 must divide the data-parallel degree 2"},
