@@ -689,16 +689,18 @@ TEST(Collectives, EachModeCallsWhatItMust)
 
 TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
 {
-    for (const std::string grid : {"", "--zero 3 --dp 2", "--tp 2"}) {
+    for (const std::string grid : {"", "--zero 3 --dp 2", "--tp 2", "--moe 4:2 --ep 2"}) {
         int n = grid.empty() ? 1 : 2;
+        bool moe = grid.find("moe") != std::string::npos;
         std::string tag = grid.empty()                             ? "one"
                           : grid.find("zero") != std::string::npos ? "zero3"
+                          : moe                                    ? "ep2"
                                                                    : "tp2";
         std::string ck = TmpDir() + "/ckpt-" + tag;
         TrainRun whole = Train("ck-whole-" + tag, n, grid);
         TrainRun first = Train("ck-first-" + tag, n, grid + " --steps 3 --save " + ck);
         TrainRun rest = Train("ck-rest-" + tag, n, grid + " --resume " + ck);
-        ASSERT_TRUE(Complete(whole));
+        ASSERT_TRUE(Complete(whole, moe ? MoeFloats() : GlobalFloats()));
         ASSERT_EQ(first.rc, 0) << first.log;
         ASSERT_EQ(rest.rc, 0) << rest.log;
         ASSERT_EQ(rest.losses.size(), 2u) << rest.log;
