@@ -5,7 +5,8 @@
  * all-reduce after each row-parallel layer in the forward and one per column-parallel input in
  * the backward) and context parallelism (ring attention: each rank keeps its queries and passes
  * key/value blocks around the CP ring, merging them with an online softmax; in the backward the
- * key/value gradients travel with their blocks and arrive home after a full turn).
+ * key/value gradients travel with their blocks and arrive home after a full turn). A MoE block's
+ * MLP is moe.c's mixture of experts.
  */
 #include "train.h"
 
@@ -95,7 +96,8 @@ static void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const floa
     memcpy(dqkv + blk, dkv, 2 * blk * sizeof(float));
 }
 
-void block_forward(stage_t *s, int layer, const float *P, mb_acts_t *a, const float *x, float *xout)
+void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts_t *a,
+                   const float *x, float *xout)
 {
     const layout_t *lay = s->lay;
     int n = a->n, C = lay->cfg.d, cl = lay->cl, fl = lay->fl;
@@ -114,6 +116,12 @@ void block_forward(stage_t *s, int layer, const float *P, mb_acts_t *a, const fl
         b->x2[i] += x[i];
     layernorm_fwd_f(b->h2, b->mean2, b->rstd2, b->x2, W(s, P, layer, TK_LN2W),
                     W(s, P, layer, TK_LN2B), n, C);
+    if (PX) {
+        moe_forward(s, layer, P, PX, a, b, xout);
+        for (size_t i = 0; i < nc; i++)
+            xout[i] += b->x2[i];
+        return;
+    }
     linear_fwd_f(b->up, b->h2, W(s, P, layer, TK_WUP), n, C, fl, 0);
     gelu_fwd_f(b->gel, b->up, (size_t)n * (size_t)fl);
     linear_fwd_f(xout, b->gel, W(s, P, layer, TK_WDOWN), n, fl, C, 0);
@@ -122,18 +130,24 @@ void block_forward(stage_t *s, int layer, const float *P, mb_acts_t *a, const fl
         xout[i] += b->x2[i];
 }
 
-void block_backward(stage_t *s, int layer, const float *P, float *G, mb_acts_t *a, const float *x,
-                    float *dx)
+void block_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
+                    mb_acts_t *a, const float *x, float *dx)
 {
     const layout_t *lay = s->lay;
     int n = a->n, C = lay->cfg.d, cl = lay->cl, fl = lay->fl;
     block_acts_t *b = &a->b[layer - lay->l0];
     size_t nc = (size_t)n * (size_t)C, blk = (size_t)n * (size_t)cl;
     /* MLP: dx is the gradient of the block output and, through the residual, of x2. */
-    linear_bwd_f(s->dup, GW(s, G, layer, TK_WDOWN), dx, b->gel, W(s, P, layer, TK_WDOWN), n, fl, C);
-    gelu_bwd_f(s->dup, s->dup, b->up, (size_t)n * (size_t)fl);
-    linear_bwd_f(s->dh, GW(s, G, layer, TK_WUP), s->dup, b->h2, W(s, P, layer, TK_WUP), n, C, fl);
-    tc_tp_backward(s->c, s->dh, nc);
+    if (PX) {
+        moe_backward(s, layer, P, G, PX, GX, a, b, dx, s->dh);
+    } else {
+        linear_bwd_f(s->dup, GW(s, G, layer, TK_WDOWN), dx, b->gel, W(s, P, layer, TK_WDOWN), n, fl,
+                     C);
+        gelu_bwd_f(s->dup, s->dup, b->up, (size_t)n * (size_t)fl);
+        linear_bwd_f(s->dh, GW(s, G, layer, TK_WUP), s->dup, b->h2, W(s, P, layer, TK_WUP), n, C,
+                     fl);
+        tc_tp_backward(s->c, s->dh, nc);
+    }
     layernorm_bwd_f(dx, GW(s, G, layer, TK_LN2W), GW(s, G, layer, TK_LN2B), s->dh, b->x2, b->mean2,
                     b->rstd2, W(s, P, layer, TK_LN2W), n, C);
     /* Attention: dx is now the gradient of x2 and, through the residual, of x. */

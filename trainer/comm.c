@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * comm.c - loom-train's grid of communicators (TP, CP, data = DP x CP, the pipeline's
- * neighbours, the tied-embedding pair) and the one place every collective goes through, so that
- * each call is counted (calls and bytes per purpose and kind) and its wait is timed.
+ * neighbours, the tied-embedding pair, and for MoE the EP group and the experts' replicas) and the
+ * one place every collective goes through, so that each call is counted (calls and bytes per
+ * purpose and kind) and its wait is timed.
  */
 #include "train.h"
 
@@ -59,6 +60,13 @@ int tc_init(tcomm_t *c, const opts_t *o)
         loomCommDestroy(c->world);
         return -1;
     }
+    g->ep = o->ep > 0 ? o->ep : 1;
+    if (g->dp % g->ep) {
+        fprintf(stderr, "loom-train: rank %d: --ep %d must divide the data-parallel degree %d\n",
+                c->rank, g->ep, g->dp);
+        loomCommDestroy(c->world);
+        return -1;
+    }
     int r = c->rank;
     g->tp_i = r % g->tp;
     r /= g->tp;
@@ -76,6 +84,18 @@ int tc_init(tcomm_t *c, const opts_t *o)
              c, "split cp");
     tc_check(loomCommSplit(c->world, g->tp_i + g->tp * g->pp_i, c->data_rank, &c->data, NULL), c,
              "split data");
+    /* EP inside the data group (Megatron's expert parallelism; main.c allows ep > 1 only when
+     * the data group is the world): EP groups of consecutive ranks, and the replicas of the same
+     * experts, one rank of each EP group. */
+    g->ep_i = g->dp_i % g->ep;
+    c->edp = c->data;
+    c->edp_rank = c->data_rank;
+    if (o->model.moe_e > 0)
+        tc_check(loomCommSplit(c->world, c->rank / g->ep, g->ep_i, &c->ep, NULL), c, "split ep");
+    if (g->ep > 1) {
+        tc_check(loomCommSplit(c->world, g->ep_i, c->rank / g->ep, &c->edp, NULL), c, "split edp");
+        c->edp_rank = c->rank / g->ep;
+    }
     int edge = g->pp > 1 && (g->pp_i == 0 || g->pp_i == g->pp - 1);
     tc_check(
         loomCommSplit(c->world,
@@ -96,6 +116,9 @@ void tc_free(tcomm_t *c)
     if (c->echo)
         loomEchoDestroy(c->echo);
     loomStreamDestroy(c->stream);
+    if (c->edp != c->data)
+        loomCommDestroy(c->edp);
+    loomCommDestroy(c->ep);
     loomCommDestroy(c->tie);
     loomCommDestroy(c->data);
     loomCommDestroy(c->cp);

@@ -81,6 +81,7 @@ void corpus_fill(const corpus_t *cp, const opts_t *o, const stage_t *s, mb_acts_
                  int seq0, int val)
 {
     int me = s->lay->g.cp_i;
+    a->seq0 = seq0;
     for (int b = 0; b < a->nseq; b++) {
         size_t start = corpus_start(cp, o, step, (uint64_t)(seq0 + b), val);
         for (int j = 0; j < a->tl; j++) {

@@ -155,7 +155,8 @@ static void reduce_unit(engine_t *e, const unit_t *u, loomStream_t s)
 {
     tcomm_t *c = e->c;
     if (e->zero == 0)
-        tc_allreduce(c, P_DATA, c->data, e->grads + u->off, u->padded, s);
+        tc_allreduce(c, P_DATA, u->kind == UNIT_EXPERTS ? c->edp : c->data, e->grads + u->off,
+                     u->padded, s);
     else if (e->shards > 1)
         tc_reduce_scatter(c, P_DATA, c->data, e->grads + u->off, e->gshard + shard_base(e, u),
                           shard_len(e, u), s);
@@ -226,13 +227,24 @@ static void adamw_piece(const ltensor_t *t, size_t lo, size_t hi, void *arg)
             a->lr, o->beta1, o->beta2, o->eps, t->decay ? o->wd : 0.0, a->e->step, a->gscale);
 }
 
+/* Without sharding, the one replica of unit u that counts it (norms, dumps): data rank 0, or for
+ * experts the first of their replicas. */
+static int counts_unit(const engine_t *e, const unit_t *u)
+{
+    return (u->kind == UNIT_EXPERTS ? e->c->edp_rank : e->c->data_rank) == 0;
+}
+
 /* Runs fn over the ranges this rank updates: everything (plain DP) or its shard of each unit. */
 static void for_owned(engine_t *e, pass_t *a, void (*fn)(const ltensor_t *, size_t, size_t, void *))
 {
     if (e->zero == 0) {
         a->p = e->params, a->g = e->grads, a->m = e->m, a->v = e->v;
         a->pd = a->gd = a->od = 0;
-        layout_for_range(&e->lay, 0, e->lay.total, fn, a);
+        for (int i = 0; i < e->lay.nu; i++) {
+            const unit_t *u = &e->lay.u[i];
+            a->count_all = counts_unit(e, u);
+            layout_for_range(&e->lay, u->off, u->off + u->padded, fn, a);
+        }
         return;
     }
     for (int i = 0; i < e->lay.nu; i++) {
@@ -268,7 +280,7 @@ void eng_step(engine_t *e, double lr)
         if (eng_dump(e, e->o->dump_grads, 1))
             exit(1);
     }
-    pass_t a = {.e = e, .count_all = e->zero > 0 || c->data_rank == 0};
+    pass_t a = {.e = e, .count_all = 1};
     for_owned(e, &a, sumsq_piece);
     tc_allreduce_d(c, P_MISC, c->world, &a.sumsq, 1);
     double norm = sqrt(a.sumsq);
@@ -319,8 +331,11 @@ int eng_dump(engine_t *e, const char *path, int grads)
     dump_t d = {.out = out};
     d.p = !grads ? e->params : e->zero == 1 ? e->gshard : e->grads;
     if (!sharded) {
-        d.all = c->data_rank == 0;
-        layout_for_range(&e->lay, 0, e->lay.total, dump_piece, &d);
+        for (int i = 0; i < e->lay.nu; i++) {
+            const unit_t *u = &e->lay.u[i];
+            d.all = counts_unit(e, u);
+            layout_for_range(&e->lay, u->off, u->off + u->padded, dump_piece, &d);
+        }
     } else {
         d.all = 1;
         for (int i = 0; i < e->lay.nu; i++) {
@@ -350,7 +365,7 @@ int eng_dump(engine_t *e, const char *path, int grads)
 typedef struct {
     uint64_t magic;
     int32_t size, dp, tp, pp, cp, zero, rank;
-    int32_t vocab, ctx, d, heads, layers;
+    int32_t vocab, ctx, d, heads, layers, moe_e, moe_k, moe_every, ep;
     uint64_t seed, pn, on, step; /* the data position is the step: batches depend on it alone */
 } ckpt_hdr_t;
 
@@ -363,6 +378,7 @@ static void fill_hdr(const engine_t *e, ckpt_hdr_t *h)
     h->size = e->c->size, h->dp = g->dp, h->tp = g->tp, h->pp = g->pp, h->cp = g->cp;
     h->zero = e->zero, h->rank = e->c->rank;
     h->vocab = m->vocab, h->ctx = m->ctx, h->d = m->d, h->heads = m->heads, h->layers = m->layers;
+    h->moe_e = m->moe_e, h->moe_k = m->moe_k, h->moe_every = m->moe_every, h->ep = g->ep;
     h->seed = m->seed, h->pn = e->pn, h->on = e->on;
 }
 

@@ -9,10 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Global shape of tensor kind k. */
-static void global_shape(const model_cfg_t *c, int k, int *rows, int *cols)
+int layout_is_moe(const model_cfg_t *c, int l)
 {
-    int C = c->d;
+    return c->moe_e > 0 && l >= 0 && l % c->moe_every == c->moe_every - 1;
+}
+
+/* Global shape of tensor kind k (of layer l: a MoE block stacks its experts' matrices). */
+static void global_shape(const model_cfg_t *c, int k, int l, int *rows, int *cols)
+{
+    int C = c->d, ne = layout_is_moe(c, l) ? c->moe_e : 1;
     switch (k) {
     case TK_WTE:
         *rows = c->vocab, *cols = C;
@@ -27,10 +32,13 @@ static void global_shape(const model_cfg_t *c, int k, int *rows, int *cols)
         *rows = C, *cols = C;
         return;
     case TK_WUP:
-        *rows = C, *cols = 4 * C;
+        *rows = ne * C, *cols = 4 * C;
         return;
     case TK_WDOWN:
-        *rows = 4 * C, *cols = C;
+        *rows = ne * 4 * C, *cols = C;
+        return;
+    case TK_WR:
+        *rows = C, *cols = c->moe_e;
         return;
     default:
         *rows = 1, *cols = C;
@@ -38,37 +46,52 @@ static void global_shape(const model_cfg_t *c, int k, int *rows, int *cols)
     }
 }
 
-static size_t tensor_size(const model_cfg_t *c, int k)
+static size_t tensor_size(const model_cfg_t *c, int k, int l)
 {
     int r, co;
-    global_shape(c, k, &r, &co);
+    global_shape(c, k, l, &r, &co);
     return (size_t)r * (size_t)co;
 }
 
-static size_t block_size(const model_cfg_t *c)
+/* The tensor kinds of block l in global order; returns their count. */
+static int block_kinds(const model_cfg_t *c, int l, int kinds[BLOCK_TENSORS + 1])
 {
-    size_t n = 0;
+    int n = 0;
     for (int k = TK_LN1W; k <= TK_WDOWN; k++)
-        n += tensor_size(c, k);
+        kinds[n++] = k;
+    if (layout_is_moe(c, l))
+        kinds[n++] = TK_WR;
+    return n;
+}
+
+static size_t block_size(const model_cfg_t *c, int l)
+{
+    int kinds[BLOCK_TENSORS + 1], nk = block_kinds(c, l, kinds);
+    size_t n = 0;
+    for (int i = 0; i < nk; i++)
+        n += tensor_size(c, kinds[i], l);
     return n;
 }
 
 /* Offset of tensor k (of layer l for block tensors) in the global vector. */
 static size_t global_offset(const model_cfg_t *c, int k, int l)
 {
-    size_t emb = tensor_size(c, TK_WTE) + tensor_size(c, TK_WPE);
+    size_t emb = tensor_size(c, TK_WTE, -1) + tensor_size(c, TK_WPE, -1);
     if (k == TK_WTE)
         return 0;
     if (k == TK_WPE)
-        return tensor_size(c, TK_WTE);
-    size_t blocks = emb + (size_t)c->layers * block_size(c);
+        return tensor_size(c, TK_WTE, -1);
+    size_t off = emb;
+    int last = k == TK_LNFW || k == TK_LNFB ? c->layers : l;
+    for (int j = 0; j < last; j++)
+        off += block_size(c, j);
     if (k == TK_LNFW)
-        return blocks;
+        return off;
     if (k == TK_LNFB)
-        return blocks + tensor_size(c, TK_LNFW);
-    size_t off = emb + (size_t)l * block_size(c);
-    for (int j = TK_LN1W; j < k; j++)
-        off += tensor_size(c, j);
+        return off + tensor_size(c, TK_LNFW, -1);
+    int kinds[BLOCK_TENSORS + 1], nk = block_kinds(c, l, kinds);
+    for (int i = 0; i < nk && kinds[i] != k; i++)
+        off += tensor_size(c, kinds[i], l);
     return off;
 }
 
@@ -120,7 +143,9 @@ int layout_check(const model_cfg_t *c, const grid_pos_t *g, char *err, size_t er
 
 static int tensor_count(const layout_t *lay)
 {
-    int n = (lay->l1 - lay->l0) * BLOCK_TENSORS;
+    int n = 0;
+    for (int l = lay->l0; l < lay->l1; l++)
+        n += layout_is_moe(&lay->cfg, l) ? MOE_SHARED + 2 * lay->nle : BLOCK_TENSORS;
     if (lay->first)
         n += 2;
     if (lay->last)
@@ -135,7 +160,8 @@ static void add_tensor(layout_t *lay, int kind, int layer, size_t *off)
     int tp = lay->g.tp, r = lay->g.tp_i;
     t->kind = kind;
     t->layer = layer;
-    global_shape(c, kind, &t->grow, &t->gcols);
+    t->expert = -1;
+    global_shape(c, kind, layer, &t->grow, &t->gcols);
     t->rows = t->grow, t->cols = t->gcols, t->r0 = 0, t->c0 = 0;
     enum split s = split_of(kind);
     if (s == SPLIT_COLS) {
@@ -154,6 +180,20 @@ static void add_tensor(layout_t *lay, int kind, int layer, size_t *off)
     t->counted = !head_copy && (s != SPLIT_NONE || r == 0);
 }
 
+/* Expert e's wup or wdown of a MoE block: its rows of the stacked tensor (no TP with MoE). */
+static void add_expert_tensor(layout_t *lay, int kind, int layer, int e, size_t *off)
+{
+    add_tensor(lay, kind, layer, off);
+    ltensor_t *t = &lay->t[lay->nt - 1];
+    *off -= (size_t)t->rows * (size_t)t->cols;
+    t->rows = t->grow / lay->cfg.moe_e;
+    t->cols = t->gcols;
+    t->c0 = 0;
+    t->r0 = e * t->rows;
+    t->expert = e;
+    *off += (size_t)t->rows * (size_t)t->cols;
+}
+
 static void add_unit(layout_t *lay, int kind, int layer, int t0, size_t *off)
 {
     unit_t *u = &lay->u[lay->nu++];
@@ -165,6 +205,15 @@ static void add_unit(layout_t *lay, int kind, int layer, int t0, size_t *off)
     size_t s = (size_t)lay->shards;
     u->padded = (u->len + s - 1) / s * s;
     *off = u->off + u->padded;
+}
+
+/* The experts of MoE block l on this rank, ascending: e_out[nle]. */
+static void local_experts(const layout_t *lay, int l, int *e_out)
+{
+    int n = 0, E = lay->cfg.moe_e;
+    for (int e = 0; e < E && n < lay->nle; e++)
+        if (lay->erank[(size_t)l * (size_t)E + (size_t)e] == lay->g.ep_i)
+            e_out[n++] = e;
 }
 
 int layout_build(layout_t *lay, const model_cfg_t *cfg, const grid_pos_t *g, int shards)
@@ -181,12 +230,27 @@ int layout_build(layout_t *lay, const model_cfg_t *cfg, const grid_pos_t *g, int
     lay->fl = 4 * cfg->d / g->tp;
     lay->nt = 0;
     lay->nu = 0;
-    lay->t = calloc((size_t)tensor_count(lay), sizeof(ltensor_t));
-    lay->u = calloc((size_t)(lay->l1 - lay->l0 + 2), sizeof(unit_t));
+    int E = cfg->moe_e, ep = g->ep > 0 ? g->ep : 1, nl = lay->l1 - lay->l0;
+    /* Contiguous placement, as loomMoePlacementCompute shares them: rank r holds floor(E/ep)
+     * experts, plus one for r < E mod ep. */
+    lay->nle = E > 0 ? E / ep + (g->ep_i < E % ep) : 0;
+    lay->erank = calloc((size_t)cfg->layers * (size_t)(E > 0 ? E : 1), sizeof(int32_t));
+    lay->ub = calloc((size_t)nl, sizeof(int));
+    lay->ue = calloc((size_t)nl, sizeof(int));
+    int *le = calloc((size_t)(lay->nle > 0 ? lay->nle : 1), sizeof(int));
+    if (lay->erank && lay->ub && lay->ue && le) {
+        lay->t = calloc((size_t)tensor_count(lay), sizeof(ltensor_t));
+        lay->u = calloc((size_t)(2 * nl + 2), sizeof(unit_t));
+    }
     if (!lay->t || !lay->u) {
+        free(le);
         layout_free(lay);
         return -1;
     }
+    for (int l = 0; l < cfg->layers && E > 0; l++)
+        for (int r = 0, e = 0; r < ep; r++)
+            for (int i = 0; i < E / ep + (r < E % ep); i++)
+                lay->erank[(size_t)l * (size_t)E + (size_t)e++] = r;
     size_t off = 0;
     if (lay->first) {
         int t0 = lay->nt;
@@ -196,12 +260,28 @@ int layout_build(layout_t *lay, const model_cfg_t *cfg, const grid_pos_t *g, int
         add_unit(lay, UNIT_EMB, -1, t0, &off);
     }
     for (int l = lay->l0; l < lay->l1; l++) {
-        int t0 = lay->nt;
+        int t0 = lay->nt, moe = layout_is_moe(cfg, l);
+        lay->ub[l - lay->l0] = lay->nu;
+        lay->ue[l - lay->l0] = -1;
         lay->u[lay->nu].off = off;
-        for (int k = TK_LN1W; k <= TK_WDOWN; k++)
+        for (int k = TK_LN1W; k <= (moe ? TK_LN2B : TK_WDOWN); k++)
             add_tensor(lay, k, l, &off);
+        if (moe)
+            add_tensor(lay, TK_WR, l, &off);
         add_unit(lay, UNIT_BLOCK, l, t0, &off);
+        if (!moe)
+            continue;
+        t0 = lay->nt;
+        lay->ue[l - lay->l0] = lay->nu;
+        lay->u[lay->nu].off = off;
+        local_experts(lay, l, le);
+        for (int j = 0; j < lay->nle; j++) {
+            add_expert_tensor(lay, TK_WUP, l, le[j], &off);
+            add_expert_tensor(lay, TK_WDOWN, l, le[j], &off);
+        }
+        add_unit(lay, UNIT_EXPERTS, l, t0, &off);
     }
+    free(le);
     if (lay->last) {
         int t0 = lay->nt;
         lay->u[lay->nu].off = off;
@@ -212,30 +292,63 @@ int layout_build(layout_t *lay, const model_cfg_t *cfg, const grid_pos_t *g, int
         add_unit(lay, UNIT_FINAL, -1, t0, &off);
     }
     lay->total = off;
-    lay->global_len = global_offset(cfg, TK_LNFB, 0) + tensor_size(cfg, TK_LNFB);
+    lay->global_len = global_offset(cfg, TK_LNFB, 0) + tensor_size(cfg, TK_LNFB, -1);
     return 0;
+}
+
+void layout_place(layout_t *lay, int layer, const int32_t *expert_rank)
+{
+    int E = lay->cfg.moe_e, j = 0;
+    const unit_t *u = layout_expert_unit(lay, layer);
+    for (int e = 0; e < E; e++) {
+        lay->erank[(size_t)layer * (size_t)E + (size_t)e] = expert_rank[e];
+        for (int i = 0; u && expert_rank[e] == lay->g.ep_i && i < 2 && 2 * j + i < u->nt; i++) {
+            ltensor_t *t = &lay->t[u->t0 + 2 * j + i];
+            t->expert = e;
+            t->r0 = e * t->rows;
+        }
+        j += expert_rank[e] == lay->g.ep_i;
+    }
 }
 
 void layout_free(layout_t *lay)
 {
     free(lay->t);
     free(lay->u);
+    free(lay->erank);
+    free(lay->ub);
+    free(lay->ue);
     lay->t = NULL;
     lay->u = NULL;
+    lay->erank = NULL;
+    lay->ub = lay->ue = NULL;
     lay->nt = lay->nu = 0;
 }
 
 const ltensor_t *layout_block_tensor(const layout_t *lay, int layer, int kind)
 {
     const unit_t *u = layout_block_unit(lay, layer);
-    return u ? &lay->t[u->t0 + (kind - TK_LN1W)] : NULL;
+    return u ? &lay->t[u->t0 + (kind == TK_WR ? MOE_SHARED - 1 : kind - TK_LN1W)] : NULL;
+}
+
+const ltensor_t *layout_expert_tensor(const layout_t *lay, int layer, int j, int kind)
+{
+    const unit_t *u = layout_expert_unit(lay, layer);
+    return u ? &lay->t[u->t0 + 2 * j + (kind == TK_WDOWN)] : NULL;
 }
 
 const unit_t *layout_block_unit(const layout_t *lay, int layer)
 {
     if (layer < lay->l0 || layer >= lay->l1)
         return NULL;
-    return &lay->u[(lay->first ? 1 : 0) + (layer - lay->l0)];
+    return &lay->u[lay->ub[layer - lay->l0]];
+}
+
+const unit_t *layout_expert_unit(const layout_t *lay, int layer)
+{
+    if (layer < lay->l0 || layer >= lay->l1 || lay->ue[layer - lay->l0] < 0)
+        return NULL;
+    return &lay->u[lay->ue[layer - lay->l0]];
 }
 
 const unit_t *layout_unit_of(const layout_t *lay, int kind)
@@ -258,22 +371,27 @@ static uint64_t mix64(uint64_t x)
 /* Which tensor kind global element i falls in. */
 static int kind_at(const model_cfg_t *c, size_t i)
 {
-    size_t emb0 = tensor_size(c, TK_WTE), emb = emb0 + tensor_size(c, TK_WPE);
+    size_t emb0 = tensor_size(c, TK_WTE, -1), emb = emb0 + tensor_size(c, TK_WPE, -1);
     if (i < emb0)
         return TK_WTE;
     if (i < emb)
         return TK_WPE;
-    size_t j = i - emb, bs = block_size(c);
-    if (j >= (size_t)c->layers * bs)
-        return j - (size_t)c->layers * bs < (size_t)c->d ? TK_LNFW : TK_LNFB;
-    j %= bs;
-    for (int k = TK_LN1W; k <= TK_WDOWN; k++) {
-        size_t n = tensor_size(c, k);
-        if (j < n)
-            return k;
-        j -= n;
+    size_t j = i - emb;
+    for (int l = 0; l < c->layers; l++) {
+        size_t bs = block_size(c, l);
+        if (j >= bs) {
+            j -= bs;
+            continue;
+        }
+        int kinds[BLOCK_TENSORS + 1], nk = block_kinds(c, l, kinds);
+        for (int k = 0; k < nk; k++) {
+            size_t n = tensor_size(c, kinds[k], l);
+            if (j < n)
+                return kinds[k];
+            j -= n;
+        }
     }
-    return TK_LNFB;
+    return j < (size_t)c->d ? TK_LNFW : TK_LNFB;
 }
 
 float model_init_value(const model_cfg_t *c, size_t gi)

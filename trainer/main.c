@@ -32,12 +32,32 @@ static void usage(FILE *f)
             "output:   --log-json FILE --save PREFIX --resume PREFIX --dump-params FILE --quiet\n"
             "checks:   --dump-grads FILE, --dump-batch FILE: the reduced gradients and the global "
             "batch\n"
-            "          (tokens, then targets) of the run's first step\n",
+            "          (tokens, then targets) of the run's first step\n"
+            "moe:      --moe E:k (a mixture of E experts, k per token, in place of the MLP)\n"
+            "          --moe-every N (every N-th block; 1) --moe-aux COEF (load balancing; 0.01)\n"
+            "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
+            "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
+            "steps; 10)\n"
+            "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
+            "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
             DEFAULT_CORPUS);
 }
 
 /* The options: each names its field and how to read it. */
-enum optkind { OK_INT, OK_U64, OK_DBL, OK_STR, OK_OFF, OK_ON, OK_SCHED, OK_TPRED, OK_HELP };
+enum optkind {
+    OK_INT,
+    OK_U64,
+    OK_DBL,
+    OK_STR,
+    OK_OFF,
+    OK_ON,
+    OK_SCHED,
+    OK_TPRED,
+    OK_MOEMODE,
+    OK_MOE,
+    OK_PLACE,
+    OK_HELP
+};
 typedef struct {
     const char *name;
     enum optkind kind;
@@ -82,6 +102,14 @@ static const optdef_t optdefs[] = {
     OPT("quiet", OK_ON, quiet),
     OPT("schedule", OK_SCHED, schedule),
     OPT("tp-allreduce", OK_TPRED, tp_reduce),
+    OPT("moe", OK_MOE, model.moe_e),
+    OPT("moe-every", OK_INT, model.moe_every),
+    OPT("moe-aux", OK_DBL, moe_aux),
+    OPT("moe-mode", OK_MOEMODE, moe_mode),
+    OPT("ep", OK_INT, ep),
+    OPT("moe-place", OK_PLACE, moe_place),
+    OPT("moe-trace", OK_STR, moe_trace),
+    OPT("moe-replay", OK_STR, moe_replay),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -120,13 +148,39 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
         *(int *)field = 1;
         return 0;
     case OK_SCHED:
-    case OK_TPRED: {
-        const char *a = d->kind == OK_SCHED ? "1f1b" : "fp32",
-                   *b = d->kind == OK_SCHED ? "gpipe" : "echo";
+    case OK_TPRED:
+    case OK_MOEMODE: {
+        static const char *names[][2] = {[OK_SCHED] = {"1f1b", "gpipe"},
+                                         [OK_TPRED] = {"fp32", "echo"},
+                                         [OK_MOEMODE] = {"dedup", "naive"}};
+        const char *a = names[d->kind][0], *b = names[d->kind][1];
         if (strcmp(arg, a) && strcmp(arg, b))
             return -1;
-        *(int *)field =
-            strcmp(arg, a) ? 1 : 0; /* SCHED_1F1B/TP_FP32 = 0, SCHED_GPIPE/TP_ECHO = 1 */
+        /* SCHED_1F1B, TP_FP32, loomMoeModeDedup = 0; SCHED_GPIPE, TP_ECHO, loomMoeModeNaive = 1 */
+        *(int *)field = strcmp(arg, a) ? 1 : 0;
+        return 0;
+    }
+    case OK_MOE: {
+        /* E:k, stored in model.moe_e and model.moe_k */
+        long e = strtol(arg, &end, 10), k = *end == ':' ? strtol(end + 1, &end, 10) : 0;
+        if (!*arg || *end || e < 1 || e > 32767 || k < 1 || k > e || k > 64)
+            return -1;
+        ((model_cfg_t *)(field - offsetof(model_cfg_t, moe_e)))->moe_e = (int)e;
+        ((model_cfg_t *)(field - offsetof(model_cfg_t, moe_e)))->moe_k = (int)k;
+        return 0;
+    }
+    case OK_PLACE: {
+        /* static, coselect (every 10 steps) or coselect:N */
+        long every = 10;
+        if (!strcmp(arg, "static"))
+            every = 0;
+        else if (!strncmp(arg, "coselect:", 9))
+            every = strtol(arg + 9, &end, 10);
+        else if (strcmp(arg, "coselect"))
+            return -1;
+        if (every < 0 || every > (1 << 30) || (end && *end) || (end && end == arg + 9))
+            return -1;
+        *(int *)field = (int)every;
         return 0;
     }
     case OK_HELP:
@@ -156,7 +210,11 @@ static int parse(int argc, char **argv, opts_t *o)
                   .warmup = 10,
                   .data = DEFAULT_CORPUS,
                   .val_frac = 0.1,
-                  .val_batches = 4};
+                  .val_batches = 4,
+                  .ep = 1,
+                  .moe_aux = 0.01,
+                  .moe_mode = loomMoeModeDedup};
+    o->model.moe_every = 1;
     struct option lo[NOPTS + 1];
     for (size_t i = 0; i < NOPTS; i++) {
         enum optkind k = optdefs[i].kind;
@@ -183,6 +241,34 @@ static int parse(int argc, char **argv, opts_t *o)
         o->beta1 >= 1 || o->beta2 >= 1) {
         fprintf(stderr, "loom-train: degrees, --micro and --batch must be >= 1, --zero 0..3, "
                         "betas < 1\n");
+        return -1;
+    }
+    if (o->ep < 1 || o->model.moe_every < 1 ||
+        ((o->ep > 1 || o->moe_trace || o->moe_replay) && !o->model.moe_e)) {
+        fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1, --moe-trace and "
+                        "--moe-replay need --moe\n");
+        return -1;
+    }
+    if (o->model.moe_e > 0 && (o->tp > 1 || o->cp > 1)) {
+        fprintf(stderr, "loom-train: --moe with --tp or --cp is not supported (experts are not "
+                        "split by tensor parallelism, and the load-balancing loss is taken over "
+                        "the whole sequences of a micro-batch)\n");
+        return -1;
+    }
+    if (o->ep > 1 && (o->pp > 1 || o->zero > 0)) {
+        fprintf(stderr, "loom-train: --ep > 1 with --pp or --zero is not supported (expert "
+                        "parallelism spans the data group of the whole model, and the experts' "
+                        "gradients are reduced over their replicas only)\n");
+        return -1;
+    }
+    if (o->ep > o->model.moe_e && o->model.moe_e > 0) {
+        fprintf(stderr, "loom-train: --ep %d is larger than the %d experts\n", o->ep,
+                o->model.moe_e);
+        return -1;
+    }
+    if (o->moe_place && (o->model.moe_e == 0 || o->pp > 1 || o->save || o->resume)) {
+        fprintf(stderr, "loom-train: --moe-place coselect needs --moe, and is not supported with "
+                        "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
     if (o->zero > 0 && o->pp > 1) {
@@ -356,6 +442,11 @@ static int open_outputs(run_t *r)
                r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->sched,
                o->tp_reduce == TP_ECHO ? "echo" : "fp32", o->model.layers, o->model.d,
                o->model.heads, o->model.ctx, r->e.lay.global_len, o->batch, o->model.ctx, r->nmb);
+    if (r->c.rank == 0 && !o->quiet && o->model.moe_e > 0)
+        printf("loom-train: mixture of %d experts, top %d, every %d-th block, ep %d, %s dispatch, "
+               "aux coefficient %g\n",
+               o->model.moe_e, o->model.moe_k, o->model.moe_every, r->g.ep,
+               o->moe_mode == loomMoeModeNaive ? "naive" : "dedup", o->moe_aux);
     return 0;
 }
 
@@ -365,6 +456,10 @@ typedef struct {
     double lr, dt, dc, dw; /* learning rate; seconds of the step, of communication, of pipeline
                               waits */
     int validated;         /* r->val is this step's validation loss */
+    /* MoE: the auxiliary loss and the counters of moe_take_stats, summed over the ranks (the
+     * seconds: rank 0's) */
+    double aux, moe[MOE_STATS];
+    int moved; /* experts --moe-place moved after this step */
 } step_stats_t;
 
 /* Rank 0's line and JSON line of one step. */
@@ -393,9 +488,32 @@ static void report_step(const run_t *r, const step_stats_t *st)
                 st->dt * 1e3, tps, st->dc / st->dt, st->dw / st->dt);
         if (st->validated)
             fprintf(r->log, ",\"val_loss\":%s", jnum(b1, r->val));
+        if (o->model.moe_e > 0)
+            fprintf(r->log,
+                    ",\"aux_loss\":%s,\"moe_rows_saved\":%.0f,\"moe_rows_sent\":%.0f,"
+                    "\"moe_local_hits\":%.0f,\"moe_selections\":%.0f,\"moe_a2a_ms\":%.4f,\"moe_"
+                    "moved\":%d",
+                    jnum(b1, st->aux), st->moe[MOE_ROWS_SAVED], st->moe[MOE_ROWS_SENT],
+                    st->moe[MOE_PAIRS_LOCAL], st->moe[MOE_PAIRS], st->moe[MOE_SECONDS] * 1e3,
+                    st->moved);
         fprintf(r->log, "}\n");
         fflush(r->log);
     }
+}
+
+/* The step's MoE figures, summed over the ranks; the time is rank 0's own. */
+static void moe_step_report(run_t *r, step_stats_t *st)
+{
+    double v[MOE_STATS + 1];
+    moe_take_stats(&r->s, v);
+    double secs = v[MOE_SECONDS];
+    v[MOE_STATS] = 0;
+    for (int i = 0; i < r->nmb; i++)
+        v[MOE_STATS] += r->mbs[i].aux;
+    tc_allreduce_d(&r->c, P_MISC, r->c.world, v, MOE_STATS + 1);
+    memcpy(st->moe, v, sizeof(st->moe));
+    st->moe[MOE_SECONDS] = secs;
+    st->aux = v[MOE_STATS];
 }
 
 /* One optimizer step on the global batch `step`, then --val-every's validation. */
@@ -405,12 +523,19 @@ static void train_step(run_t *r, int64_t step)
     step_stats_t st = {.step = step};
     double t0 = tc_now(), c0 = r->c.comm_s, w0 = r->c.pp_wait_s;
     eng_zero_grads(&r->e);
+    if (o->model.moe_e > 0)
+        moe_take_stats(&r->s, st.moe); /* drops what validation counted */
     for (int i = 0; i < r->nmb; i++)
         corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step, r->g.dp_i * r->bl + i * r->bm,
                     0);
     r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
     st.lr = lr_at(o, step);
     eng_step(&r->e, st.lr);
+    if (o->model.moe_e > 0)
+        moe_step_report(r, &st);
+    /* after the step's counters: a new placement makes new plans */
+    if (o->moe_place && (step + 1) % o->moe_place == 0)
+        st.moved = moe_replace(&r->s, &r->e);
     st.dt = tc_now() - t0, st.dc = r->c.comm_s - c0, st.dw = r->c.pp_wait_s - w0;
     if (step > r->first_step) {
         r->t_total += st.dt, r->comm_total += st.dc, r->wait_total += st.dw;
@@ -444,11 +569,13 @@ static void summary_json(const run_t *r, const double *mem, double tps)
             "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
             "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
             "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
-            "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"mem\":[",
+            "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"moe\":%d,\"top_k\":%d,\"ep\":%d,"
+            "\"mem\":[",
             r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->nmb, r->sched,
             o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step), jnum(b1, r->loss),
             jnum(b2, r->val), tps, r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
-            r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len);
+            r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len, o->model.moe_e,
+            o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[6 * k],
                 mem[6 * k + 1], mem[6 * k + 2], mem[6 * k + 3], mem[6 * k + 4], mem[6 * k + 5]);

@@ -9,12 +9,15 @@
  * The global parameter vector (what one process holds, what --dump-params writes) is the
  * concatenation, in this order, of wte[V][C], wpe[T][C], then per layer ln1.w[C], ln1.b[C],
  * wq[C][C], wk[C][C], wv[C][C], wo[C][C], ln2.w[C], ln2.b[C], wup[C][4C], wdown[4C][C], then
- * lnf.w[C], lnf.b[C]. Element i of it is initialised from (seed, i) alone, so every shard of any
+ * lnf.w[C], lnf.b[C]. A mixture-of-experts block (--moe E:k) holds E experts' wup and wdown
+ * stacked (wup[E*C][4C], wdown[E*4C][C], expert e's rows first at e*C and e*4C) and then the router
+ * wr[C][E]. Element i of it is initialised from (seed, i) alone, so every shard of any
  * layout holds the values one process would.
  *
  * A rank holds units: the embedding unit (wte, wpe) on the first pipeline stage, one unit per
  * block of its stage, and the final unit (lnf, plus a copy of wte for the tied head when there
- * are several stages) on the last stage. Units are the buckets of gradient reduction and the
+ * are several stages) on the last stage; a MoE block's experts (those of the rank's EP position)
+ * are a unit of their own after its block's. Units are the buckets of gradient reduction and the
  * granularity of ZeRO sharding. Inside a unit, tensors are packed in the order above; each
  * unit's length is padded to a multiple of the data-parallel degree so that its shards are equal
  * ranges. Tensor parallelism splits wq, wk, wv and wup by columns (whole heads, whole slices of
@@ -33,12 +36,15 @@ typedef struct {
     int heads;  /* attention heads */
     int layers; /* blocks */
     uint64_t seed;
+    int moe_e, moe_k; /* --moe E:k: experts and experts per token (moe_e 0: no MoE) */
+    int moe_every;    /* block l is a mixture of experts iff l % moe_every == moe_every - 1 */
 } model_cfg_t;
 
 /* One rank's position in the grid of parallel degrees. */
 typedef struct {
     int dp, tp, pp, cp;         /* degrees */
     int dp_i, tp_i, pp_i, cp_i; /* this rank's coordinates */
+    int ep, ep_i;               /* expert parallelism inside the data group: ep_i = dp_i % ep */
 } grid_pos_t;
 
 enum tensor_kind {
@@ -54,17 +60,20 @@ enum tensor_kind {
     TK_LN2B,
     TK_WUP,
     TK_WDOWN,
+    TK_WR, /* a mixture-of-experts block's router */
     TK_LNFW,
     TK_LNFB,
     TK_COUNT
 };
 #define BLOCK_TENSORS 10 /* TK_LN1W .. TK_WDOWN */
+#define MOE_SHARED    9  /* a MoE block's unit: TK_LN1W .. TK_LN2B, then TK_WR */
 
 enum split { SPLIT_NONE, SPLIT_COLS, SPLIT_ROWS };
 
 /* One tensor as this rank holds it. */
 typedef struct {
     int kind, layer; /* layer -1 for the embeddings and the final unit */
+    int expert;      /* a MoE block's TK_WUP / TK_WDOWN: the expert it belongs to; else -1 */
     int rows, cols;  /* local shape */
     int grow, gcols; /* global shape */
     int r0, c0;      /* where the local block starts in the global tensor */
@@ -74,7 +83,9 @@ typedef struct {
     int counted;     /* this rank is the one that counts these elements (norms, dumps) */
 } ltensor_t;
 
-enum unit_kind { UNIT_EMB, UNIT_BLOCK, UNIT_FINAL };
+/* UNIT_EXPERTS: the experts a rank holds of a MoE block (reduced over the replicas of the same
+ * experts, not over the whole data group). */
+enum unit_kind { UNIT_EMB, UNIT_BLOCK, UNIT_EXPERTS, UNIT_FINAL };
 
 typedef struct {
     int kind, layer;
@@ -97,6 +108,9 @@ typedef struct {
     int nu;
     size_t total;      /* local vector length, padding included */
     size_t global_len; /* length of the global parameter vector */
+    int nle;           /* experts this rank holds of each MoE block */
+    int32_t *erank;    /* [layers][moe_e]: the EP rank holding each expert */
+    int *ub, *ue;      /* per local layer: its block unit and its experts' unit (-1: dense) */
 } layout_t;
 
 /* Checks the configuration and the grid; on error writes a message to err and returns -1. */
@@ -105,10 +119,21 @@ int layout_check(const model_cfg_t *cfg, const grid_pos_t *g, char *err, size_t 
 int layout_build(layout_t *lay, const model_cfg_t *cfg, const grid_pos_t *g, int shards);
 void layout_free(layout_t *lay);
 
-/* The index of a block tensor in the rank's table: tensor k (TK_LN1W..TK_WDOWN) of layer l. */
+/* The index of a block tensor in the rank's table: tensor k (TK_LN1W..TK_WDOWN, TK_WR) of layer
+ * l; in a MoE block, only the shared ones (TK_LN1W..TK_LN2B, TK_WR). */
 const ltensor_t *layout_block_tensor(const layout_t *lay, int layer, int kind);
-/* The unit holding layer l's block, the embedding unit, the final unit (NULL if not here). */
+/* Local expert j's TK_WUP or TK_WDOWN of MoE block l (local experts in ascending global id). */
+const ltensor_t *layout_expert_tensor(const layout_t *lay, int layer, int j, int kind);
+/* The unit holding layer l's block, its experts (NULL if dense), the embedding unit, the final
+ * unit (NULL if not here). */
 const unit_t *layout_block_unit(const layout_t *lay, int layer);
+const unit_t *layout_expert_unit(const layout_t *lay, int layer);
+/* Block l is a mixture of experts. */
+int layout_is_moe(const model_cfg_t *cfg, int layer);
+/* Gives MoE block l the placement expert_rank[moe_e] (each EP rank keeping its count of experts):
+ * the rank's expert tensors are renamed to the experts it now holds. Their values are the
+ * caller's to move. */
+void layout_place(layout_t *lay, int layer, const int32_t *expert_rank);
 const unit_t *layout_unit_of(const layout_t *lay, int kind);
 
 /* Global index of local element (i, j) of tensor t. */

@@ -69,6 +69,23 @@
                             int lddo, const T *lse, const T *delta, const T *q, int ldq,           \
                             const int32_t *qpos, int nq, const T *k, int ldk, const T *v, int ldv, \
                             const int32_t *kpos, int nk, int nh, int hd);                          \
+    /* Mixture-of-experts router over logits[n][e]: probs = softmax (computed in double),          \
+     * idx[n][k] = the k most probable experts, most probable first, ties to the lower id, and     \
+     * w[n][k] = their probabilities renormalised to sum 1. */                                     \
+    void router_fwd_##S(T *probs, int32_t *idx, T *w, const T *logits, int n, int e, int k);       \
+    /* w[n][k] = the probabilities of the experts idx[n][k] renormalised to sum 1 (router_fwd's    \
+     * weights, for a routing chosen elsewhere: a replayed one). */                                \
+    void router_weights_##S(T *w, const T *probs, const int32_t *idx, int n, int e, int k);        \
+    /* Its backward: dlogits[n][e] (written) from dw[n][k], the gradient of w, plus dprob[e]       \
+     * (may be NULL), a gradient of every token's probabilities (the auxiliary loss's). */         \
+    void router_bwd_##S(T *dlogits, const T *dw, const T *probs, const int32_t *idx, const T *w,   \
+                        const T *dprob, int n, int e, int k);                                      \
+    /* Switch/GShard load-balancing loss of n tokens: coef * e * sum_a f_a P_a, with f_a the       \
+     * share of the n * k selections that chose a and P_a the mean of probs[.][a]; returns scale   \
+     * times it, and writes dprob[e] = scale * its gradient in probs[t][a] (the same for every     \
+     * token t; f is a count, not differentiated). */                                              \
+    double moe_aux_##S(T *dprob, const T *probs, const int32_t *idx, int n, int e, int k,          \
+                       double coef, double scale);                                                 \
     /* One AdamW step on n elements (PyTorch's AdamW: decoupled weight decay, bias-corrected       \
      * moments); step counts from 1; grad is multiplied by gscale first (clipping). */             \
     void adamw_##S(T *p, const T *g, T *m, T *v, size_t n, double lr, double beta1, double beta2,  \

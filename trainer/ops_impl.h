@@ -509,6 +509,94 @@ void OPS_FN(attn_bwd_block)(T *dq, int lddq, T *dk, int lddk, T *dv, int lddv, c
     }
 }
 
+/* --- Mixture-of-experts router ------------------------------------------------------------- */
+
+void OPS_FN(router_fwd)(T *probs, int32_t *idx, T *w, const T *logits, int n, int e, int k)
+{
+    for (int i = 0; i < n; i++) {
+        const T *row = logits + (size_t)i * e;
+        T *p = probs + (size_t)i * e;
+        int32_t *id = idx + (size_t)i * k;
+        double mx = -INFINITY, sum = 0;
+        for (int a = 0; a < e; a++)
+            mx = row[a] > mx ? row[a] : mx;
+        for (int a = 0; a < e; a++)
+            sum += exp((double)row[a] - mx);
+        for (int a = 0; a < e; a++)
+            p[a] = (T)(exp((double)row[a] - mx) / sum);
+        /* Selection by rank of the stored probabilities, ties to the lower id: the same choice
+         * wherever the same probabilities are seen. */
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int a = 0; a < e; a++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= id[q] == a;
+                if (!taken && (best < 0 || p[a] > p[best]))
+                    best = a;
+            }
+            id[j] = best;
+        }
+    }
+    OPS_FN(router_weights)(w, probs, idx, n, e, k);
+}
+
+void OPS_FN(router_weights)(T *w, const T *probs, const int32_t *idx, int n, int e, int k)
+{
+    for (int i = 0; i < n; i++) {
+        const T *p = probs + (size_t)i * e;
+        const int32_t *id = idx + (size_t)i * k;
+        double sel = 0;
+        for (int j = 0; j < k; j++)
+            sel += (double)p[id[j]];
+        for (int j = 0; j < k; j++)
+            w[(size_t)i * k + j] = (T)((double)p[id[j]] / sel);
+    }
+}
+
+void OPS_FN(router_bwd)(T *dlogits, const T *dw, const T *probs, const int32_t *idx, const T *w,
+                        const T *dprob, int n, int e, int k)
+{
+    for (int i = 0; i < n; i++) {
+        const T *p = probs + (size_t)i * e, *dwi = dw + (size_t)i * k, *wi = w + (size_t)i * k;
+        const int32_t *id = idx + (size_t)i * k;
+        T *dl = dlogits + (size_t)i * e;
+        /* w_j = p_j / s with s the sum of the selected p: dp_j = (dw_j - sum_q dw_q w_q) / s. */
+        double s = 0, g = 0, dot = 0;
+        for (int j = 0; j < k; j++)
+            s += (double)p[id[j]], g += (double)dwi[j] * (double)wi[j];
+        for (int a = 0; a < e; a++)
+            dot += (double)p[a] * (dprob ? (double)dprob[a] : 0.0);
+        for (int j = 0; j < k; j++)
+            dot += (double)p[id[j]] * ((double)dwi[j] - g) / s;
+        /* Softmax: dlogit_a = p_a (dp_a - sum_b p_b dp_b). */
+        for (int a = 0; a < e; a++)
+            dl[a] = (T)((double)p[a] * ((dprob ? (double)dprob[a] : 0.0) - dot));
+        for (int j = 0; j < k; j++)
+            dl[id[j]] = (T)((double)dl[id[j]] + (double)p[id[j]] * ((double)dwi[j] - g) / s);
+    }
+}
+
+double OPS_FN(moe_aux)(T *dprob, const T *probs, const int32_t *idx, int n, int e, int k,
+                       double coef, double scale)
+{
+    for (int a = 0; a < e; a++)
+        dprob[a] = 0;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < (size_t)n * (size_t)k; i++)
+        dprob[idx[i]] += 1;
+    double aux = 0;
+    for (int a = 0; a < e; a++) {
+        double f = (double)dprob[a] / ((double)n * k), pm = 0;
+        for (int i = 0; i < n; i++)
+            pm += (double)probs[(size_t)i * e + a];
+        aux += f * pm / n;
+        dprob[a] = (T)(scale * coef * e * f / n);
+    }
+    return scale * coef * e * aux;
+}
+
 /* --- AdamW ----------------------------------------------------------------------------------- */
 
 void OPS_FN(adamw)(T *p, const T *g, T *m, T *v, size_t n, double lr, double beta1, double beta2,

@@ -50,6 +50,10 @@ int mb_alloc(mb_acts_t *a, const layout_t *lay, int nseq, int tl)
         b->h2 = xalloc(N * (size_t)C, sizeof(float), f);
         b->mean2 = xalloc(N, sizeof(float), f);
         b->rstd2 = xalloc(N, sizeof(float), f);
+        if (layout_is_moe(&lay->cfg, lay->l0 + l)) {
+            moe_acts_alloc(b, lay, lay->l0 + l, n, f);
+            continue;
+        }
         b->up = xalloc(N * (size_t)lay->fl, sizeof(float), f);
         b->gel = xalloc(N * (size_t)lay->fl, sizeof(float), f);
     }
@@ -66,6 +70,7 @@ static void block_acts_free(block_acts_t *b)
 {
     free(b->h1), free(b->mean1), free(b->rstd1), free(b->qkv), free(b->att), free(b->lse);
     free(b->x2), free(b->h2), free(b->mean2), free(b->rstd2), free(b->up), free(b->gel);
+    moe_acts_free(b);
 }
 
 void mb_free(mb_acts_t *a)
@@ -113,6 +118,7 @@ int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int nseq)
     s->datt = xalloc(N * cl, sizeof(float), NULL);
     s->dup = xalloc(N * (size_t)lay->fl, sizeof(float), NULL);
     s->delta = xalloc(N * (size_t)lay->hl, sizeof(float), NULL);
+    moe_init(s, (int)N);
     return 0;
 }
 
@@ -128,6 +134,7 @@ void stage_free(stage_t *s)
     }
     free(s->dx), free(s->dh), free(s->dtmp), free(s->dqkv), free(s->datt), free(s->dup);
     free(s->delta);
+    moe_free(s);
     memset(s, 0, sizeof(*s));
 }
 
@@ -153,15 +160,19 @@ void stage_forward(stage_t *s, mb_acts_t *a, double scale)
     size_t nc = (size_t)n * (size_t)C;
     const unit_t *emb = layout_unit_of(lay, UNIT_EMB);
     const float *PE = NULL;
+    a->scale = scale;
+    a->aux = 0;
     if (lay->first) {
         PE = eng_acquire(e, emb);
         embed_fwd_f(a->x, a->tok, a->pos, PE + toff(lay, emb, 0), PE + toff(lay, emb, 1), n, C);
     }
     for (int l = lay->l0; l < lay->l1; l++) {
-        const unit_t *u = layout_block_unit(lay, l);
-        const float *P = eng_acquire(e, u);
-        block_forward(s, l, P, a, a->x + (size_t)(l - lay->l0) * nc,
+        const unit_t *u = layout_block_unit(lay, l), *ux = layout_expert_unit(lay, l);
+        const float *P = eng_acquire(e, u), *PX = ux ? eng_acquire(e, ux) : NULL;
+        block_forward(s, l, P, PX, a, a->x + (size_t)(l - lay->l0) * nc,
                       a->x + (size_t)(l - lay->l0 + 1) * nc);
+        if (ux)
+            eng_release(e, ux);
         eng_release(e, u);
     }
     if (lay->last) {
@@ -217,10 +228,14 @@ void stage_backward(stage_t *s, mb_acts_t *a, float *dx, int last_micro)
         eng_release(e, fin);
     }
     for (int l = lay->l1 - 1; l >= lay->l0; l--) {
-        const unit_t *u = layout_block_unit(lay, l);
-        const float *P = eng_acquire(e, u);
-        float *G = eng_grad_begin(e, u);
-        block_backward(s, l, P, G, a, a->x + (size_t)(l - lay->l0) * nc, dx);
+        const unit_t *u = layout_block_unit(lay, l), *ux = layout_expert_unit(lay, l);
+        const float *P = eng_acquire(e, u), *PX = ux ? eng_acquire(e, ux) : NULL;
+        float *G = eng_grad_begin(e, u), *GX = ux ? eng_grad_begin(e, ux) : NULL;
+        block_backward(s, l, P, G, PX, GX, a, a->x + (size_t)(l - lay->l0) * nc, dx);
+        if (ux) {
+            eng_grad_end(e, ux, last_micro);
+            eng_release(e, ux);
+        }
         eng_grad_end(e, u, last_micro);
         eng_release(e, u);
     }

@@ -12,6 +12,7 @@
 
 #include "loom.h"
 #include "loom_echo.h"
+#include "loom_moe.h"
 #include "model.h"
 
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
@@ -37,6 +38,12 @@ typedef struct {
     const char *save, *resume, *log_json, *dump_params;
     const char *dump_grads, *dump_batch; /* the first step's gradients and global batch */
     int quiet;
+    int ep;         /* --ep: expert-parallel degree inside the data group (MoE) */
+    double moe_aux; /* --moe-aux: the load-balancing loss's coefficient */
+    int moe_mode;   /* --moe-mode: loomMoeModeDedup or loomMoeModeNaive */
+    int moe_place;  /* --moe-place coselect:N: re-place the experts every N steps (0: static) */
+    const char *moe_trace;  /* --moe-trace PREFIX: the routing, as LMTR v1 trace files */
+    const char *moe_replay; /* --moe-replay FILE: the routing forced from such a file */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -46,6 +53,9 @@ enum ckind { K_ALLREDUCE, K_ECHO, K_REDUCESCATTER, K_ALLGATHER, K_SEND, K_RECV, 
 
 typedef struct {
     loomComm_t world, tp, cp, data, tie; /* tie: first and last stage (NULL elsewhere or pp 1) */
+    loomComm_t ep;  /* the MoE blocks' expert-parallel group (one rank without --ep) */
+    loomComm_t edp; /* the replicas of this rank's experts: data / ep (data itself at ep 1) */
+    int edp_rank;   /* position in edp */
     int rank, size;
     grid_pos_t g;
     int data_rank, data_size; /* position in the data group (dp x cp) */
@@ -137,10 +147,19 @@ typedef struct {
     float *x2;  /* [n][C] */
     float *h2, *mean2, *rstd2;
     float *up, *gel; /* [n][fl] */
+    /* A MoE block (moe.c): the router's output, the routed batch kept from the forward to the
+     * backward, and its expert-major rows (slots), in buffers that grow to the largest batch. */
+    float *probs, *w, *auxg; /* [n][E], [n][k], [E] */
+    int32_t *idx;            /* [n][k] */
+    loomMoeHandle_t moe;
+    int64_t *ecount, *eoff; /* [local experts] */
+    size_t slots, cap;
+    float *recv, *eup, *egel, *eout; /* [cap][C], [cap][4C], [cap][4C], [cap][C] */
 } block_acts_t;
 
 typedef struct {
     int n, nseq, tl; /* local tokens, sequences, local tokens per sequence */
+    int seq0;        /* its first sequence in the global batch */
     int nl;          /* blocks on this stage */
     uint8_t *tok, *tgt;
     int32_t *pos;
@@ -148,7 +167,9 @@ typedef struct {
     block_acts_t *b; /* per local layer */
     float *hf, *meanf, *rstdf, *dlogits; /* last stage */
     double loss;                         /* this micro-batch's share of the step's loss */
-    size_t floats;                       /* its size, for the memory report */
+    double aux;    /* its MoE load-balancing loss, scaled as the loss (not in loss) */
+    double scale;  /* the loss scale of the forward, for the backward's auxiliary gradient */
+    size_t floats; /* its size, for the memory report */
 } mb_acts_t;
 
 typedef struct {
@@ -160,6 +181,16 @@ typedef struct {
     int eval;        /* forward only (validation): plain fp32 TP all-reduces */
     /* scratch, sized for one micro-batch */
     float *ml, *kvbuf[2], *dkvbuf[2], *dx, *dh, *dtmp, *dqkv, *datt, *dup, *delta, *logits;
+    /* MoE (moe.c): a plan per local layer (NULL for a dense block), the router's scratch, the
+     * backward's slot buffers, and the seconds spent in loom's MoE calls */
+    loomMoePlan_t *plans;
+    float *rlog, *rdw; /* [n][E], [n][k] */
+    float *deout, *dgel, *drecv;
+    size_t dcap;
+    double moe_s;
+    uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
+    struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
+    struct loom_moe_trace *replay;       /* --moe-replay's routing, or NULL */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -172,10 +203,49 @@ void stage_forward(stage_t *s, mb_acts_t *a, double scale);
 /* Backward; dx holds the gradient of the stage's output on entry (ignored on the last stage)
  * and of its input on return. */
 void stage_backward(stage_t *s, mb_acts_t *a, float *dx, int last_micro);
-void block_forward(stage_t *s, int layer, const float *P, mb_acts_t *a, const float *x,
-                   float *xout);
-void block_backward(stage_t *s, int layer, const float *P, float *G, mb_acts_t *a, const float *x,
-                    float *dx);
+/* A block; PX and GX are its experts' unit (NULL for a dense block). */
+void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts_t *a,
+                   const float *x, float *xout);
+void block_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
+                    mb_acts_t *a, const float *x, float *dx);
+
+/* ---- Mixture of experts (moe.c) ------------------------------------------------------------ */
+
+/* Plans and scratch (n tokens a micro-batch) of the stage's MoE blocks; collective over the EP
+ * group. */
+void moe_init(stage_t *s, int n);
+void moe_free(stage_t *s);
+void moe_acts_alloc(block_acts_t *b, const layout_t *lay, int layer, int n, size_t *floats);
+void moe_acts_free(block_acts_t *b);
+/* The MoE layer in place of the MLP: b->h2 in, y out (without the residual); adds its
+ * auxiliary loss to a->aux. */
+void moe_forward(stage_t *s, int layer, const float *P, const float *PX, mb_acts_t *a,
+                 block_acts_t *b, float *y);
+/* Its backward: dy in, dh (the gradient of h2, written) out; weight gradients accumulated. */
+void moe_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
+                  mb_acts_t *a, block_acts_t *b, const float *dy, float *dh);
+/* This rank's MoE counters since the last call, summed over its MoE blocks (then reset): remote
+ * rows dedup saves against naive, remote rows sent, selections, selections of a local expert,
+ * and the seconds spent in loom's MoE calls (layout, dispatch, combine, their backward). */
+enum { MOE_ROWS_SAVED, MOE_ROWS_SENT, MOE_PAIRS, MOE_PAIRS_LOCAL, MOE_SECONDS, MOE_STATS };
+void moe_take_stats(stage_t *s, double out[MOE_STATS]);
+/* --moe-place coselect: places each MoE block's experts anew from the co-selections the training
+ * forwards saw since the last placement (summed over the world, so every rank computes the same
+ * placement), moves the parameters and AdamW moments of each expert that changes rank to its new
+ * owner, and remakes the block's plan. Collective over the world. Returns the experts moved. */
+int moe_replace(stage_t *s, engine_t *e);
+
+/* --moe-trace (trace.c): opens this rank's trace file, appends one MoE block's routing of a
+ * training forward (step: the optimizer steps done), closes it. Exits on a failed write. */
+void trace_open(stage_t *s, const char *prefix);
+void trace_batch(stage_t *s, int layer, const mb_acts_t *a, const block_acts_t *b);
+void trace_close(stage_t *s);
+/* --moe-replay FILE: loads the trace (exits unless it routes the model's E and k), and overwrites
+ * a training forward's routing b->idx with the record of the same step, block and micro-batch of
+ * the global batch (in the order one process runs them; its token bytes must match), b->w with
+ * the renormalised probabilities of those experts. Exits where the file has no such record. */
+void replay_open(stage_t *s, const char *path);
+void replay_route(stage_t *s, int layer, const mb_acts_t *a, block_acts_t *b);
 
 /* ---- Schedules (schedule.c) ---------------------------------------------------------------- */
 

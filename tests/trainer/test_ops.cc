@@ -785,6 +785,15 @@ TEST(TrainerOpsAttention, MaskedKeysContributeNothing)
 /* ---------------------------------------------------------------------------------------------
  * A one-layer GPT built from the kernels, checked end to end. */
 
+// Zeroed gradients shaped like params, in *grads.
+std::vector<Vec> &ZeroGrads(std::vector<Vec> *grads, const std::vector<Vec *> &params)
+{
+    grads->clear();
+    for (Vec *p : params)
+        grads->emplace_back(p->size(), 0.0);
+    return *grads;
+}
+
 struct TinyGpt {
     static constexpr int V = 13, T = 6, C = 8, NH = 2, HD = 4, F = 4 * C;
     std::vector<uint8_t> tok, tgt;
@@ -858,10 +867,7 @@ struct TinyGpt {
             return loss;
 
         // backward
-        grads->clear();
-        for (Vec *p : Params())
-            grads->emplace_back(p->size(), 0.0);
-        auto &g = *grads;
+        auto &g = ZeroGrads(grads, Params());
         Vec &dwte = g[0], &dwpe = g[1], &dln1g = g[2], &dln1b = g[3], &dwqkv = g[4], &dwo = g[5];
         Vec &dln2g = g[6], &dln2b = g[7], &dwfc = g[8], &dwproj = g[9], &dlnfg = g[10];
         Vec &dlnfb = g[11];
@@ -895,26 +901,150 @@ struct TinyGpt {
     }
 };
 
+// Gradient-checks every parameter of a model composed of the kernels (Params(), Run(grads)) at
+// the indices pick(p) gives for parameter p; returns the loss.
+template <class Model>
+double CheckComposed(Model &model, const std::vector<const char *> &names,
+                     const std::function<std::vector<size_t>(size_t)> &pick)
+{
+    std::vector<Vec> grads;
+    double loss = model.Run(&grads);
+    EXPECT_TRUE(std::isfinite(loss));
+    auto params = model.Params();
+    for (size_t p = 0; p < params.size(); p++)
+        ExpectGradient(
+            names[p], *params[p], grads[p], [&] { return model.Run(nullptr); }, pick(p), 1e-5);
+    return loss;
+}
+
 TEST(TrainerOpsComposed, OneLayerTransformerGradientCheck)
 {
     std::mt19937_64 rng(12);
     TinyGpt gpt(rng);
-    std::vector<Vec> grads;
-    double loss = gpt.Run(&grads);
-    EXPECT_TRUE(std::isfinite(loss));
-    EXPECT_GT(loss, 0);
-    const char *names[] = {"wte",  "wpe",  "ln1g", "ln1b",  "wqkv", "wo",
-                           "ln2g", "ln2b", "wfc",  "wproj", "lnfg", "lnfb"};
     auto params = gpt.Params();
-    for (size_t p = 0; p < params.size(); p++) {
-        std::vector<size_t> idx = SomeIndices(params[p]->size(), 6, rng);
-        // wte's rows of the batch's tokens: reached both by the embedding and by the head.
-        if (p == 0)
-            for (int j = 0; j < 3; j++)
-                idx.push_back(gpt.tok[j] * TinyGpt::C + j);
-        ExpectGradient(
-            names[p], *params[p], grads[p], [&] { return gpt.Run(nullptr); }, idx, 1e-5);
+    double loss = CheckComposed(gpt,
+                                {"wte", "wpe", "ln1g", "ln1b", "wqkv", "wo", "ln2g", "ln2b", "wfc",
+                                 "wproj", "lnfg", "lnfb"},
+                                [&](size_t p) {
+                                    std::vector<size_t> idx =
+                                        SomeIndices(params[p]->size(), 6, rng);
+                                    // wte's rows of the batch's tokens: reached both by the
+                                    // embedding and by the head.
+                                    if (p == 0)
+                                        for (int j = 0; j < 3; j++)
+                                            idx.push_back(gpt.tok[j] * TinyGpt::C + j);
+                                    return idx;
+                                });
+    EXPECT_GT(loss, 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The mixture-of-experts layer (trainer/moe.c) built from the kernels: router, top-k,
+ * renormalised weights, the load-balancing loss, one GELU MLP per expert, checked end to end. */
+
+TEST(TrainerOpsRouter, TopKRenormalisedAndTiesToTheLowerId)
+{
+    // Row 0: probabilities ordered 2 > 0 > 1 = 3; row 1: all equal, so ids 0 and 1 win.
+    const int n = 2, e = 4, k = 2;
+    Vec logits = {1.0, 0.5, 2.0, 0.5, 0.3, 0.3, 0.3, 0.3};
+    Vec probs(n * e), w(n * k);
+    std::vector<int32_t> idx(n * k);
+    router_fwd_d(probs.data(), idx.data(), w.data(), logits.data(), n, e, k);
+    double z = std::exp(1.0) + 2 * std::exp(0.5) + std::exp(2.0);
+    EXPECT_NEAR(probs[2], std::exp(2.0) / z, 1e-15);
+    EXPECT_EQ(idx, (std::vector<int32_t>{2, 0, 0, 1}));
+    EXPECT_NEAR(w[0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-15);
+    EXPECT_NEAR(w[0] + w[1], 1.0, 1e-15);
+    EXPECT_EQ(w[2], 0.5);
+    EXPECT_EQ(w[3], 0.5);
+    // The load-balancing loss: coef exactly when routing and probabilities are uniform (row 1
+    // alone selects experts 0 and 1 only, so use two rows that cover all four).
+    Vec uni(2 * e, 0.25), dprob(e);
+    std::vector<int32_t> cover = {0, 1, 2, 3};
+    EXPECT_NEAR(moe_aux_d(dprob.data(), uni.data(), cover.data(), 2, e, k, 0.01, 1.0), 0.01, 1e-15);
+    EXPECT_NEAR(dprob[0], 0.01 * e * 0.25 / 2, 1e-15);
+    // All on expert 0 and 1 with their probabilities: E * (f . P) = 4 * (0.5 * 0.5 * 2) = 2.
+    Vec skew = {0.5, 0.5, 0, 0, 0.5, 0.5, 0, 0};
+    std::vector<int32_t> two = {0, 1, 1, 0};
+    EXPECT_NEAR(moe_aux_d(dprob.data(), skew.data(), two.data(), 2, e, k, 1.0, 3.0), 6.0, 1e-14);
+    EXPECT_EQ(dprob[2], 0.0);
+}
+
+struct TinyMoe {
+    static constexpr int N = 5, C = 6, E = 4, K = 2, F = 4 * C;
+    static constexpr double kCoef = 0.3, kScale = 0.7;
+    Vec x, wr, wup, wdown, r; // r: the fixed projection the loss takes of the output
+
+    explicit TinyMoe(std::mt19937_64 &rng)
+    {
+        x = Random(N * C, rng);
+        wr = Random(C * E, rng, -1.5, 1.5);
+        wup = Random(E * C * F, rng, -0.5, 0.5);
+        wdown = Random(E * F * C, rng, -0.3, 0.3);
+        r = Random(N * C, rng);
     }
+    std::vector<Vec *> Params()
+    {
+        return {&x, &wr, &wup, &wdown};
+    }
+
+    // loss = <y, r> + scale * aux; with grads (in Params() order) also the gradient.
+    double Run(std::vector<Vec> *grads)
+    {
+        Vec logits(N * E), probs(N * E), w(N * K), auxg(E);
+        std::vector<int32_t> idx(N * K);
+        linear_fwd_d(logits.data(), x.data(), wr.data(), N, C, E, 0);
+        router_fwd_d(probs.data(), idx.data(), w.data(), logits.data(), N, E, K);
+        double loss = moe_aux_d(auxg.data(), probs.data(), idx.data(), N, E, K, kCoef, kScale);
+        // One slot per (token, selection), as the dispatch lays them out.
+        Vec up(N * K * F), ge(N * K * F), out(N * K * C);
+        for (int s = 0; s < N * K; s++) {
+            int t = s / K, ex = idx[s];
+            linear_fwd_d(&up[s * F], &x[t * C], &wup[ex * C * F], 1, C, F, 0);
+            gelu_fwd_d(&ge[s * F], &up[s * F], F);
+            linear_fwd_d(&out[s * C], &ge[s * F], &wdown[ex * F * C], 1, F, C, 0);
+            for (int c = 0; c < C; c++)
+                loss += w[s] * out[s * C + c] * r[t * C + c];
+        }
+        if (!grads)
+            return loss;
+        auto &g = ZeroGrads(grads, Params());
+        // Combine's backward: the weights' gradients and each slot's output gradient.
+        Vec dw(N * K), dout(C), dge(F), dup(F), dxs(C);
+        for (int s = 0; s < N * K; s++) {
+            int t = s / K, ex = idx[s];
+            for (int c = 0; c < C; c++) {
+                dw[s] += r[t * C + c] * out[s * C + c];
+                dout[c] = w[s] * r[t * C + c];
+            }
+            linear_bwd_d(dge.data(), &g[3][ex * F * C], dout.data(), &ge[s * F], &wdown[ex * F * C],
+                         1, F, C);
+            gelu_bwd_d(dup.data(), dge.data(), &up[s * F], F);
+            linear_bwd_d(dxs.data(), &g[2][ex * C * F], dup.data(), &x[t * C], &wup[ex * C * F], 1,
+                         C, F);
+            for (int c = 0; c < C; c++)
+                g[0][t * C + c] += dxs[c];
+        }
+        Vec dlogits(N * E), dxr(N * C);
+        router_bwd_d(dlogits.data(), dw.data(), probs.data(), idx.data(), w.data(), auxg.data(), N,
+                     E, K);
+        linear_bwd_d(dxr.data(), g[1].data(), dlogits.data(), x.data(), wr.data(), N, C, E);
+        for (size_t i = 0; i < dxr.size(); i++)
+            g[0][i] += dxr[i];
+        return loss;
+    }
+};
+
+TEST(TrainerOpsComposed, MixtureOfExpertsGradientCheck)
+{
+    std::mt19937_64 rng(21);
+    TinyMoe moe(rng);
+    auto params = moe.Params();
+    // The input and the router everywhere; the experts' weights at random places (an expert's
+    // weights that no token reaches have a zero gradient, which is checked too).
+    CheckComposed(moe, {"x", "wr", "wup", "wdown"}, [&](size_t p) {
+        return p < 2 ? std::vector<size_t>{} : SomeIndices(params[p]->size(), 40, rng);
+    });
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 // combinations against one process (losses at every step and final parameters), what each mode
 // holds per rank and which collectives it calls, checkpoint resume, Echo on the TP all-reduces,
 // the PyTorch reference (when torch is installed) and bad options. The programs' paths come in
-// LOOMRUN, LOOM_TRAIN and TORCH_REF.
+// LOOMRUN, LOOM_TRAIN, MOE_PERF and TORCH_REF.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -199,15 +199,15 @@ std::string Exact(double x)
     return buf;
 }
 
-// The run finished and produced every step and the full parameter vector.
-::testing::AssertionResult Complete(const TrainRun &r)
+// The run finished and produced every step and the full parameter vector (of `floats` floats).
+::testing::AssertionResult Complete(const TrainRun &r, size_t floats = GlobalFloats())
 {
     if (r.rc != 0)
         return ::testing::AssertionFailure() << r.name << " exited " << r.rc << ":\n" << r.log;
-    if (r.losses.size() != size_t(kSteps) || r.params.size() != GlobalFloats() || r.summary.empty())
+    if (r.losses.size() != size_t(kSteps) || r.params.size() != floats || r.summary.empty())
         return ::testing::AssertionFailure()
                << r.name << ": " << r.losses.size() << " steps, " << r.params.size()
-               << " parameters (want " << GlobalFloats() << ")\n"
+               << " parameters (want " << floats << ")\n"
                << r.log;
     for (double l : r.losses)
         if (!std::isfinite(l))
@@ -317,6 +317,231 @@ TEST(Trainer, OverlapDoesNotChangeResults)
     ASSERT_TRUE(Complete(a));
     ASSERT_TRUE(Complete(b));
     EXPECT_TRUE(Compare(a, b).bitwise);
+}
+
+// ---- Mixture of experts and expert parallelism
+// ---------------------------------------------------
+
+// --moe 4:2 in both blocks of the tiny model: the MLP's wup and wdown once per expert, plus the
+// router wr[C][E].
+constexpr int kE = 4;
+const std::string kMoe = "--moe 4:2 ";
+
+size_t MoeFloats()
+{
+    return GlobalFloats() + kL * (size_t(kE - 1) * 8 * kC * kC + size_t(kC) * kE);
+}
+
+const TrainRun &MoeReference(int micro)
+{
+    static std::map<int, TrainRun> refs;
+    if (!refs.count(micro))
+        refs[micro] =
+            Train("moe-ref" + std::to_string(micro), 1, kMoe + "--micro " + std::to_string(micro));
+    return refs[micro];
+}
+
+// The per-step number under key, from the step lines of the run's JSON log.
+std::vector<double> StepField(const TrainRun &r, const std::string &key)
+{
+    std::vector<double> out;
+    std::istringstream js(Slurp(TmpDir() + "/" + r.name + ".json"));
+    for (std::string line; std::getline(js, line);)
+        if (line.find("\"step\"") != std::string::npos)
+            out.push_back(JsonNum(line, key));
+    return out;
+}
+
+struct MoeMode {
+    const char *name;
+    int ranks;
+    const char *args;
+    int ref_micro; // one process accumulating the same micro-batches
+};
+
+class MoeEquivalence : public ::testing::TestWithParam<MoeMode> {};
+
+// MoE blocks under DP, ZeRO-3 and PP (experts whole on every rank), and experts spread over the EP
+// group (and replicated over its copies) train as one process holding every expert on the same
+// micro-batches, within the 1e-5 of the other modes. With EP, each token meets
+// the same experts with the same weights, so only rounding differs (an expert's rows from several
+// ranks go through one matrix product; its gradients add over them before the replicas'
+// all-reduce). Routing is not replayed: a flipped top-k choice would move its token's output by
+// far more than 1e-5, but the closest choice of these runs (one process, micro-batches 1, 2, 4)
+// has its k-th and (k+1)-th probabilities 4.8e-6 apart relative to the k-th, while the layouts
+// differ by rounding only, about 1e-7 relative in the parameters after 5 steps. Measured: at most
+// 3.5e-10 in the loss, 1.8e-8 in ||dp||/||p|| and 1.6e-7 in any parameter.
+TEST_P(MoeEquivalence, SameLossesAndParametersAsOneProcess)
+{
+    const MoeMode &m = GetParam();
+    const TrainRun &ref = MoeReference(m.ref_micro);
+    ASSERT_TRUE(Complete(ref, MoeFloats()));
+    TrainRun r = Train(m.name, m.ranks, kMoe + m.args);
+    ASSERT_TRUE(Complete(r, MoeFloats()));
+    Diff d = Compare(r, ref);
+    printf("[ measured ] %-10s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", m.name,
+           d.loss_rel, d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
+    EXPECT_LE(d.loss_rel, 1e-5);
+    EXPECT_LE(d.param_rel, 1e-5);
+    EXPECT_LE(d.param_abs, 1e-5);
+    static const TrainRun init = Train("moe-init", 1, kMoe + "--steps 0");
+    ASSERT_EQ(init.rc, 0) << init.log;
+    EXPECT_GT(Compare(r, init).param_rel, 1e-3);
+    // Every selection is counted once, on the rank of its token: 2 per token and MoE block.
+    for (double sel : StepField(r, "moe_selections"))
+        EXPECT_EQ(sel, 8.0 * kT * 2 * kL) << m.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, MoeEquivalence,
+    ::testing::Values(MoeMode{"moe_dp2", 2, "--dp 2", 2}, MoeMode{"moe_zero3", 2, "--zero 3", 2},
+                      MoeMode{"moe_pp2", 2, "--pp 2 --micro 4", 4},
+                      MoeMode{"moe_ep2", 2, "--ep 2", 2}, MoeMode{"moe_ep4", 4, "--ep 4", 4},
+                      MoeMode{"moe_dp2xep2", 4, "--ep 2", 4}),
+    [](const ::testing::TestParamInfo<MoeMode> &i) { return std::string(i.param.name); });
+
+// Naive dispatch (a row per token and expert) and dedup (a row per token and rank) move different
+// rows and give the same bits (loom's combine adds in a fixed order in both); the log says what
+// each moved: naive sends every selection of a remote expert, dedup that less what it saved.
+TEST(Moe, NaiveAndDedupAreBitwiseEqualAndCountTheirRows)
+{
+    TrainRun naive = Train("moe-naive", 2, kMoe + "--ep 2 --moe-mode naive");
+    TrainRun dedup = Train("moe-dedup", 2, kMoe + "--ep 2 --moe-mode dedup");
+    ASSERT_TRUE(Complete(naive, MoeFloats()));
+    ASSERT_TRUE(Complete(dedup, MoeFloats()));
+    EXPECT_TRUE(Compare(naive, dedup).bitwise);
+    EXPECT_EQ(naive.losses, dedup.losses);
+    auto ns = StepField(naive, "moe_rows_sent"), ds = StepField(dedup, "moe_rows_sent");
+    auto saved = StepField(dedup, "moe_rows_saved"), hits = StepField(dedup, "moe_local_hits");
+    auto sel = StepField(dedup, "moe_selections"), ms = StepField(dedup, "moe_a2a_ms");
+    ASSERT_EQ(ns.size(), size_t(kSteps));
+    ASSERT_EQ(ds.size(), size_t(kSteps));
+    double total_saved = 0;
+    for (int i = 0; i < kSteps; i++) {
+        EXPECT_EQ(ns[i], sel[i] - hits[i]) << "step " << i;
+        EXPECT_EQ(ds[i] + saved[i], ns[i]) << "step " << i;
+        EXPECT_GT(hits[i], 0);
+        EXPECT_LT(hits[i], sel[i]);
+        EXPECT_GT(ms[i], 0);
+        total_saved += saved[i];
+    }
+    EXPECT_GT(total_saved, 0);
+    // One rank holds every expert: every selection is a local hit, nothing goes on the wire.
+    const TrainRun &one = MoeReference(1);
+    auto ohits = StepField(one, "moe_local_hits"), osent = StepField(one, "moe_rows_sent");
+    ASSERT_EQ(ohits.size(), size_t(kSteps));
+    for (int i = 0; i < kSteps; i++) {
+        EXPECT_EQ(ohits[i], 8.0 * kT * 2 * kL);
+        EXPECT_EQ(osent[i], 0);
+    }
+}
+
+// --moe-every 2: only the second block is a mixture; the first keeps its MLP.
+TEST(Moe, EveryOtherBlockHasTheGlobalLayoutOfOneProcess)
+{
+    TrainRun one = Train("moe-every-one", 1, kMoe + "--moe-every 2 --micro 2");
+    TrainRun ep = Train("moe-every-ep2", 2, kMoe + "--moe-every 2 --ep 2");
+    size_t floats = GlobalFloats() + size_t(kE - 1) * 8 * kC * kC + size_t(kC) * kE;
+    ASSERT_TRUE(Complete(one, floats));
+    ASSERT_TRUE(Complete(ep, floats));
+    Diff d = Compare(ep, one);
+    EXPECT_LE(d.loss_rel, 1e-5);
+    EXPECT_LE(d.param_rel, 1e-5);
+    EXPECT_LE(d.param_abs, 1e-5);
+    for (double sel : StepField(ep, "moe_selections"))
+        EXPECT_EQ(sel, 8.0 * kT * 2);
+}
+
+// --moe-place coselect:N re-places the experts after every N-th step from the co-selections the
+// routers saw (loom's placement), moving each moved expert's parameters and AdamW moments to its
+// new rank. Training goes on bit for bit as with the static placement: an expert sees the same
+// rows in the same order on any rank, its replicas are reduced in the same order, and with k = 2
+// each token's combine and dispatch-backward sums have at most two terms, whose float sum does
+// not depend on which rank adds first. Both a relabelling of the same halves (4 experts on 2
+// ranks; the placement's rank numbers are its own) and new groups (8 experts, dp 2 x ep 2) move
+// experts here.
+TEST(Moe, PlacementMovesExpertsAndChangesNoBit)
+{
+    struct Case {
+        const char *name;
+        int ranks, experts, every;
+    };
+    for (const Case &c : {Case{"moe-place-ep2", 2, 4, 3}, Case{"moe-place-dp2xep2", 4, 8, 2}}) {
+        std::string args = "--moe " + std::to_string(c.experts) + ":2 --ep 2";
+        TrainRun placed =
+            Train(c.name, c.ranks, args + " --moe-place coselect:" + std::to_string(c.every));
+        TrainRun fixed = Train(std::string(c.name) + "-static", c.ranks, args);
+        size_t floats =
+            GlobalFloats() + kL * (size_t(c.experts - 1) * 8 * kC * kC + size_t(kC) * c.experts);
+        ASSERT_TRUE(Complete(placed, floats));
+        ASSERT_TRUE(Complete(fixed, floats));
+        EXPECT_TRUE(Compare(placed, fixed).bitwise) << c.name;
+        EXPECT_EQ(placed.losses, fixed.losses) << c.name;
+        if (c.experts == kE) { // and so within 1e-5 of one process holding every expert
+            Diff d = Compare(placed, MoeReference(2));
+            EXPECT_LE(d.param_rel, 1e-5);
+            EXPECT_LE(d.loss_rel, 1e-5);
+        }
+        auto moved = StepField(placed, "moe_moved");
+        ASSERT_EQ(moved.size(), size_t(kSteps));
+        for (int i = 0; i < kSteps; i++) {
+            if ((i + 1) % c.every)
+                EXPECT_EQ(moved[i], 0) << c.name << " step " << i + 1;
+            else
+                EXPECT_GT(moved[i], 0) << c.name << " step " << i + 1;
+        }
+    }
+}
+
+// --moe-trace writes each rank's routing, one LMTR v1 record per MoE block and training forward
+// (24 bytes, then k int16 ids and k fp16 weights per token and a u32 token id, then the CRC; 64
+// bytes of header), and moe_perf replays the file through loom's dispatch and combine.
+TEST(Moe, TraceRecordsTheRoutingAndMoePerfReplaysIt)
+{
+    const char *moe_perf = getenv("MOE_PERF"), *loomrun = getenv("LOOMRUN");
+    ASSERT_NE(moe_perf, nullptr) << "MOE_PERF must name bench/moe_perf";
+    std::string prefix = TmpDir() + "/moe-trace";
+    TrainRun r = Train("moe-trace", 2, kMoe + "--ep 2 --moe-trace " + prefix);
+    ASSERT_TRUE(Complete(r, MoeFloats()));
+    const size_t tokens = 4 * kT, record = 24 + tokens * (2 * 2 * 2 + 4);
+    for (int rank = 0; rank < 2; rank++) {
+        std::string file = prefix + ".rank" + std::to_string(rank) + ".lmtr";
+        EXPECT_EQ(Slurp(file).size(), 64 + kSteps * kL * record) << file;
+    }
+    std::string out = TmpDir() + "/moe-trace-replay.log";
+    std::string cmd = std::string("timeout 120 ") + loomrun + " -n 2 " + moe_perf + " --trace " +
+                      prefix + ".rank0.lmtr -n 1 -w 0 -c 1 > " + out + " 2>&1";
+    int st = system(cmd.c_str());
+    std::string log = Slurp(out);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << log;
+    EXPECT_NE(log.find("#wrong total: 0"), std::string::npos) << log;
+    EXPECT_NE(log.find("    4   2 "), std::string::npos) << log; // E and k from the trace
+}
+
+// --moe-replay forces a recorded routing: ep2 at the default learning rate replaying one
+// process's trace of a run at 10 times that rate routes as ep2 at that rate does (the same local
+// hits every step), not as it would by itself (other hits from step 2 on, once the faster run's
+// router has moved); and a trace of other micro-batches is refused with a message.
+TEST(Moe, ReplayForcesTheRecordedRouting)
+{
+    std::string prefix = TmpDir() + "/moe-replay-src";
+    TrainRun src = Train("moe-replay-src", 1, kMoe + "--micro 2 --lr 0.03 --moe-trace " + prefix);
+    ASSERT_TRUE(Complete(src, MoeFloats()));
+    std::string file = prefix + ".rank0.lmtr";
+    TrainRun replayed = Train("moe-replayed", 2, kMoe + "--ep 2 --moe-replay " + file);
+    TrainRun fast = Train("moe-replay-fast", 2, kMoe + "--ep 2 --lr 0.03");
+    TrainRun own = Train("moe-replay-own", 2, kMoe + "--ep 2");
+    ASSERT_TRUE(Complete(replayed, MoeFloats()));
+    ASSERT_TRUE(Complete(fast, MoeFloats()));
+    ASSERT_TRUE(Complete(own, MoeFloats()));
+    auto hr = StepField(replayed, "moe_local_hits"), hf = StepField(fast, "moe_local_hits"),
+         ho = StepField(own, "moe_local_hits");
+    EXPECT_EQ(hr, hf);
+    EXPECT_NE(hr, ho);
+    EXPECT_EQ(hr[0], ho[0]); // the first step's routing is the same in all three
+    TrainRun wrong = Train("moe-replay-wrong", 1, kMoe + "--micro 4 --moe-replay " + file);
+    EXPECT_EQ(wrong.rc, 1);
+    EXPECT_NE(wrong.log.find("has no routing of these 32 tokens"), std::string::npos) << wrong.log;
 }
 
 // ---- What each mode holds per rank --------------------------------------------------------------
@@ -464,16 +689,18 @@ TEST(Collectives, EachModeCallsWhatItMust)
 
 TEST(Checkpoint, ResumeEqualsAnUninterruptedRun)
 {
-    for (const std::string grid : {"", "--zero 3 --dp 2", "--tp 2"}) {
+    for (const std::string grid : {"", "--zero 3 --dp 2", "--tp 2", "--moe 4:2 --ep 2"}) {
         int n = grid.empty() ? 1 : 2;
+        bool moe = grid.find("moe") != std::string::npos;
         std::string tag = grid.empty()                             ? "one"
                           : grid.find("zero") != std::string::npos ? "zero3"
+                          : moe                                    ? "ep2"
                                                                    : "tp2";
         std::string ck = TmpDir() + "/ckpt-" + tag;
         TrainRun whole = Train("ck-whole-" + tag, n, grid);
         TrainRun first = Train("ck-first-" + tag, n, grid + " --steps 3 --save " + ck);
         TrainRun rest = Train("ck-rest-" + tag, n, grid + " --resume " + ck);
-        ASSERT_TRUE(Complete(whole));
+        ASSERT_TRUE(Complete(whole, moe ? MoeFloats() : GlobalFloats()));
         ASSERT_EQ(first.rc, 0) << first.log;
         ASSERT_EQ(rest.rc, 0) << rest.log;
         ASSERT_EQ(rest.losses.size(), 2u) << rest.log;
@@ -612,6 +839,15 @@ TEST(Options, BadOptionsGetAClearErrorAndNoCrash)
              Case{1, "--zero 7", "--zero 0..3"},
              Case{1, "--schedule zigzag", "bad value 'zigzag' for --schedule"},
              Case{1, "--frobnicate", "unrecognized option"},
+             Case{2, "--moe 4:2 --tp 2", "--moe with --tp or --cp is not supported"},
+             Case{2, "--ep 2", "--ep > 1, --moe-trace and --moe-replay need --moe"},
+             Case{2, "--moe 4:2 --ep 2 --zero 1", "--ep > 1 with --pp or --zero is not supported"},
+             Case{1, "--moe 4:5", "bad value '4:5' for --moe"},
+             Case{2, "--moe 4:2 --ep 4", "--ep 4 must divide the data-parallel degree 2"},
+             Case{4, "--moe 2:1 --ep 4", "--ep 4 is larger than the 2 experts"},
+             Case{1, "--moe 4:2 --moe-mode fast", "bad value 'fast' for --moe-mode"},
+             Case{1, "--moe 4:2 --moe-place often", "bad value 'often' for --moe-place"},
+             Case{2, "--moe 4:2 --pp 2 --moe-place coselect", "--moe-place coselect needs --moe"},
          }) {
         TrainRun r = Train("bad", c.ranks, c.args);
         EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.log;
