@@ -353,7 +353,7 @@ static void routing_from_trace(const opts_t *o, routing_t *r)
 
 /* batches x nranks x T tokens of one generated layer. The generator's knobs are those of this
  * run's G ranks whatever nranks is (hidden groups, skew's hot experts), so that a projection
- * to other rank counts (project()) routes as the measured run does. */
+ * to other rank counts (project_rows()) routes as the measured run does. */
 static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
 {
     size_t all = o->tokens * (size_t)nranks * (size_t)o->batches;
@@ -858,7 +858,7 @@ static void time_alltoallv(const opts_t *o, const routing_t *r, const uint64_t *
 }
 
 /* The busiest rank's remote rows per step on G ranks, for each mode, from this run's
- * generator and knobs with T tokens per rank: what project() scales the measured times by. */
+ * generator and knobs with T tokens per rank: what projected_us() scales the measured times by. */
 static void project_rows(const opts_t *o, int k, int G, double *out)
 {
     int E = o->num_experts, nb = o->batches - o->batches / 2;
@@ -878,7 +878,7 @@ static void project_rows(const opts_t *o, int k, int G, double *out)
         place_random(E, G, o->seed, placed);
     }
     /* naive, dedup and dedup+place, then the placed naive rows, unused */
-    uint64_t *m = xcalloc(4 * GG, sizeof(uint64_t)), tot[4];
+    uint64_t *m = xcalloc(4 * GG, sizeof(uint64_t)), tot[4] = {0};
     for (int b = o->batches - nb; b < o->batches; b++) {
         for (int s = 0; s < G; s++) {
             const int32_t *tk = topk + ((size_t)b * (size_t)G + (size_t)s) * T * (size_t)k;
