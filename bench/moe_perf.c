@@ -5,10 +5,13 @@
  * three modes run in one process on the same routing: naive (one row per (token, expert),
  * contiguous placement: the baseline of every ratio), dedup (one row per (token, rank),
  * contiguous) and dedup+place (dedup under a placement learned on the first half of the routing
- * batches, all modes being measured on the second half). Routing comes from the generators of
- * src/moe/moe_gen.h or an LMTR v1 trace (src/moe/moe_trace.h), so this program links the
- * library's modules statically, as the MoE tests do. docs/moe.md, "Benchmark", explains the
- * columns.
+ * batches, all modes being measured on the second half). Beside each measured time it prints
+ * the cost model's prediction of the step's exchanges (moe_exchange.c) and, for generated
+ * routing, a projection of each mode to 16-64 ranks from its measured time per row; with
+ * --exchange it writes naive mode's bytes per pair of ranks for the MPI_Alltoallv replay
+ * (bench/peers/mpi_alltoallv_bench.c). Routing comes from the generators of src/moe/moe_gen.h
+ * or an LMTR v1 trace (src/moe/moe_trace.h), so this program links the library's modules
+ * statically, as the MoE tests do. docs/moe.md, "Benchmark", explains the columns.
  */
 #include <getopt.h>
 #include <math.h>
@@ -20,6 +23,7 @@
 #include "common.h"
 #include "loom.h"
 #include "loom_moe.h"
+#include "moe_exchange.h"
 #include "moe_gen.h"
 #include "moe_trace.h"
 #include "options.h"
@@ -32,6 +36,9 @@ static const char *const k_place_names[] = {"contiguous", "random", "coselect"};
 static const char *const k_mode_names[] = {"naive", "dedup", "dedup+place"};
 
 #define MAX_LIST 16
+/* Rank counts the projection predicts (project()). */
+static const int k_proj_ranks[] = {16, 32, 64};
+#define NUM_PROJ 3
 
 typedef struct opts {
     int num_experts;
@@ -47,6 +54,7 @@ typedef struct opts {
     int groups; /* hidden groups; 0: one per rank */
     uint64_t seed;
     const char *trace, *text, *json;
+    const char *exchange; /* naive mode's exchanges, for the MPI replay */
 } opts_t;
 
 /* This rank's routing: batch b holds ntok[b] tokens at topk + off[b] * k. */
@@ -62,6 +70,11 @@ typedef struct result {
     size_t hidden;
     int mode;
     double rows, saved, hit, bytes, layout_us, dispatch_us, combine_us, total_us, maxrank;
+    double xfer_us;             /* median of dispatch + combine */
+    double model_bytes;         /* bytes from the row counts and the wire format */
+    double pred_us[2];          /* the cost model's dispatch and combine, mean over steps */
+    double a2av_us[3];          /* naive's bytes through loomAllToAllv: d, c and d + c */
+    double proj_rows[NUM_PROJ]; /* the busiest rank's rows at k_proj_ranks ranks */
     long long wrong;
 } result_t;
 
@@ -125,8 +138,10 @@ static void usage(void)
            "        mode is measured on the second\n"
            "  --placement contiguous|random|coselect: dedup+place's placement (coselect)\n"
            "  --modes a comma list of naive,dedup,dedup+place (all)\n"
+           "  --exchange FILE: naive mode's bytes between each pair of ranks per step, for\n"
+           "        bench/peers/mpi_alltoallv_bench.c (MPI_Alltoallv on the same rows)\n"
            "Not built: --reorder (token re-ordering is not in the library), --import of\n"
-           "other formats, the cost model's prediction (loomCommPlan has no AllToAllv).\n");
+           "other formats.\n");
 }
 
 static double parse_num(const char *flag, const char *v, double lo, double hi)
@@ -181,14 +196,21 @@ static void parse(int argc, char **argv, opts_t *o)
                   .rho = 0.8,
                   .hot_ratio = 1.5,
                   .seed = 1};
-    static const struct option longs[] = {
-        {"gen", required_argument, 0, 1},        {"rho", required_argument, 0, 2},
-        {"groups", required_argument, 0, 3},     {"zipf", required_argument, 0, 4},
-        {"mask", required_argument, 0, 5},       {"hot-ratio", required_argument, 0, 6},
-        {"seed", required_argument, 0, 7},       {"text", required_argument, 0, 8},
-        {"trace", required_argument, 0, 9},      {"batches", required_argument, 0, 10},
-        {"placement", required_argument, 0, 11}, {"modes", required_argument, 0, 12},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option longs[] = {{"gen", required_argument, 0, 1},
+                                          {"rho", required_argument, 0, 2},
+                                          {"groups", required_argument, 0, 3},
+                                          {"zipf", required_argument, 0, 4},
+                                          {"mask", required_argument, 0, 5},
+                                          {"hot-ratio", required_argument, 0, 6},
+                                          {"seed", required_argument, 0, 7},
+                                          {"text", required_argument, 0, 8},
+                                          {"trace", required_argument, 0, 9},
+                                          {"batches", required_argument, 0, 10},
+                                          {"placement", required_argument, 0, 11},
+                                          {"modes", required_argument, 0, 12},
+                                          {"exchange", required_argument, 0, 13},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     static const char *const dtypes[] = {"float", "bfloat16", "half"};
     static const loomDataType_t dtype_ids[] = {loomFloat32, loomBfloat16, loomFloat16};
     double list[MAX_LIST];
@@ -268,6 +290,9 @@ static void parse(int argc, char **argv, opts_t *o)
                 o->modes |= 1u << parse_name("--modes", tok, k_mode_names, NUM_MODES);
             break;
         }
+        case 13:
+            o->exchange = optarg;
+            break;
         case 'h':
             usage();
             exit(EXIT_SUCCESS);
@@ -326,13 +351,12 @@ static void routing_from_trace(const opts_t *o, routing_t *r)
     loom_moe_trace_free(t);
 }
 
-/* One generated layer of batches x ranks x T tokens, the same on every rank; rank g of batch b
- * takes tokens (b * G + g) * T onwards, so that the hidden structure is shared by all. */
-static void routing_generate(const opts_t *o, int top_k, routing_t *r)
+/* batches x nranks x T tokens of one generated layer. The generator's knobs are those of this
+ * run's G ranks whatever nranks is (hidden groups, skew's hot experts), so that a projection
+ * to other rank counts (project_rows()) routes as the measured run does. */
+static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
 {
-    r->num_experts = o->num_experts;
-    r->top_k = top_k;
-    size_t per = o->tokens, all = per * (size_t)g_nranks * (size_t)o->batches;
+    size_t all = o->tokens * (size_t)nranks * (size_t)o->batches;
     int32_t *topk = xcalloc(all * (size_t)top_k, sizeof(int32_t));
     loom_moe_gen_t g = {.num_experts = (uint32_t)o->num_experts,
                         .top_k = (uint32_t)top_k,
@@ -370,6 +394,17 @@ static void routing_generate(const opts_t *o, int top_k, routing_t *r)
                   "the routing generator refused E=%d k=%d "
                   "groups=%u: %s",
                   o->num_experts, top_k, g.num_groups, loomGetLastError(NULL));
+    return topk;
+}
+
+/* One generated layer, the same on every rank; rank g of batch b takes tokens (b * G + g) * T
+ * onwards, so that the hidden structure is shared by all. */
+static void routing_generate(const opts_t *o, int top_k, routing_t *r)
+{
+    r->num_experts = o->num_experts;
+    r->top_k = top_k;
+    size_t per = o->tokens;
+    int32_t *topk = generate_topk(o, top_k, g_nranks);
     routing_alloc(r, o->batches, per * (size_t)o->batches);
     for (int b = 0; b < o->batches; b++) {
         r->off[b] = (size_t)b * per;
@@ -396,18 +431,18 @@ static void routing_free(routing_t *r)
 // ---- Placements ------------------------------------------------------------------
 
 /* Rank r holds the next floor(E/G) experts, plus one for r < E mod G (loom_moe.h's shares). */
-static void place_contiguous(int E, int32_t *expert_rank)
+static void place_contiguous(int E, int G, int32_t *expert_rank)
 {
     int e = 0;
-    for (int r = 0; r < g_nranks; r++)
-        for (int i = 0; i < E / g_nranks + (r < E % g_nranks); i++)
+    for (int r = 0; r < G; r++)
+        for (int i = 0; i < E / G + (r < E % G); i++)
             expert_rank[e++] = r;
 }
 
 /* The contiguous shares, shuffled by a seed every rank shares. */
-static void place_random(int E, uint64_t seed, int32_t *expert_rank)
+static void place_random(int E, int G, uint64_t seed, int32_t *expert_rank)
 {
-    place_contiguous(E, expert_rank);
+    place_contiguous(E, G, expert_rank);
     uint64_t s = seed ^ 0x5eedULL;
     for (int i = E - 1; i > 0; i--) {
         int j = (int)(splitmix64(&s) % (uint64_t)(i + 1));
@@ -415,6 +450,15 @@ static void place_random(int E, uint64_t seed, int32_t *expert_rank)
         expert_rank[i] = expert_rank[j];
         expert_rank[j] = t;
     }
+}
+
+/* The placement of E experts on G ranks from co-selection counts cos[E * E] and loads
+ * cos[E * E ..]. */
+static void place_counts(const uint64_t *cos, int E, int G, int32_t *expert_rank)
+{
+    loomMoePlacementConfig_t cfg = LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER;
+    cfg.nranks = G;
+    CHECK(loomMoePlacementCompute(cos, cos + (size_t)E * (size_t)E, E, &cfg, expert_rank, NULL));
 }
 
 /* Co-selection counts of every rank's first half of the batches, summed, then placed. */
@@ -426,61 +470,98 @@ static void place_coselect(const routing_t *r, int32_t *expert_rank)
         CHECK(loomMoeCoselectAccumulate(r->topk + r->off[b] * (size_t)r->top_k, r->ntok[b],
                                         r->top_k, r->num_experts, cos, cos + E * E));
     CHECK(loomAllReduce(cos, cos, E * E + E, loomUint64, loomSum, g_comm, NULL));
-    loomMoePlacementConfig_t cfg = LOOM_MOE_PLACEMENT_CONFIG_INITIALIZER;
-    cfg.nranks = g_nranks;
-    CHECK(loomMoePlacementCompute(cos, cos + E * E, r->num_experts, &cfg, expert_rank, NULL));
+    place_counts(cos, r->num_experts, g_nranks, expert_rank);
     free(cos);
 }
 
 // ---- Metrics of the routing ----------------------------------------------------------
 
+/* Rows one rank at home `home` sends each of G ranks for T tokens (itself included): dedup[G]
+ * one per (token, rank), naive[G] one per (token, expert); tot[4] += pairs, pairs_local, R0
+ * and R1 (remote rows of naive and dedup). */
+static void rows_of(const int32_t *topk, size_t T, int k, int E, const int32_t *expert_rank, int G,
+                    int home, uint64_t *dedup, uint64_t *naive, uint64_t *tot)
+{
+    int32_t *homes = xcalloc(T, sizeof(int32_t));
+    for (size_t t = 0; t < T; t++)
+        homes[t] = home;
+    loom_moe_rows_t rows;
+    if (loom_moe_rows_count(topk, T, (uint32_t)k, (uint32_t)E, expert_rank, (uint32_t)G, homes,
+                            dedup, &rows) != loomSuccess)
+        bench_die(NULL, "the routing holds an expert id out of range");
+    dedup[home] = rows.rows - rows.rows_remote;
+    memset(naive, 0, (size_t)G * sizeof(uint64_t));
+    for (size_t i = 0; i < T * (size_t)k; i++)
+        if (topk[i] >= 0)
+            naive[expert_rank[topk[i]]]++;
+    tot[0] += rows.pairs;
+    tot[1] += rows.pairs_local;
+    tot[2] += rows.rows_naive_remote;
+    tot[3] += rows.rows_remote;
+    free(homes);
+}
+
+/* The most remote rows one rank receives in a step whose rows rank s sends rank d are
+ * m[s * G + d]. */
+static uint64_t max_received(const uint64_t *m, int G)
+{
+    uint64_t most = 0;
+    for (int d = 0; d < G; d++) {
+        uint64_t n = 0;
+        for (int s = 0; s < G; s++)
+            n += s == d ? 0 : m[(size_t)s * (size_t)G + (size_t)d];
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 typedef struct counts {
     double rows_naive, rows_dedup, hit; /* per step, over all ranks */
     double max_naive, max_dedup;        /* per step, the most remote rows one rank receives */
+    /* [nb][G][G]: rows rank s sends rank d in evaluation batch b, itself included */
+    uint64_t *naive, *dedup;
 } counts_t;
+
+static void counts_free(counts_t *c)
+{
+    free(c->naive);
+    free(c->dedup);
+}
 
 /* Row counts of the evaluation batches under a placement, every token at home on its rank. */
 static counts_t count_rows(const routing_t *r, const int32_t *expert_rank)
 {
     int first = r->nbatches / 2, nb = r->nbatches - first;
-    size_t G = (size_t)g_nranks, k = (size_t)r->top_k;
-    /* per batch: dedup then naive rows to each rank; then pairs, pairs_local, R0, R1 */
-    size_t n = (size_t)nb * 2 * G + 4;
-    uint64_t *buf = xcalloc(n, sizeof(uint64_t)), *tot = buf + n - 4;
-    int32_t *home = xcalloc(r->max_tok, sizeof(int32_t));
-    for (size_t t = 0; t < r->max_tok; t++)
-        home[t] = g_rank;
+    size_t G = (size_t)g_nranks, GG = G * G, k = (size_t)r->top_k;
+    /* per batch: dedup then naive rows to each rank, gathered from every rank */
+    size_t n = (size_t)nb * 2 * G;
+    uint64_t *mine = xcalloc(n, sizeof(uint64_t)), *all = xcalloc(n * G, sizeof(uint64_t));
+    uint64_t tot[4] = {0};
     for (int b = 0; b < nb; b++) {
-        loom_moe_rows_t rows;
         int bb = first + b;
-        const int32_t *topk = r->topk + r->off[bb] * k;
-        uint64_t *dedup = buf + (size_t)b * 2 * G, *naive = dedup + G;
-        if (loom_moe_rows_count(topk, r->ntok[bb], (uint32_t)k, (uint32_t)r->num_experts,
-                                expert_rank, (uint32_t)g_nranks, home, dedup, &rows) != loomSuccess)
-            bench_die(NULL, "routing batch %d holds an expert id out of range", bb);
-        for (size_t i = 0; i < r->ntok[bb] * k; i++)
-            if (topk[i] >= 0 && expert_rank[topk[i]] != g_rank)
-                naive[expert_rank[topk[i]]]++;
-        tot[0] += rows.pairs;
-        tot[1] += rows.pairs_local;
-        tot[2] += rows.rows_naive_remote;
-        tot[3] += rows.rows_remote;
+        uint64_t *dedup = mine + (size_t)b * 2 * G;
+        rows_of(r->topk + r->off[bb] * k, r->ntok[bb], (int)k, r->num_experts, expert_rank,
+                g_nranks, g_rank, dedup, dedup + G, tot);
     }
-    CHECK(loomAllReduce(buf, buf, n, loomUint64, loomSum, g_comm, NULL));
+    CHECK(loomAllGather(mine, all, n, loomUint64, g_comm, NULL));
+    CHECK(loomAllReduce(tot, tot, 4, loomUint64, loomSum, g_comm, NULL));
     counts_t c = {.rows_naive = (double)tot[2] / nb,
                   .rows_dedup = (double)tot[3] / nb,
-                  .hit = tot[0] ? 100.0 * (double)tot[1] / (double)tot[0] : 0.0};
+                  .hit = tot[0] ? 100.0 * (double)tot[1] / (double)tot[0] : 0.0,
+                  .naive = xcalloc((size_t)nb * GG, sizeof(uint64_t)),
+                  .dedup = xcalloc((size_t)nb * GG, sizeof(uint64_t))};
     for (int b = 0; b < nb; b++) {
-        uint64_t md = 0, mn = 0, *dedup = buf + (size_t)b * 2 * G, *naive = dedup + G;
-        for (size_t g = 0; g < G; g++) {
-            md = dedup[g] > md ? dedup[g] : md;
-            mn = naive[g] > mn ? naive[g] : mn;
-        }
-        c.max_dedup += (double)md / nb;
-        c.max_naive += (double)mn / nb;
+        for (size_t s = 0; s < G; s++)
+            for (size_t d = 0; d < G; d++) {
+                const uint64_t *from = all + s * n + (size_t)b * 2 * G;
+                c.dedup[(size_t)b * GG + s * G + d] = from[d];
+                c.naive[(size_t)b * GG + s * G + d] = from[G + d];
+            }
+        c.max_dedup += (double)max_received(c.dedup + (size_t)b * GG, g_nranks) / nb;
+        c.max_naive += (double)max_received(c.naive + (size_t)b * GG, g_nranks) / nb;
     }
-    free(home);
-    free(buf);
+    free(mine);
+    free(all);
     return c;
 }
 
@@ -571,6 +652,22 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* all[iters][3]: each step's layout, dispatch and combine on this rank, then iters more of
+ * scratch. med[5]: the medians of the three phases' slowest rank, of their sum and of
+ * dispatch + combine. Stragglers set the pace: each phase's time is its slowest rank's. */
+static void phase_medians(double *all, int iters, double *med)
+{
+    CHECK(loomAllReduce(all, all, (size_t)iters * 3, loomFloat64, loomMax, g_comm, NULL));
+    double *col = all + (size_t)iters * 3;
+    for (int p = 0; p < 5; p++) {
+        for (int i = 0; i < iters; i++) {
+            const double *t = all + (size_t)i * 3;
+            col[i] = p < 3 ? t[p] : (p == 3 ? t[0] : 0) + t[1] + t[2];
+        }
+        med[p] = median(col, iters);
+    }
+}
+
 /* One step on batch b: layout, dispatch, the experts (only when checking), combine; returns
  * the wrong elements of y when checking. times[3] receives each phase's microseconds. */
 static long long step(const opts_t *o, loomMoePlan_t plan, const routing_t *r, int b, size_t H,
@@ -646,20 +743,13 @@ static void run_mode(const opts_t *o, const routing_t *r, size_t H, int mode,
         CHECK(loomBarrier(g_comm, NULL));
         step(o, plan, r, first + i % nb, H, expert_rank, &bf, 0, all + (size_t)i * 3);
     }
-    /* Stragglers set the pace: each phase's time is its slowest rank's. */
-    CHECK(loomAllReduce(all, all, (size_t)o->iters * 3, loomFloat64, loomMax, g_comm, NULL));
-    double *col = all + (size_t)o->iters * 3;
-    double med[4];
-    for (int p = 0; p < 4; p++) {
-        for (int i = 0; i < o->iters; i++)
-            col[i] = p < 3 ? all[(size_t)i * 3 + (size_t)p]
-                           : all[(size_t)i * 3] + all[(size_t)i * 3 + 1] + all[(size_t)i * 3 + 2];
-        med[p] = median(col, o->iters);
-    }
+    double med[5];
+    phase_medians(all, o->iters, med);
     res->layout_us = med[0];
     res->dispatch_us = med[1];
     res->combine_us = med[2];
     res->total_us = med[3];
+    res->xfer_us = med[4];
     res->bytes = sums[1] / nb;
     res->wrong = o->check ? (long long)sums[0] : -1;
     free(all);
@@ -673,11 +763,158 @@ static void run_mode(const opts_t *o, const routing_t *r, size_t H, int mode,
     CHECK(loomMoePlanDestroy(plan));
 }
 
+// ---- The model, the replay file and the projection ---------------------------------------
+
+/* The bytes of mode m's exchanges per step from the row counts (the wire format of
+ * docs/moe.md), the cost model's time of each, averaged over the evaluation batches, and with
+ * xf the naive exchange for bench/peers/mpi_alltoallv_bench.c. */
+static void predict(const opts_t *o, const routing_t *r, const uint64_t *rows,
+                    const moe_x_links_t *links, FILE *xf, result_t *x)
+{
+    int G = g_nranks, nb = r->nbatches - r->nbatches / 2;
+    size_t GG = (size_t)G * (size_t)G;
+    size_t drow = moe_x_dispatch_row(x->hidden, bench_type_size(o->dtype),
+                                     x->mode == MODE_NAIVE ? 1 : (size_t)r->top_k);
+    double *disp = xcalloc(2 * GG, sizeof(double)), *comb = disp + GG;
+    if (xf)
+        fprintf(xf, "case k %d hidden %zu dtype %s trace %s steps %d\n", x->k, x->hidden,
+                bench_type_names[o->dtype], r->label, nb);
+    for (int b = 0; b < nb; b++) {
+        moe_x_bytes(rows + (size_t)b * GG, G, drow, moe_x_combine_row(x->hidden), disp, comb);
+        for (size_t i = 0; i < GG; i++)
+            x->model_bytes += i % (size_t)(G + 1) ? (disp[i] + comb[i]) / nb : 0;
+        x->pred_us[0] += moe_x_predict_us(links, disp) / nb;
+        x->pred_us[1] += moe_x_predict_us(links, comb) / nb;
+        if (xf) {
+            moe_x_write_step(xf, G, b, "dispatch", disp);
+            moe_x_write_step(xf, G, b, "combine", comb);
+        }
+    }
+    free(disp);
+}
+
+/* One exchange of bytes[s * G + d] through loomAllToAllv of bytes; cnt holds 4 G counts. */
+static void alltoallv_bytes(const double *bytes, const char *send, char *recv, size_t *cnt)
+{
+    size_t G = (size_t)g_nranks, *sc = cnt, *sd = cnt + G, *rc = cnt + 2 * G, *rd = cnt + 3 * G;
+    for (size_t p = 0, so = 0, ro = 0; p < G; p++) {
+        sc[p] = (size_t)bytes[(size_t)g_rank * G + p];
+        rc[p] = (size_t)bytes[p * G + (size_t)g_rank];
+        sd[p] = so;
+        rd[p] = ro;
+        so += sc[p];
+        ro += rc[p];
+    }
+    CHECK(loomAllToAllv(send, sc, sd, recv, rc, rd, loomUint8, g_comm, NULL));
+}
+
+/* Naive mode's exchanges, the same bytes between the same ranks, through loomAllToAllv alone,
+ * timed as run_mode times a step: the transport without packing, expanding and summing rows,
+ * and what mpi_alltoallv_bench.c runs through MPI_Alltoallv. x->a2av_us: dispatch, combine
+ * and their sum. */
+static void time_alltoallv(const opts_t *o, const routing_t *r, const uint64_t *rows, result_t *x)
+{
+    int G = g_nranks, nb = r->nbatches - r->nbatches / 2;
+    size_t GG = (size_t)G * (size_t)G, most = 0;
+    size_t drow = moe_x_dispatch_row(x->hidden, bench_type_size(o->dtype), 1);
+    double *m = xcalloc(2 * GG * (size_t)nb, sizeof(double));
+    for (int b = 0; b < nb; b++) {
+        double *disp = m + (size_t)b * 2 * GG;
+        moe_x_bytes(rows + (size_t)b * GG, G, drow, moe_x_combine_row(x->hidden), disp, disp + GG);
+        for (size_t ph = 0; ph < 2; ph++)
+            for (size_t side = 0; side < 2; side++) {
+                double n = 0;
+                for (size_t p = 0; p < (size_t)G; p++)
+                    n += side ? disp[ph * GG + p * (size_t)G + (size_t)g_rank]
+                              : disp[ph * GG + (size_t)g_rank * (size_t)G + p];
+                most = (size_t)n > most ? (size_t)n : most;
+            }
+    }
+    char *send = xcalloc(most, 1), *recv = xcalloc(most, 1);
+    size_t *cnt = xcalloc(4 * (size_t)G, sizeof(size_t));
+    double *all = xcalloc((size_t)o->iters * 4, sizeof(double));
+    for (int i = -o->warmup; i < o->iters; i++) {
+        const double *disp = m + (size_t)((i + o->warmup) % nb) * 2 * GG;
+        double *t = i < 0 ? all + (size_t)o->iters * 3 : all + (size_t)i * 3;
+        CHECK(loomBarrier(g_comm, NULL));
+        double t0 = now_us();
+        alltoallv_bytes(disp, send, recv, cnt);
+        double t1 = now_us();
+        alltoallv_bytes(disp + GG, send, recv, cnt);
+        t[0] = 0;
+        t[1] = t1 - t0;
+        t[2] = now_us() - t1;
+    }
+    double med[5];
+    phase_medians(all, o->iters, med);
+    x->a2av_us[0] = med[1];
+    x->a2av_us[1] = med[2];
+    x->a2av_us[2] = med[4];
+    free(all);
+    free(cnt);
+    free(send);
+    free(recv);
+    free(m);
+}
+
+/* The busiest rank's remote rows per step on G ranks, for each mode, from this run's
+ * generator and knobs with T tokens per rank: what projected_us() scales the measured times by. */
+static void project_rows(const opts_t *o, int k, int G, double *out)
+{
+    int E = o->num_experts, nb = o->batches - o->batches / 2;
+    size_t T = o->tokens, GG = (size_t)G * (size_t)G;
+    int32_t *topk = generate_topk(o, k, G);
+    int32_t *contig = xcalloc((size_t)E, sizeof(int32_t)),
+            *placed = xcalloc((size_t)E, sizeof(int32_t));
+    place_contiguous(E, G, contig);
+    memcpy(placed, contig, (size_t)E * sizeof(int32_t));
+    if (o->placement == PLACE_COSELECT) {
+        uint64_t *cos = xcalloc((size_t)E * (size_t)E + (size_t)E, sizeof(uint64_t));
+        CHECK(loomMoeCoselectAccumulate(topk, (size_t)(o->batches / 2) * (size_t)G * T, k, E, cos,
+                                        cos + (size_t)E * (size_t)E));
+        place_counts(cos, E, G, placed);
+        free(cos);
+    } else if (o->placement == PLACE_RANDOM) {
+        place_random(E, G, o->seed, placed);
+    }
+    /* naive, dedup and dedup+place, then the placed naive rows, unused */
+    uint64_t *m = xcalloc(4 * GG, sizeof(uint64_t)), tot[4] = {0};
+    for (int b = o->batches - nb; b < o->batches; b++) {
+        for (int s = 0; s < G; s++) {
+            const int32_t *tk = topk + ((size_t)b * (size_t)G + (size_t)s) * T * (size_t)k;
+            uint64_t *row = m + (size_t)s * (size_t)G;
+            rows_of(tk, T, k, E, contig, G, s, row + GG, row, tot);
+            rows_of(tk, T, k, E, placed, G, s, row + 2 * GG, row + 3 * GG, tot);
+        }
+        for (int mode = 0; mode < NUM_MODES; mode++)
+            out[mode] += (double)max_received(m + (size_t)mode * GG, G) / nb;
+    }
+    free(m);
+    free(topk);
+    free(contig);
+    free(placed);
+}
+
 // ---- Output --------------------------------------------------------------------------------
 
 static const char *dtype_name(loomDataType_t dt)
 {
     return bench_type_names[dt];
+}
+
+static void print_header(const routing_t *r, const opts_t *o, const moe_x_links_t *links)
+{
+    char desc[320];
+    moe_x_links_describe(links, desc, sizeof(desc));
+    printf("# moe_perf: %d ranks, %zu tokens per rank and step, %d batches (placement learns on "
+           "%d), %d warm-up and %d timed steps; times are the slowest rank's, median\n",
+           g_nranks, r->max_tok, r->nbatches, r->nbatches / 2, o->warmup, o->iters);
+    printf("# cost model (pred): an all-to-all-v of each step's bytes on %s\n", desc);
+    printf("#%4s %3s %6s %8s %3s %-12s %-12s %9s %8s %6s %12s %10s %12s %11s %10s %8s %12s %6s "
+           "%10s %10s %9s\n",
+           "E", "k", "H", "dtype", "G", "trace", "mode", "rows", "saved%", "hit%", "bytes",
+           "layout(us)", "dispatch(us)", "combine(us)", "total(us)", "vs_naive", "maxrank_rows",
+           "#wrong", "d+c(us)", "pred(us)", "meas/pred");
 }
 
 static void print_row(const opts_t *o, const routing_t *r, const result_t *x, double naive_total)
@@ -687,34 +924,99 @@ static void print_row(const opts_t *o, const routing_t *r, const result_t *x, do
         snprintf(vs, sizeof(vs), "%.3f", naive_total / x->total_us);
     if (x->wrong >= 0)
         snprintf(wrong, sizeof(wrong), "%lld", x->wrong);
+    double pred = x->pred_us[0] + x->pred_us[1];
     printf("%5d %3d %6zu %8s %3d %-12s %-12s %9.0f %8.1f %6.1f %12.0f %10.1f %12.1f %11.1f "
-           "%10.1f %8s %12.0f %6s\n",
+           "%10.1f %8s %12.0f %6s %10.1f %10.1f %9.2f\n",
            r->num_experts, x->k, x->hidden, dtype_name(o->dtype), g_nranks, r->label,
            k_mode_names[x->mode], x->rows, x->saved, x->hit, x->bytes, x->layout_us, x->dispatch_us,
-           x->combine_us, x->total_us, vs, x->maxrank, wrong);
+           x->combine_us, x->total_us, vs, x->maxrank, wrong, x->xfer_us, pred,
+           pred > 0 ? x->xfer_us / pred : 0.0);
+}
+
+/* Projected dispatch + combine of x on k_proj_ranks[i] ranks: its measured time per row of the
+ * busiest rank, times that rank's rows there. */
+static double projected_us(const result_t *x, int i)
+{
+    return x->maxrank > 0 ? x->xfer_us / x->maxrank * x->proj_rows[i] : 0.0;
+}
+
+static int proj_valid(const opts_t *o, int i)
+{
+    return o->trace == NULL && k_proj_ranks[i] <= o->num_experts;
+}
+
+/* The projection's table: one row per rank count, mode and (k, H), after the measured ones. */
+static void print_projection(const opts_t *o, const routing_t *r, const result_t *res, int nres)
+{
+    if (o->trace) {
+        printf("# projection: none for a trace (its batches hold the tokens of %d ranks)\n",
+               g_nranks);
+        return;
+    }
+    printf("# projection to EP 16-64, not measured: d+c(us) of each mode above / its "
+           "maxrank_rows, times the busiest rank's rows on G ranks (the same generator and "
+           "knobs, %zu tokens per rank, placement learned the same way); assumes each rank's "
+           "per-row cost stays as measured on %d ranks\n",
+           o->tokens, g_nranks);
+    printf("#%4s %3s %6s %3s %-12s %-12s %12s %14s %8s\n", "E", "k", "H", "G", "trace", "mode",
+           "maxrank_rows", "projected(us)", "vs_naive");
+    for (int i = 0; i < NUM_PROJ; i++) {
+        if (!proj_valid(o, i))
+            continue;
+        double naive = 0;
+        for (int j = 0; j < nres; j++) {
+            const result_t *x = &res[j];
+            double us = projected_us(x, i);
+            naive = x->mode == MODE_NAIVE ? us : naive;
+            char vs[16] = "-";
+            if (naive > 0 && us > 0)
+                snprintf(vs, sizeof(vs), "%.3f", naive / us);
+            printf("%5d %3d %6zu %3d %-12s %-12s %12.0f %14.1f %8s\n", r->num_experts, x->k,
+                   x->hidden, k_proj_ranks[i], r->label, k_mode_names[x->mode], x->proj_rows[i], us,
+                   vs);
+        }
+    }
 }
 
 static void write_json(const opts_t *o, const routing_t *r, const result_t *res, int nres,
-                       const double *geo, const int *geo_n)
+                       const double *geo, const int *geo_n, const char *links)
 {
     FILE *f = fopen(o->json, "w");
     if (f == NULL)
         bench_die(NULL, "cannot write -J %s", o->json);
     fprintf(f,
             "{\"program\":\"moe_perf\",\"nranks\":%d,\"experts\":%d,\"tokens_per_rank\":%zu,"
-            "\"dtype\":\"%s\",\"trace\":\"%s\",\"batches\":%d,\"iters\":%d,\"results\":[",
+            "\"dtype\":\"%s\",\"trace\":\"%s\",\"batches\":%d,\"iters\":%d,\"cost_model\":\"%s\","
+            "\"results\":[",
             g_nranks, r->num_experts, r->max_tok, dtype_name(o->dtype), r->label, r->nbatches,
-            o->iters);
+            o->iters, links);
     for (int i = 0; i < nres; i++) {
         const result_t *x = &res[i];
+        double pred = x->pred_us[0] + x->pred_us[1];
         fprintf(f,
                 "%s{\"k\":%d,\"hidden\":%zu,\"mode\":\"%s\",\"rows\":%.1f,"
-                "\"rows_saved_pct\":%.3f,\"hit_pct\":%.3f,\"bytes\":%.0f,\"layout_us\":%.2f,"
-                "\"dispatch_us\":%.2f,\"combine_us\":%.2f,\"total_us\":%.2f,"
-                "\"maxrank_rows\":%.1f,\"wrong\":%lld}",
+                "\"rows_saved_pct\":%.3f,\"hit_pct\":%.3f,\"bytes\":%.0f,\"model_bytes\":%.0f,"
+                "\"layout_us\":%.2f,\"dispatch_us\":%.2f,\"combine_us\":%.2f,\"total_us\":%.2f,"
+                "\"dispatch_combine_us\":%.2f,\"predicted_dispatch_us\":%.2f,"
+                "\"predicted_combine_us\":%.2f,\"measured_over_predicted\":%.4f,"
+                "\"maxrank_rows\":%.1f,\"wrong\":%lld,",
                 i ? "," : "", x->k, x->hidden, k_mode_names[x->mode], x->rows, x->saved, x->hit,
-                x->bytes, x->layout_us, x->dispatch_us, x->combine_us, x->total_us, x->maxrank,
-                x->wrong);
+                x->bytes, x->model_bytes, x->layout_us, x->dispatch_us, x->combine_us, x->total_us,
+                x->xfer_us, x->pred_us[0], x->pred_us[1], pred > 0 ? x->xfer_us / pred : 0.0,
+                x->maxrank, x->wrong);
+        if (x->mode == MODE_NAIVE)
+            fprintf(f,
+                    "\"alltoallv_dispatch_us\":%.2f,\"alltoallv_combine_us\":%.2f,"
+                    "\"alltoallv_dispatch_combine_us\":%.2f,",
+                    x->a2av_us[0], x->a2av_us[1], x->a2av_us[2]);
+        fprintf(f, "\"projection\":[");
+        for (int p = 0, comma = 0; p < NUM_PROJ; p++)
+            if (proj_valid(o, p)) {
+                fprintf(f, "%s{\"ranks\":%d,\"maxrank_rows\":%.1f,\"projected_us\":%.2f}",
+                        comma ? "," : "", k_proj_ranks[p], x->proj_rows[p], projected_us(x, p));
+                comma = 1;
+            }
+        fprintf(f, "]}");
     }
     fprintf(f, "],\"geomean_vs_naive\":{");
     int comma = 0;
@@ -747,6 +1049,17 @@ int main(int argc, char **argv)
     double geo[NUM_MODES] = {0};
     long long wrong_total = 0;
     routing_t r = {0};
+    moe_x_links_t *links = moe_x_links_get(g_comm);
+    if (links == NULL)
+        bench_die(NULL, "out of memory");
+    FILE *xf = NULL;
+    if (o.exchange && g_rank == 0) {
+        xf = fopen(o.exchange, "w");
+        if (xf == NULL)
+            bench_die("check the path", "cannot write --exchange %s", o.exchange);
+        moe_x_write_header(xf, g_nranks, "naive");
+    }
+    int first_res = 0;
     for (int ki = 0; ki < nk; ki++) {
         memset(&r, 0, sizeof(r));
         if (o.trace)
@@ -761,25 +1074,20 @@ int main(int argc, char **argv)
                       "not %zu",
                       E);
         int32_t *contig = xcalloc(E, sizeof(int32_t)), *placed = xcalloc(E, sizeof(int32_t));
-        place_contiguous(r.num_experts, contig);
+        place_contiguous(r.num_experts, g_nranks, contig);
         if (o.placement == PLACE_COSELECT)
             place_coselect(&r, placed);
         else if (o.placement == PLACE_RANDOM)
-            place_random(r.num_experts, o.seed, placed);
+            place_random(r.num_experts, g_nranks, o.seed, placed);
         else
             memcpy(placed, contig, E * sizeof(int32_t));
         counts_t c_contig = count_rows(&r, contig), c_placed = count_rows(&r, placed);
-        if (g_rank == 0) {
-            printf("# moe_perf: %d ranks, %zu tokens per rank and step, %d batches (placement "
-                   "learns on %d), %d warm-up and %d timed steps; times are the slowest "
-                   "rank's, median\n",
-                   g_nranks, r.max_tok, r.nbatches, r.nbatches / 2, o.warmup, o.iters);
-            printf("#%4s %3s %6s %8s %3s %-12s %-12s %9s %8s %6s %12s %10s %12s %11s %10s %8s "
-                   "%12s %6s\n",
-                   "E", "k", "H", "dtype", "G", "trace", "mode", "rows", "saved%", "hit%", "bytes",
-                   "layout(us)", "dispatch(us)", "combine(us)", "total(us)", "vs_naive",
-                   "maxrank_rows", "#wrong");
-        }
+        double proj[NUM_PROJ][NUM_MODES] = {{0}};
+        for (int i = 0; i < NUM_PROJ; i++)
+            if (g_rank == 0 && proj_valid(&o, i))
+                project_rows(&o, r.top_k, k_proj_ranks[i], proj[i]);
+        if (g_rank == 0)
+            print_header(&r, &o, links);
         for (int hi = 0; hi < o.n_hidden; hi++) {
             double naive_total = 0;
             for (int m = 0; m < NUM_MODES; m++) {
@@ -794,6 +1102,12 @@ int main(int argc, char **argv)
                     c_contig.rows_naive > 0 ? 100.0 * (1.0 - x->rows / c_contig.rows_naive) : 0.0;
                 x->hit = c->hit;
                 x->maxrank = m == MODE_NAIVE ? c->max_naive : c->max_dedup;
+                predict(&o, &r, m == MODE_NAIVE ? c->naive : c->dedup, links,
+                        m == MODE_NAIVE ? xf : NULL, x);
+                if (m == MODE_NAIVE)
+                    time_alltoallv(&o, &r, c->naive, x);
+                for (int i = 0; i < NUM_PROJ; i++)
+                    x->proj_rows[i] = proj[i][m];
                 if (m == MODE_NAIVE)
                     naive_total = x->total_us;
                 if (naive_total > 0) {
@@ -803,9 +1117,18 @@ int main(int argc, char **argv)
                 wrong_total += x->wrong > 0 ? x->wrong : 0;
                 if (g_rank == 0)
                     print_row(&o, &r, x, naive_total);
+                if (g_rank == 0 && m == MODE_NAIVE)
+                    printf("# naive's bytes through loomAllToAllv alone: dispatch %.1f us, "
+                           "combine %.1f us, d+c %.1f us\n",
+                           x->a2av_us[0], x->a2av_us[1], x->a2av_us[2]);
                 fflush(stdout);
             }
         }
+        if (g_rank == 0)
+            print_projection(&o, &r, res + first_res, nres - first_res);
+        first_res = nres;
+        counts_free(&c_contig);
+        counts_free(&c_placed);
         free(contig);
         free(placed);
         if (ki + 1 < nk)
@@ -817,9 +1140,15 @@ int main(int argc, char **argv)
             if (geo_n[m])
                 printf("  %s %.3f", k_mode_names[m], exp(geo[m] / geo_n[m]));
         printf("\n# #wrong total: %lld\n", wrong_total);
-        if (o.json)
-            write_json(&o, &r, res, nres, geo, geo_n);
+        if (o.json) {
+            char desc[320];
+            moe_x_links_describe(links, desc, sizeof(desc));
+            write_json(&o, &r, res, nres, geo, geo_n, desc);
+        }
     }
+    if (xf && fclose(xf) != 0)
+        bench_die(NULL, "cannot write --exchange %s", o.exchange);
+    moe_x_links_free(links);
     routing_free(&r);
     free(res);
     CHECK(loomCommDestroy(g_comm));

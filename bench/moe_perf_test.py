@@ -4,7 +4,10 @@
 uniform routing with the check on, then on an LMTR v1 trace written here. Checks counts, never
 times: no wrong element, dedup sends no more rows than naive, on planted routing (rho 0.8) the
 learned placement saves more rows than dedup alone, the metrics agree with each other, and the
-trace's rows equal an independent count."""
+trace's rows equal an independent count. The cost model's columns: the bytes the wire format
+gives the row counts equal those the plans sent, naive's --exchange file holds them too and
+they were timed through loomAllToAllv, every mode has a prediction, and the projection
+(generated routing only) finds no dedup saving where each rank holds one expert."""
 import json
 import os
 import random
@@ -19,16 +22,37 @@ TRACE_E, TRACE_K, TRACE_T, TRACE_BATCHES = 16, 4, 150, 4
 
 def run(loomrun, moe_perf, net, gen, tmp):
     out = os.path.join(tmp, f"{net}-{os.path.basename(gen)}.json")
+    xf = out[:-len(".json")] + ".x"
     routing = ["--trace", gen] if gen.endswith(".lmtr") else ["--gen", gen, "--rho", "0.8"]
     cmd = [loomrun, "-n", "2", moe_perf, "-E", "16", "-k", "4", "-d", "40", "-t", "96",
-           "-y", "bfloat16", "-w", "1", "-n", "2", "--batches", "4", "-c", "1", "-J", out]
+           "-y", "bfloat16", "-w", "1", "-n", "2", "--batches", "4", "-c", "1", "-J", out,
+           "--exchange", xf]
     cmd += routing
     env = dict(os.environ, LOOM_NET=net)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} (LOOM_NET={net}) exited {p.returncode}:\n{p.stdout}{p.stderr}")
     with open(out, encoding="utf-8") as f:
-        return json.load(f), p.stdout
+        doc = json.load(f)
+    with open(xf, encoding="utf-8") as f:
+        doc["exchange"] = f.read()
+    return doc, p.stdout
+
+
+def exchange_bytes(text):
+    """Wire bytes to other ranks per step of the --exchange file's one case, dispatch and
+    combine: what naive mode's plan counts as bytes_sent."""
+    lines = text.splitlines()
+    g = int(lines[0].split()[3])
+    steps = int(lines[1].split()[-1])
+    total, i = 0, 2
+    while i < len(lines):
+        assert lines[i].startswith("step "), lines[i]
+        for s in range(g):
+            row = [int(x) for x in lines[i + 1 + s].split()]
+            total += sum(v for d, v in enumerate(row) if d != s)
+        i += 1 + g
+    return total / steps
 
 
 def write_trace(path):
@@ -88,6 +112,28 @@ def check(doc, text, where):
         bad.append("fewer rows but not fewer bytes")
     if "# geomean vs_naive:" not in text:
         bad.append("no geomean line")
+    for mode, r in rows.items():
+        # The bytes the wire format gives the row counts are those the plan sent.
+        if r["model_bytes"] != r["bytes"]:
+            bad.append(f"{mode}: {r['model_bytes']} bytes from the rows, {r['bytes']} sent")
+        if not (r["predicted_dispatch_us"] > 0 and r["predicted_combine_us"] > 0):
+            bad.append(f"{mode}: no cost model prediction")
+        if not 0 < r["dispatch_combine_us"] <= r["total_us"]:
+            bad.append(f"{mode}: dispatch+combine {r['dispatch_combine_us']} outside (0, total]")
+    if not rows["naive"].get("alltoallv_dispatch_combine_us", 0) > 0:
+        bad.append("naive: no time of its bytes through loomAllToAllv")
+    if abs(exchange_bytes(doc["exchange"]) - rows["naive"]["bytes"]) > 0.5:
+        bad.append(f"--exchange holds {exchange_bytes(doc['exchange'])} bytes a step, naive "
+                   f"sent {rows['naive']['bytes']}")
+    proj = {m: {p["ranks"]: p for p in r["projection"]} for m, r in rows.items()}
+    if doc["trace"].endswith(".lmtr"):
+        if any(proj.values()) or "# projection: none" not in text:
+            bad.append("a projection of a trace")
+    elif sorted(proj["naive"]) != [16] or "not measured" not in text:
+        bad.append(f"projection to {sorted(proj['naive'])} ranks, want [16] (E = 16)")
+    elif proj["naive"][16]["maxrank_rows"] != proj["dedup"][16]["maxrank_rows"]:
+        # One expert per rank: every token's experts are on distinct ranks, so dedup saves none.
+        bad.append(f"projected naive and dedup rows differ at G = E = 16: {proj}")
     return [f"{where}: {b}" for b in bad], rows
 
 

@@ -74,6 +74,7 @@ def check_src(idx):
 INTERNAL_OK = {"bench/kernels_perf.c": ("kernels.h", "dtype.h"),
                "bench/q4_perf.c": ("q4.h", "kernels.h", "dtype.h"),
                "bench/moe_perf.c": ("moe_gen.h", "moe_trace.h"),
+               "bench/moe_exchange.c": ("comm.h", "cost_model.h"),
                "trainer/trace.c": ("moe_trace.h",)}
 
 
