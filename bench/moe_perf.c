@@ -835,7 +835,8 @@ static void time_alltoallv(const opts_t *o, const routing_t *r, const uint64_t *
     double *all = xcalloc((size_t)o->iters * 4, sizeof(double));
     for (int i = -o->warmup; i < o->iters; i++) {
         const double *disp = m + (size_t)((i + o->warmup) % nb) * 2 * GG;
-        double *t = i < 0 ? all + (size_t)o->iters * 3 : all + (size_t)i * 3;
+        double warm[3]; /* all's scratch holds iters doubles, fewer than 3 at -n 1 or 2 */
+        double *t = i < 0 ? warm : all + (size_t)i * 3;
         CHECK(loomBarrier(g_comm, NULL));
         double t0 = now_us();
         alltoallv_bytes(disp, send, recv, cnt);
