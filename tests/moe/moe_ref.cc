@@ -173,7 +173,14 @@ size_t RowStride(const Shape &s, int mode)
 void MoeRanks::RunGrid(void (*body)(int rank, int nranks, loomComm_t comm))
 {
     loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", std::get<1>(GetParam())}};
+    const std::string net = std::get<1>(GetParam());
+    // "hosts": two modelled hosts as loomrun --host-groups 2 makes them (shm inside, tcp across).
+    if (net == "hosts")
+        opts.rank_env = [](int rank) {
+            return loomtest::EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
+        };
+    else
+        opts.env = {{"LOOM_NET", net}};
     opts.deadline_s = 120;
     XT_ASSERT_RUN(loomtest::RunRanks(std::get<0>(GetParam()), body, opts));
 }

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_moe_dispatch.cc - MoE dispatch and combine on forked ranks (1 to 4; LOOM_NET=shm and
-// tcp), against single-process references: combine's y bitwise equal to the canonical-order
-// reference on random floats and to the all-experts-local reference on dyadic inputs, for
-// float32, bfloat16 and float16, contiguous and random placements, uniform and planted routings
-// (with -1 selections), zero-token ranks, ranks without experts and T different on every rank;
-// naive and dedup y bitwise equal; every received slot holding the row its place in the canonical
-// order names (local expert, source rank, source token), again after a second dispatch; and the
-// plan's counters exact against loom_moe_rows_count and the wire format's sizes, and zero after
-// a reset.
+// tcp; 4 ranks also over ucx when built, and as two modelled hosts), against single-process
+// references: combine's y bitwise equal to the canonical-order reference on random floats and to
+// the all-experts-local reference on dyadic inputs, for float32, bfloat16 and float16, contiguous
+// and random placements, uniform and planted routings (with -1 selections), zero-token ranks, ranks
+// without experts and T different on every rank; naive and dedup y bitwise equal; every received
+// slot holding the row its place in the canonical order names (local expert, source rank, source
+// token), again after a second dispatch; and the plan's counters exact against loom_moe_rows_count
+// and the wire format's sizes, and zero after a reset.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -193,6 +193,19 @@ TEST_P(MoeRanks, DispatchMatchesReferencesNaiveAndCounters)
 INSTANTIATE_TEST_SUITE_P(Ranks, MoeRanks,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values("shm", "tcp")),
+                         [](const auto &info) {
+                             return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                    std::get<1>(info.param);
+                         });
+
+// Every transport and the modelled-host layout, at 4 ranks: the grid's results do not depend
+// on what carries the rows.
+INSTANTIATE_TEST_SUITE_P(Transports, MoeRanks,
+                         ::testing::Combine(::testing::Values(4), ::testing::Values(
+#ifdef LOOM_HAVE_UCX
+                                                                      "ucx",
+#endif
+                                                                      "hosts")),
                          [](const auto &info) {
                              return std::to_string(std::get<0>(info.param)) + "ranks_" +
                                     std::get<1>(info.param);
