@@ -9,7 +9,9 @@
 // ranks; a prediction gathered into natural order as int32 rows, and the same perm from
 // loomMoeReorderCompute on every rank; and bad input (a perm that is not a permutation, NULL
 // arrays, a bad datatype or op) refused on every rank within 2 s, outputs untouched, the next call
-// working.
+// working; and two layers of a sequence-parallel block with MoE (AllGatherPermuted, an attention
+// stand-in, the residual folded in, ReduceScatterPermuted, dispatch, experts, combine) giving the
+// same tokens bitwise with re-ordering as without, on exact values (reference T12).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -212,6 +214,121 @@ void Grid(int rank, int G, loomComm_t comm)
 TEST_P(MoeRanks, PermutedCollectivesMatchGatherAndAreAdjoint)
 {
     RunGrid(Grid);
+}
+
+// ---- A sequence-parallel block with and without re-ordering (reference T12) -------------------
+
+// One layer of the training step in docs/moe.md, "In a training step", on rank `rank`: x_sp [n_r,
+// H] in layout `prev`; h = AllGatherPermuted(x_sp, prev); an attention stand-in whose partial
+// sum on rank r is h * (r + 1) / 8; the residual folded in at the natural positions of x_sp's
+// rows; x' = ReduceScatterPermuted(p, next); then MoE on x' (token t routed to experts t mod E
+// and (3t + 1) mod E, weights 1/2 and 1/4; expert e multiplies by (e + 1) / 4) and x' + y.
+// Returns the new x_sp, in layout `next`. Values stay small dyadic numbers, so every sum is
+// exact and the order of additions cannot change a bit.
+std::vector<float> BlockLayer(int rank, int G, loomComm_t comm, const std::vector<float> &x_sp,
+                              const i32v &prev, const i32v &next, size_t T, size_t H, int E)
+{
+    std::vector<float> h(T * H);
+    XT_CHECK_LOOM(
+        loomMoeAllGatherPermuted(x_sp.data(), h.data(), H, loomFloat32, prev.data(), T, comm));
+    std::vector<float> p(T * H);
+    for (size_t i = 0; i < T * H; i++)
+        p[i] = h[i] * (float)(rank + 1) / 8.0f;
+    size_t first, n;
+    Share(T, G, rank, &first, &n);
+    for (size_t j = 0; j < n; j++)
+        for (size_t c = 0; c < H; c++)
+            p[(size_t)prev[first + j] * H + c] += x_sp[j * H + c];
+    Share(T, G, rank, &first, &n);
+    std::vector<float> x(n * H);
+    XT_CHECK_LOOM(loomMoeReduceScatterPermuted(p.data(), x.data(), H, loomFloat32, loomSum,
+                                               next.data(), T, comm));
+    loomMoeConfig_t cfg = LOOM_MOE_CONFIG_INITIALIZER;
+    cfg.num_experts = E;
+    cfg.top_k = 2;
+    cfg.hidden = H;
+    cfg.datatype = loomFloat32;
+    loomMoePlan_t plan = nullptr;
+    XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
+    i32v topk(n * 2);
+    std::vector<float> w(n * 2);
+    for (size_t j = 0; j < n; j++) {
+        const int t = next[first + j];
+        topk[j * 2] = t % E;
+        topk[j * 2 + 1] = (3 * t + 1) % E == t % E ? (t + 1) % E : (3 * t + 1) % E;
+        w[j * 2] = 0.5f;
+        w[j * 2 + 1] = 0.25f;
+    }
+    loomMoeHandle_t hd = nullptr;
+    std::vector<int64_t> count((size_t)E), offset((size_t)E);
+    loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+    info.expert_count = count.data();
+    info.expert_offset = offset.data();
+    XT_CHECK_LOOM(loomMoeLayout(plan, topk.data(), w.data(), n, &hd, &info));
+    std::vector<float> in(info.recv_slots * H), out(info.recv_slots * H), y(n * H);
+    XT_CHECK_LOOM(loomMoeDispatch(hd, x.data(), in.data()));
+    // Local expert l is the l-th expert of this rank under the contiguous placement.
+    const int base = rank * (E / G) + std::min(rank, E % G);
+    for (size_t l = 0; l < info.num_local_experts; l++)
+        for (int64_t s = offset[l]; s < offset[l] + count[l]; s++)
+            for (size_t c = 0; c < H; c++)
+                out[(size_t)s * H + c] = in[(size_t)s * H + c] * (float)(base + (int)l + 1) / 4.0f;
+    XT_CHECK_LOOM(loomMoeCombine(hd, out.data(), y.data()));
+    XT_CHECK_LOOM(loomMoeHandleDestroy(hd));
+    XT_CHECK_LOOM(loomMoePlanDestroy(plan));
+    for (size_t i = 0; i < n * H; i++)
+        x[i] += y[i];
+    return x;
+}
+
+void ReorderedBlock(int rank, int G, loomComm_t comm)
+{
+    const size_t T = 37, H = 8; // T not a multiple of G: padded shares
+    const int E = 2 * G + 1;
+    i32v natural(T);
+    for (size_t t = 0; t < T; t++)
+        natural[t] = (int32_t)t;
+    // The re-ordered run's perms: from a prediction (the routing of the next layer, known
+    // here), and for the second layer a shuffle, so that both AllGather and ReduceScatter run
+    // with non-trivial perms on either side.
+    i32v er((size_t)E), pred(T * 2), moved(T);
+    for (int e = 0; e < E; e++)
+        er[(size_t)e] = (int32_t)(e / ((E + G - 1) / G));
+    for (size_t t = 0; t < T; t++) {
+        pred[t * 2] = (int32_t)(t % (size_t)E);
+        pred[t * 2 + 1] = (int32_t)((t * 5 + 2) % (size_t)E) == pred[t * 2]
+                              ? (int32_t)((t + 1) % (size_t)E)
+                              : (int32_t)((t * 5 + 2) % (size_t)E);
+    }
+    XT_CHECK_LOOM(loomMoeReorderCompute(er.data(), E, G, pred.data(), 2, T, moved.data(), nullptr));
+    const i32v shuffled = Shuffled(T, 99);
+    size_t first, n;
+    Share(T, G, rank, &first, &n);
+    std::vector<float> x0(n * H);
+    for (size_t j = 0; j < n; j++)
+        for (size_t c = 0; c < H; c++)
+            x0[j * H + c] = (float)((int)((first + j) * 7 + c * 3) % 9 - 4);
+    // Two layers each way; the inputs are the same tokens (layout `natural` at the start).
+    std::vector<float> a = BlockLayer(rank, G, comm, x0, natural, natural, T, H, E);
+    a = BlockLayer(rank, G, comm, a, natural, natural, T, H, E);
+    std::vector<float> b = BlockLayer(rank, G, comm, x0, natural, moved, T, H, E);
+    b = BlockLayer(rank, G, comm, b, moved, shuffled, T, H, E);
+    std::vector<float> all_a(T * H), all_b(T * H);
+    XT_CHECK_LOOM(
+        loomMoeAllGatherPermuted(a.data(), all_a.data(), H, loomFloat32, natural.data(), T, comm));
+    XT_CHECK_LOOM(
+        loomMoeAllGatherPermuted(b.data(), all_b.data(), H, loomFloat32, shuffled.data(), T, comm));
+    XT_CHECK_MSG(std::memcmp(all_a.data(), all_b.data(), all_a.size() * 4) == 0,
+                 "the re-ordered block's tokens differ from the natural block's");
+    bool moved_any = false;
+    for (size_t t = 0; t < T; t++)
+        moved_any = moved_any || moved[t] != natural[t];
+    XT_CHECK_MSG(G == 1 || moved_any, "the prediction moved no token: the test shows nothing");
+}
+
+TEST_P(MoeRanks, ReorderedBlockEqualsTheNaturalOneBitwise)
+{
+    RunGrid(ReorderedBlock);
 }
 
 // ---- Bad input: every rank passes it, every rank refuses it, within 2 s ----------------------
