@@ -269,7 +269,7 @@ std::vector<float> BlockLayer(int rank, int G, loomComm_t comm, const std::vecto
     XT_CHECK_LOOM(loomMoeDispatch(hd, x.data(), in.data()));
     // Local expert l is the l-th expert of this rank under the contiguous placement.
     const int base = rank * (E / G) + std::min(rank, E % G);
-    for (size_t l = 0; l < info.num_local_experts; l++)
+    for (size_t l = 0; l < (size_t)info.num_local_experts; l++)
         for (int64_t s = offset[l]; s < offset[l] + count[l]; s++)
             for (size_t c = 0; c < H; c++)
                 out[(size_t)s * H + c] = in[(size_t)s * H + c] * (float)(base + (int)l + 1) / 4.0f;
