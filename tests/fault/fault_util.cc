@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +79,31 @@ std::vector<std::string> ShmLeftovers(const std::vector<int> &pids)
     }
     closedir(d);
     return left;
+}
+
+::testing::AssertionResult RunWithVictim(const std::string &layout, int nranks, int victim,
+                                         const EnvList &extra, const RankBody &body)
+{
+    std::vector<int> pids;
+    RunOptions opts;
+    opts.env = FaultEnv(layout == "tcp" ? "tcp" : "", 20000);
+    opts.env.insert(opts.env.end(), extra.begin(), extra.end());
+    if (layout == "hosts") {
+        const int per_host = (nranks + 1) / 2;
+        opts.rank_env = [per_host](int rank) {
+            return EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank / per_host)}};
+        };
+    }
+    opts.expected_exit.assign(static_cast<size_t>(nranks), 0);
+    opts.expected_exit[static_cast<size_t>(victim)] = 128 + SIGKILL;
+    opts.pids_out = &pids;
+    ::testing::AssertionResult run = RunRanks(nranks, body, opts);
+    if (!run)
+        return run;
+    const std::vector<std::string> left = ShmLeftovers(pids);
+    if (!left.empty())
+        return ::testing::AssertionFailure() << "left in /dev/shm: " << left.front();
+    return ::testing::AssertionSuccess();
 }
 
 } // namespace loomtest

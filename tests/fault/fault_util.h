@@ -2,8 +2,9 @@
 //
 // fault_util.h - small helpers shared by the fault tests: a monotonic clock, the environment
 // every fault run uses, checks that a failure message names a rank the way loom promises
-// ("rank R (host H, pid P)"), and the loom segments left in /dev/shm by a run's processes.
-// It does not start ranks (mp_fixture.h does) or kill them (tripwire.h). Used by tests/fault.
+// ("rank R (host H, pid P)"), the loom segments left in /dev/shm by a run's processes, and one
+// run with a victim over a layout (through mp_fixture.h; the victim kills itself, tripwire.h).
+// Used by tests/fault.
 #ifndef LOOM_TESTS_FAULT_FAULT_UTIL_H
 #define LOOM_TESTS_FAULT_FAULT_UTIL_H
 
@@ -31,6 +32,13 @@ void WaitForRankExit(int rank);
 // "loom-<pid>-..." entries of /dev/shm for any of pids (a segment's name starts with its
 // leader's pid).
 std::vector<std::string> ShmLeftovers(const std::vector<int> &pids);
+
+// Runs body on nranks ranks, of which `victim` is to die of SIGKILL (the body arms it), over a
+// layout: "shm", "tcp", or "hosts" (two modelled hosts of consecutive ranks, as loomrun
+// --host-groups makes them); the environment is FaultEnv's with a 20 s timeout, plus extra.
+// Fails if a rank exits otherwise, or if the run leaves anything in /dev/shm.
+::testing::AssertionResult RunWithVictim(const std::string &layout, int nranks, int victim,
+                                         const EnvList &extra, const RankBody &body);
 
 } // namespace loomtest
 

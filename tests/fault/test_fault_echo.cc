@@ -59,21 +59,9 @@ class KillMidEcho : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KillMidEcho, SurvivorsFailFastNamingTheDeadRank)
 {
-    const std::string layout = GetParam();
-    std::vector<int> pids;
-    loomtest::RunOptions opts;
-    opts.env = loomtest::FaultEnv(layout == "tcp" ? "tcp" : "", 20000);
-    opts.env.push_back({"LOOM_ECHO_SEGMENT", "2048"});
-    if (layout == "hosts")
-        opts.rank_env = [](int rank) {
-            return loomtest::EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
-        };
-    opts.expected_exit = {0, 0, 0, 128 + SIGKILL};
-    opts.pids_out = &pids;
-    XT_ASSERT_RUN(loomtest::RunRanks(
-        kRanks, [](int rank, int, loomComm_t comm) { KillBody(rank, comm); }, opts));
-    const std::vector<std::string> left = loomtest::ShmLeftovers(pids);
-    EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+    XT_ASSERT_RUN(
+        loomtest::RunWithVictim(GetParam(), kRanks, kVictim, {{"LOOM_ECHO_SEGMENT", "2048"}},
+                                [](int rank, int, loomComm_t comm) { KillBody(rank, comm); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, KillMidEcho, ::testing::Values("shm", "tcp", "hosts"),
