@@ -2,10 +2,12 @@
  *
  * moe_perf.c - MoE dispatch and combine (include/loom_moe.h) measured per step: layout, dispatch
  * and combine times, remote rows, local hit rate, wire bytes and the busiest rank's rows, for
- * three modes run in one process on the same routing: naive (one row per (token, expert),
+ * four modes run in one process on the same routing: naive (one row per (token, expert),
  * contiguous placement: the baseline of every ratio), dedup (one row per (token, rank),
- * contiguous) and dedup+place (dedup under a placement learned on the first half of the routing
- * batches, all modes being measured on the second half). Beside each measured time it prints
+ * contiguous), dedup+place (dedup under a placement learned on the first half of the routing
+ * batches, all modes being measured on the second half) and dedup+place+reorder (dedup+place
+ * with the tokens re-ordered toward their experts' ranks, predicted from the layer before by
+ * an affinity learned on the first half). Beside each measured time it prints
  * the cost model's prediction of the step's exchanges (moe_exchange.c) and, for generated
  * routing, a projection of each mode to 16-64 ranks from its measured time per row; with
  * --exchange it writes naive mode's bytes per pair of ranks for the MPI_Alltoallv replay
@@ -30,10 +32,10 @@
 
 enum { GEN_UNIFORM, GEN_PLANTED, GEN_TEXT, GEN_SKEW };
 enum { PLACE_CONTIGUOUS, PLACE_RANDOM, PLACE_COSELECT };
-enum { MODE_NAIVE, MODE_DEDUP, MODE_PLACE, NUM_MODES };
+enum { MODE_NAIVE, MODE_DEDUP, MODE_PLACE, MODE_REORDER, NUM_MODES };
 static const char *const k_gen_names[] = {"uniform", "planted", "text", "skew"};
 static const char *const k_place_names[] = {"contiguous", "random", "coselect"};
-static const char *const k_mode_names[] = {"naive", "dedup", "dedup+place"};
+static const char *const k_mode_names[] = {"naive", "dedup", "dedup+place", "dedup+place+reorder"};
 
 #define MAX_LIST 16
 /* Rank counts the projection predicts (project()). */
@@ -49,8 +51,9 @@ typedef struct opts {
     loomDataType_t dtype;
     int warmup, iters, check, batches;
     int gen, placement;
-    unsigned modes; /* 1 << MODE_* */
-    double rho, zipf, mask, hot_ratio;
+    unsigned modes;     /* 1 << MODE_* */
+    int modes_explicit; /* --modes named them: a mode the routing cannot run is an error */
+    double rho, rho_layer, zipf, mask, hot_ratio;
     int groups; /* hidden groups; 0: one per rank */
     uint64_t seed;
     const char *trace, *text, *json;
@@ -65,12 +68,23 @@ typedef struct routing {
     char label[64];
 } routing_t;
 
+/* Every rank's tokens of each batch in natural order, for re-ordering: the measured layer's
+ * routing (cur) and the layer before's (prev), batch b's ntok[b] tokens at off[b] * k of each;
+ * prev owns both arrays. Rank g's own tokens of a batch are its share of them (share()). */
+typedef struct layers {
+    int nbatches;
+    int32_t *prev, *cur;
+    size_t *off, *ntok;
+} layers_t;
+
 typedef struct result {
     int k;
     size_t hidden;
     int mode;
     double rows, saved, hit, bytes, layout_us, dispatch_us, combine_us, total_us, maxrank;
     double xfer_us;             /* median of dispatch + combine */
+    double reorder_us;          /* re-ordering: prediction, its AllGather, the permutation */
+    double gather_us;           /* of which the prediction's AllGather */
     double model_bytes;         /* bytes from the row counts and the wire format */
     double pred_us[2];          /* the cost model's dispatch and combine, mean over steps */
     double a2av_us[3];          /* naive's bytes through loomAllToAllv: d, c and d + c */
@@ -128,20 +142,23 @@ static void usage(void)
            "  -c 1: check combine's output against a local reference (#wrong)\n"
            "  -J FILE: JSON results\n"
            "  --gen uniform|planted|text|skew (planted), with --rho P (0.8),\n"
+           "        --rho-layer P (planted, skew: 0.8; P(a token keeps its group from the\n"
+           "        layer before to the measured one)),\n"
            "        --groups G (hidden groups; default one per rank), --zipf A (0),\n"
            "        --mask P (0), --hot-ratio R (skew: 1.5), --seed S (1),\n"
            "        --text FILE (text: the bytes tokens stand for, cycled); skew makes rank\n"
            "        0's experts hot-ratio times as popular (hot-ratio < ranks)\n"
            "  --trace FILE: an LMTR v1 trace instead (docs/moe-trace.md); each batch is split\n"
-           "        evenly over the ranks, -E, -k and -t come from it\n"
+           "        evenly over the ranks, -E, -k and -t come from it; with two consecutive\n"
+           "        layers of one step, the second layer's batches are measured\n"
            "  --batches B: routing batches (8): placement learns on the first half, every\n"
            "        mode is measured on the second\n"
            "  --placement contiguous|random|coselect: dedup+place's placement (coselect)\n"
-           "  --modes a comma list of naive,dedup,dedup+place (all)\n"
+           "  --modes a comma list of naive,dedup,dedup+place,dedup+place+reorder (all;\n"
+           "        re-ordering needs the layer before the measured one)\n"
            "  --exchange FILE: naive mode's bytes between each pair of ranks per step, for\n"
            "        bench/peers/mpi_alltoallv_bench.c (MPI_Alltoallv on the same rows)\n"
-           "Not built: --reorder (token re-ordering is not in the library), --import of\n"
-           "other formats.\n");
+           "Not built: --import of other formats.\n");
 }
 
 static double parse_num(const char *flag, const char *v, double lo, double hi)
@@ -192,25 +209,20 @@ static void parse(int argc, char **argv, opts_t *o)
                   .batches = 8,
                   .gen = GEN_PLANTED,
                   .placement = PLACE_COSELECT,
-                  .modes = 7,
+                  .modes = (1u << NUM_MODES) - 1,
                   .rho = 0.8,
+                  .rho_layer = 0.8,
                   .hot_ratio = 1.5,
                   .seed = 1};
-    static const struct option longs[] = {{"gen", required_argument, 0, 1},
-                                          {"rho", required_argument, 0, 2},
-                                          {"groups", required_argument, 0, 3},
-                                          {"zipf", required_argument, 0, 4},
-                                          {"mask", required_argument, 0, 5},
-                                          {"hot-ratio", required_argument, 0, 6},
-                                          {"seed", required_argument, 0, 7},
-                                          {"text", required_argument, 0, 8},
-                                          {"trace", required_argument, 0, 9},
-                                          {"batches", required_argument, 0, 10},
-                                          {"placement", required_argument, 0, 11},
-                                          {"modes", required_argument, 0, 12},
-                                          {"exchange", required_argument, 0, 13},
-                                          {"help", no_argument, 0, 'h'},
-                                          {0, 0, 0, 0}};
+    static const struct option longs[] = {
+        {"gen", required_argument, 0, 1},        {"rho", required_argument, 0, 2},
+        {"groups", required_argument, 0, 3},     {"zipf", required_argument, 0, 4},
+        {"mask", required_argument, 0, 5},       {"hot-ratio", required_argument, 0, 6},
+        {"seed", required_argument, 0, 7},       {"text", required_argument, 0, 8},
+        {"trace", required_argument, 0, 9},      {"batches", required_argument, 0, 10},
+        {"placement", required_argument, 0, 11}, {"modes", required_argument, 0, 12},
+        {"exchange", required_argument, 0, 13},  {"rho-layer", required_argument, 0, 14},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     static const char *const dtypes[] = {"float", "bfloat16", "half"};
     static const loomDataType_t dtype_ids[] = {loomFloat32, loomBfloat16, loomFloat16};
     double list[MAX_LIST];
@@ -285,6 +297,7 @@ static void parse(int argc, char **argv, opts_t *o)
             char buf[128];
             snprintf(buf, sizeof(buf), "%s", optarg);
             o->modes = 0;
+            o->modes_explicit = 1;
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
                  tok = strtok_r(NULL, ",", &save))
                 o->modes |= 1u << parse_name("--modes", tok, k_mode_names, NUM_MODES);
@@ -292,6 +305,9 @@ static void parse(int argc, char **argv, opts_t *o)
         }
         case 13:
             o->exchange = optarg;
+            break;
+        case 14:
+            o->rho_layer = parse_num("--rho-layer", optarg, 0, 1);
             break;
         case 'h':
             usage();
@@ -318,8 +334,59 @@ static void routing_alloc(routing_t *r, int nbatches, size_t total_tokens)
     r->topk = xcalloc(total_tokens * (size_t)r->top_k, sizeof(int32_t));
 }
 
-/* Each batch of the trace split evenly over the ranks, in file order. */
-static void routing_from_trace(const opts_t *o, routing_t *r)
+static void layers_alloc(layers_t *ly, int nbatches, size_t total_tokens, int k)
+{
+    ly->nbatches = nbatches;
+    ly->off = xcalloc((size_t)nbatches, sizeof(size_t));
+    ly->ntok = xcalloc((size_t)nbatches, sizeof(size_t));
+    ly->prev = xcalloc(2 * total_tokens * (size_t)k, sizeof(int32_t));
+    ly->cur = ly->prev + total_tokens * (size_t)k;
+}
+
+static void layers_free(layers_t *ly)
+{
+    free(ly->prev);
+    free(ly->off);
+    free(ly->ntok);
+    memset(ly, 0, sizeof(*ly));
+}
+
+/* Pairs of a trace's batches for re-ordering: the j-th batch of layer lmin + 1 at a step (lmin
+ * the least layer in the file) and the j-th of layer lmin at that step (micro-batches keep
+ * their order), when they hold as many tokens; their indices go to cur_i[] and prev_i[] in file
+ * order. Returns how many. */
+static size_t trace_pairs(const loom_moe_trace_t *t, size_t *cur_i, size_t *prev_i)
+{
+    uint32_t lmin = UINT32_MAX;
+    for (size_t b = 0; b < t->num_batches; b++)
+        lmin = t->batches[b].layer < lmin ? t->batches[b].layer : lmin;
+    size_t n = 0;
+    for (size_t b = 0; b < t->num_batches; b++) {
+        const loom_moe_trace_batch_t *c = &t->batches[b];
+        if (c->layer != lmin + 1)
+            continue;
+        size_t j = 0; /* c is the j-th batch of its step and layer */
+        for (size_t a = 0; a < b; a++)
+            j += t->batches[a].layer == c->layer && t->batches[a].step == c->step;
+        for (size_t a = 0; a < t->num_batches; a++) {
+            const loom_moe_trace_batch_t *p = &t->batches[a];
+            if (p->layer != lmin || p->step != c->step || j-- > 0)
+                continue;
+            if (p->num_tokens == c->num_tokens) {
+                cur_i[n] = b;
+                prev_i[n++] = a;
+            }
+            break;
+        }
+    }
+    return n;
+}
+
+/* Each batch of the trace split evenly over the ranks, in file order. With re-ordering among
+ * the modes, only the batches of trace_pairs() are measured (by every mode), and ly receives
+ * them whole with the batches of the layer before; a trace without two such pairs drops the
+ * mode, or refuses it when --modes named it. */
+static void routing_from_trace(opts_t *o, routing_t *r, layers_t *ly)
 {
     loom_moe_trace_t *t = NULL;
     if (loom_moe_trace_read(o->trace, &t) != loomSuccess)
@@ -328,41 +395,79 @@ static void routing_from_trace(const opts_t *o, routing_t *r)
     if (t->num_batches < 2)
         bench_die(NULL, "trace %s has %zu batches; placement needs at least 2", o->trace,
                   t->num_batches);
+    size_t nb = t->num_batches, *cur_i = xcalloc(nb, sizeof(size_t)),
+           *prev_i = xcalloc(nb, sizeof(size_t));
+    size_t npairs = (o->modes & (1u << MODE_REORDER)) ? trace_pairs(t, cur_i, prev_i) : 0;
+    if ((o->modes & (1u << MODE_REORDER)) && npairs < 2) {
+        if (o->modes_explicit)
+            bench_die("record the routing of two consecutive layers (docs/moe-trace.md), or "
+                      "leave dedup+place+reorder out of --modes",
+                      "trace %s: dedup+place+reorder predicts the measured layer from the layer "
+                      "before, but the trace holds %zu batch(es) of two consecutive layers at "
+                      "one step with equal token counts, not at least 2",
+                      o->trace, npairs);
+        if (g_rank == 0)
+            printf("# dedup+place+reorder left out: trace %s has no two consecutive layers at "
+                   "one step to predict the measured layer from\n",
+                   o->trace);
+        o->modes &= ~(1u << MODE_REORDER);
+    }
+    if (npairs >= 2) {
+        nb = npairs;
+    } else {
+        for (size_t b = 0; b < nb; b++)
+            cur_i[b] = b;
+    }
     r->num_experts = (int)t->header.num_experts;
     r->top_k = (int)t->header.top_k;
-    size_t total = 0;
-    for (size_t b = 0; b < t->num_batches; b++)
-        total += t->batches[b].num_tokens / (size_t)g_nranks + 1;
-    routing_alloc(r, (int)t->num_batches, total);
-    size_t pos = 0;
-    for (size_t b = 0; b < t->num_batches; b++) {
-        size_t n = t->batches[b].num_tokens, lo = n * (size_t)g_rank / (size_t)g_nranks;
+    size_t k = (size_t)r->top_k, total = 0, whole = 0;
+    for (size_t b = 0; b < nb; b++) {
+        total += t->batches[cur_i[b]].num_tokens / (size_t)g_nranks + 1;
+        whole += t->batches[cur_i[b]].num_tokens;
+    }
+    routing_alloc(r, (int)nb, total);
+    if (npairs >= 2)
+        layers_alloc(ly, (int)nb, whole, r->top_k);
+    size_t pos = 0, at = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const loom_moe_trace_batch_t *c = &t->batches[cur_i[b]];
+        size_t n = c->num_tokens, lo = n * (size_t)g_rank / (size_t)g_nranks;
         size_t hi = n * (size_t)(g_rank + 1) / (size_t)g_nranks;
         r->off[b] = pos;
         r->ntok[b] = hi - lo;
-        memcpy(r->topk + pos * (size_t)r->top_k, t->batches[b].topk + lo * (size_t)r->top_k,
-               (hi - lo) * (size_t)r->top_k * sizeof(int32_t));
+        memcpy(r->topk + pos * k, c->topk + lo * k, (hi - lo) * k * sizeof(int32_t));
         pos += hi - lo;
         if (hi - lo > r->max_tok)
             r->max_tok = hi - lo;
+        if (npairs >= 2) {
+            ly->off[b] = at;
+            ly->ntok[b] = n;
+            memcpy(ly->cur + at * k, c->topk, n * k * sizeof(int32_t));
+            memcpy(ly->prev + at * k, t->batches[prev_i[b]].topk, n * k * sizeof(int32_t));
+            at += n;
+        }
     }
     const char *base = strrchr(o->trace, '/');
     snprintf(r->label, sizeof(r->label), "%s", base ? base + 1 : o->trace);
+    free(cur_i);
+    free(prev_i);
     loom_moe_trace_free(t);
 }
 
-/* batches x nranks x T tokens of one generated layer. The generator's knobs are those of this
- * run's G ranks whatever nranks is (hidden groups, skew's hot experts), so that a projection
- * to other rank counts (project_rows()) routes as the measured run does. */
+/* Two generated layers of batches x nranks x T tokens, (layer, token, k): the measured one is
+ * the second, so that re-ordering can predict it from the first. The generator's knobs are
+ * those of this run's G ranks whatever nranks is (hidden groups, skew's hot experts), so that a
+ * projection to other rank counts (project_rows()) routes as the measured run does. */
 static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
 {
     size_t all = o->tokens * (size_t)nranks * (size_t)o->batches;
-    int32_t *topk = xcalloc(all * (size_t)top_k, sizeof(int32_t));
+    int32_t *topk = xcalloc(2 * all * (size_t)top_k, sizeof(int32_t));
     loom_moe_gen_t g = {.num_experts = (uint32_t)o->num_experts,
                         .top_k = (uint32_t)top_k,
                         .num_groups = (uint32_t)(o->groups ? o->groups : g_nranks),
                         .rho = o->gen == GEN_UNIFORM ? 0.0 : o->rho,
                         .zipf_alpha = o->zipf,
+                        .rho_layer = o->rho_layer,
                         .mask = o->mask,
                         .seed = o->seed};
     if (g.num_groups > g.num_experts)
@@ -373,7 +478,8 @@ static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
     }
     loomResult_t res;
     if (o->gen == GEN_UNIFORM && o->mask == 0.0) {
-        res = loom_moe_gen_uniform(g.num_experts, g.top_k, all, o->seed, topk, NULL);
+        /* Independent layers: the prediction carries nothing (the control). */
+        res = loom_moe_gen_uniform(g.num_experts, g.top_k, 2 * all, o->seed, topk, NULL);
     } else if (o->gen == GEN_TEXT) {
         FILE *f = fopen(o->text, "rb");
         uint8_t *text = xcalloc(all, 1);
@@ -384,10 +490,10 @@ static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
             bench_die(NULL, "cannot read any byte of --text %s", o->text);
         for (size_t i = got; i < all; i++)
             text[i] = text[i % got];
-        res = loom_moe_gen_text(&g, text, all, 1, topk, NULL, NULL, NULL);
+        res = loom_moe_gen_text(&g, text, all, 2, topk, NULL, NULL, NULL);
         free(text);
     } else {
-        res = loom_moe_gen_planted(&g, all, 1, topk, NULL, NULL);
+        res = loom_moe_gen_planted(&g, all, 2, topk, NULL, NULL);
     }
     if (res != loomSuccess)
         bench_die("see the generator knobs in moe_perf -h",
@@ -397,23 +503,33 @@ static int32_t *generate_topk(const opts_t *o, int top_k, int nranks)
     return topk;
 }
 
-/* One generated layer, the same on every rank; rank g of batch b takes tokens (b * G + g) * T
- * onwards, so that the hidden structure is shared by all. */
-static void routing_generate(const opts_t *o, int top_k, routing_t *r)
+/* The second of two generated layers, the same on every rank; rank g of batch b takes tokens
+ * (b * G + g) * T onwards, so that the hidden structure is shared by all. With re-ordering
+ * among the modes, ly receives both layers whole. */
+static void routing_generate(const opts_t *o, int top_k, routing_t *r, layers_t *ly)
 {
     r->num_experts = o->num_experts;
     r->top_k = top_k;
-    size_t per = o->tokens;
+    size_t per = o->tokens, G = (size_t)g_nranks, k = (size_t)top_k;
+    size_t all = per * G * (size_t)o->batches;
     int32_t *topk = generate_topk(o, top_k, g_nranks);
+    const int32_t *cur = topk + all * k;
     routing_alloc(r, o->batches, per * (size_t)o->batches);
     for (int b = 0; b < o->batches; b++) {
         r->off[b] = (size_t)b * per;
         r->ntok[b] = per;
-        memcpy(r->topk + r->off[b] * (size_t)top_k,
-               topk + ((size_t)b * (size_t)g_nranks + (size_t)g_rank) * per * (size_t)top_k,
-               per * (size_t)top_k * sizeof(int32_t));
+        memcpy(r->topk + r->off[b] * k, cur + ((size_t)b * G + (size_t)g_rank) * per * k,
+               per * k * sizeof(int32_t));
     }
     r->max_tok = per;
+    if (o->modes & (1u << MODE_REORDER)) {
+        layers_alloc(ly, o->batches, all, top_k);
+        for (int b = 0; b < o->batches; b++) {
+            ly->off[b] = (size_t)b * per * G;
+            ly->ntok[b] = per * G;
+        }
+        memcpy(ly->prev, topk, 2 * all * k * sizeof(int32_t));
+    }
     free(topk);
     if (o->gen == GEN_UNIFORM || o->gen == GEN_TEXT)
         snprintf(r->label, sizeof(r->label), "%s", k_gen_names[o->gen]);
@@ -565,13 +681,150 @@ static counts_t count_rows(const routing_t *r, const int32_t *expert_rank)
     return c;
 }
 
+// ---- Re-ordering -----------------------------------------------------------------------------
+
+/* Rank g's share of T tokens (loom_moe.h, "Re-ordering"): n tokens from first. */
+static void share(size_t T, int G, int g, size_t *first, size_t *n)
+{
+    size_t q = T / (size_t)G, m = T % (size_t)G;
+    *first = (size_t)g * q + ((size_t)g < m ? (size_t)g : m);
+    *n = q + ((size_t)g < m);
+}
+
+/* The rank whose share of T tokens holds token t, and t's index there. */
+static int share_owner(size_t T, int G, size_t t, size_t *index)
+{
+    size_t q = T / (size_t)G, m = T % (size_t)G, first, n;
+    size_t g = t < m * (q + 1) ? t / (q + 1) : m + (t - m * (q + 1)) / q;
+    share(T, G, (int)g, &first, &n);
+    *index = t - first;
+    return (int)g;
+}
+
+/* What dedup+place+reorder needs beyond a routing: the layers, the learned affinity, the
+ * placement, scratch for one batch, and per evaluation batch the permutation its counts used
+ * (perm + poff[b]) and each of this rank's rows' natural owner and index there (src, two per
+ * row of the re-ordered routing, at its offsets), for the check. */
+typedef struct reorder {
+    const layers_t *ly;
+    const int32_t *expert_rank;
+    int E, k;
+    uint64_t *aff;
+    int32_t *ident, *pred_own, *pred, *perm_now; /* one batch */
+    int32_t *perm, *src;
+    size_t *poff;
+} reorder_t;
+
+/* The affinity from the layer before to the measured one over every rank's share of the first
+ * half of the batches, summed over the ranks, as place_coselect() learns the placement. */
+static void reorder_init(reorder_t *ro, const layers_t *ly, const int32_t *expert_rank, int E,
+                         int k)
+{
+    size_t most = 1, nperm = 0, first, n;
+    for (int b = 0; b < ly->nbatches; b++) {
+        most = ly->ntok[b] > most ? ly->ntok[b] : most;
+        nperm += b >= ly->nbatches / 2 ? ly->ntok[b] : 0;
+    }
+    *ro = (reorder_t){.ly = ly, .expert_rank = expert_rank, .E = E, .k = k};
+    ro->aff = xcalloc((size_t)E * (size_t)E, sizeof(uint64_t));
+    for (int b = 0; b < ly->nbatches / 2; b++) {
+        share(ly->ntok[b], g_nranks, g_rank, &first, &n);
+        size_t at = (ly->off[b] + first) * (size_t)k;
+        CHECK(loomMoeAffinityAccumulate(ly->prev + at, k, E, ly->cur + at, k, E, n, ro->aff));
+    }
+    CHECK(
+        loomAllReduce(ro->aff, ro->aff, (size_t)E * (size_t)E, loomUint64, loomSum, g_comm, NULL));
+    ro->ident = xcalloc(most, sizeof(int32_t));
+    for (size_t t = 0; t < most; t++)
+        ro->ident[t] = (int32_t)t;
+    ro->pred_own = xcalloc(most * (size_t)k, sizeof(int32_t));
+    ro->pred = xcalloc(most * (size_t)k, sizeof(int32_t));
+    ro->perm_now = xcalloc(most, sizeof(int32_t));
+    ro->perm = xcalloc(nperm, sizeof(int32_t));
+    ro->poff = xcalloc((size_t)ly->nbatches, sizeof(size_t));
+}
+
+static void reorder_free(reorder_t *ro)
+{
+    free(ro->aff);
+    free(ro->ident);
+    free(ro->pred_own);
+    free(ro->pred);
+    free(ro->perm_now);
+    free(ro->perm);
+    free(ro->src);
+    free(ro->poff);
+}
+
+/* Batch b's re-ordering as a layer runs it, into ro->perm_now: this rank predicts its share's
+ * experts from the layer before, an AllGather of the T * k int32 predictions gives every rank
+ * all of them in natural order, and every rank computes the same permutation. What moves the
+ * tokens, the permuted ReduceScatter, stands in for one the layer runs anyway. With times,
+ * times[3] receives the microseconds of the local work, times[4] those of the AllGather. */
+static void reorder_batch(reorder_t *ro, int b, double *times)
+{
+    const layers_t *ly = ro->ly;
+    size_t T = ly->ntok[b], k = (size_t)ro->k, first, n;
+    share(T, g_nranks, g_rank, &first, &n);
+    double t0 = now_us();
+    CHECK(loomMoeAffinityPredict(ro->aff, ro->E, ro->E, ly->prev + (ly->off[b] + first) * k, ro->k,
+                                 n, ro->k, ro->pred_own));
+    double t1 = now_us();
+    CHECK(loomMoeAllGatherPermuted(ro->pred_own, ro->pred, k, loomInt32, ro->ident, T, g_comm));
+    double t2 = now_us();
+    CHECK(loomMoeReorderCompute(ro->expert_rank, ro->E, g_nranks, ro->pred, ro->k, T, ro->perm_now,
+                                NULL));
+    if (times) {
+        times[3] = t1 - t0 + now_us() - t2;
+        times[4] = t2 - t1;
+    }
+}
+
+/* The measured layer as re-ordering hands it out: evaluation batch b of rr holds the rows of
+ * the tokens perm[first .. first + n) of this rank's share, the first half none. */
+static void routing_reordered(reorder_t *ro, const routing_t *r, routing_t *rr)
+{
+    const layers_t *ly = ro->ly;
+    size_t k = (size_t)ro->k, total = 0, at = 0, first, n;
+    for (int b = ly->nbatches / 2; b < ly->nbatches; b++) {
+        share(ly->ntok[b], g_nranks, g_rank, &first, &n);
+        total += n;
+    }
+    *rr = (routing_t){.num_experts = ro->E, .top_k = ro->k};
+    snprintf(rr->label, sizeof(rr->label), "%s", r->label);
+    routing_alloc(rr, ly->nbatches, total);
+    ro->src = xcalloc(2 * total, sizeof(int32_t));
+    for (int b = 0, pos = 0; b < ly->nbatches; b++) {
+        rr->off[b] = (size_t)pos;
+        if (b < ly->nbatches / 2)
+            continue;
+        reorder_batch(ro, b, NULL);
+        size_t T = ly->ntok[b];
+        ro->poff[b] = at;
+        memcpy(ro->perm + at, ro->perm_now, T * sizeof(int32_t));
+        at += T;
+        share(T, g_nranks, g_rank, &first, &n);
+        for (size_t j = 0; j < n; j++) {
+            size_t t = (size_t)ro->perm_now[first + j], f;
+            memcpy(rr->topk + ((size_t)pos + j) * k, ly->cur + (ly->off[b] + t) * k,
+                   k * sizeof(int32_t));
+            int32_t *src = ro->src + 2 * ((size_t)pos + j);
+            src[0] = share_owner(T, g_nranks, t, &f);
+            src[1] = (int32_t)f;
+        }
+        rr->ntok[b] = n;
+        rr->max_tok = n > rr->max_tok ? n : rr->max_tok;
+        pos += (int)n;
+    }
+}
+
 // ---- Data and the check ------------------------------------------------------------------
 
 /* Inputs are integers in [-4, 4] and weights multiples of 1/8, so that every product and sum
  * of the reference is exact and the expected output is rounded once, as combine's is. */
-static double x_value(size_t t, size_t i)
+static double x_value(size_t t, int rank, size_t i)
 {
-    return (double)((t * 7 + i * 3 + (size_t)g_rank * 5) % 9) - 4.0;
+    return (double)((t * 7 + i * 3 + (size_t)rank * 5) % 9) - 4.0;
 }
 
 static float weight_value(size_t t, int j)
@@ -601,19 +854,21 @@ static void run_experts(loomDataType_t dt, size_t H, const int32_t *expert_rank,
     }
 }
 
-/* Elements of y that differ from the reference of this rank's tokens. */
+/* Elements of y that differ from the reference of this rank's tokens: token t's input is
+ * x_value(t, this rank), or with src (two per token) that of token src[2t + 1] of rank src[2t]. */
 static long long count_wrong(loomDataType_t dt, size_t H, const int32_t *topk, int k, size_t T,
-                             const void *y)
+                             const int32_t *src, const void *y)
 {
     long long wrong = 0;
     char ref[8];
     for (size_t t = 0; t < T; t++)
         for (size_t i = 0; i < H; i++) {
-            double acc = 0.0;
+            double acc = 0.0,
+                   x = src ? x_value((size_t)src[2 * t + 1], src[2 * t], i) : x_value(t, g_rank, i);
             for (int j = 0; j < k; j++)
                 if (topk[t * (size_t)k + (size_t)j] >= 0)
                     acc += (double)weight_value(t, j) *
-                           expert_value(dt, x_value(t, i), topk[t * (size_t)k + (size_t)j]);
+                           expert_value(dt, x, topk[t * (size_t)k + (size_t)j]);
             bench_store(dt, ref, 0, acc);
             wrong += bench_load_float(dt, ref, 0) != bench_load_float(dt, y, t * H + i);
         }
@@ -627,6 +882,7 @@ typedef struct bufs {
     float *w;
     size_t recv_cap; /* slots recv and out hold */
     int64_t *ecount, *eoffset;
+    const int32_t *src; /* the batch's count_wrong() sources, or NULL */
 } bufs_t;
 
 static void ensure_slots(bufs_t *b, size_t slots, size_t row_bytes)
@@ -652,24 +908,29 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* all[iters][3]: each step's layout, dispatch and combine on this rank, then iters more of
- * scratch. med[5]: the medians of the three phases' slowest rank, of their sum and of
- * dispatch + combine. Stragglers set the pace: each phase's time is its slowest rank's. */
+/* Phases of a step, in all[iters][NPH]: layout, dispatch, combine, and re-ordering's local
+ * work (prediction, permutation) and AllGather. */
+#define NPH 5
+
+/* all[iters][NPH]: each step's phases on this rank, then iters more of scratch. med[NPH + 3]:
+ * the medians of the phases' slowest rank, of their sum, of dispatch + combine and of the
+ * re-ordering's two. Stragglers set the pace: each phase's time is its slowest rank's. */
 static void phase_medians(double *all, int iters, double *med)
 {
-    CHECK(loomAllReduce(all, all, (size_t)iters * 3, loomFloat64, loomMax, g_comm, NULL));
-    double *col = all + (size_t)iters * 3;
-    for (int p = 0; p < 5; p++) {
+    CHECK(loomAllReduce(all, all, (size_t)iters * NPH, loomFloat64, loomMax, g_comm, NULL));
+    double *col = all + (size_t)iters * NPH;
+    for (int p = 0; p < NPH + 3; p++) {
         for (int i = 0; i < iters; i++) {
-            const double *t = all + (size_t)i * 3;
-            col[i] = p < 3 ? t[p] : (p == 3 ? t[0] : 0) + t[1] + t[2];
+            const double *t = all + (size_t)i * NPH;
+            double dc = t[1] + t[2], re = t[3] + t[4];
+            col[i] = p < NPH ? t[p] : p == NPH ? t[0] + dc + re : p == NPH + 1 ? dc : re;
         }
         med[p] = median(col, iters);
     }
 }
 
 /* One step on batch b: layout, dispatch, the experts (only when checking), combine; returns
- * the wrong elements of y when checking. times[3] receives each phase's microseconds. */
+ * the wrong elements of y when checking. times[0..2] receive each phase's microseconds. */
 static long long step(const opts_t *o, loomMoePlan_t plan, const routing_t *r, int b, size_t H,
                       const int32_t *expert_rank, bufs_t *bf, int check, double *times)
 {
@@ -694,11 +955,29 @@ static long long step(const opts_t *o, loomMoePlan_t plan, const routing_t *r, i
     times[0] = t1 - t0;
     times[1] = t2 - t1;
     times[2] = t4 - t3;
-    return check ? count_wrong(o->dtype, H, topk, r->top_k, T, bf->y) : 0;
+    return check ? count_wrong(o->dtype, H, topk, r->top_k, T, bf->src, bf->y) : 0;
 }
 
+/* Re-ordering's inputs of batch b into x: rank g holds its share's rows of x_value(., g) in a
+ * batch of T rows, the others zero, and the permuted ReduceScatter hands each rank the rows
+ * of its tokens, as a layer's own ReduceScatter would (untimed: the layer runs one anyway). */
+static void reorder_inputs(const opts_t *o, const reorder_t *ro, int b, size_t H, void *x)
+{
+    size_t T = ro->ly->ntok[b], first, n, es = bench_type_size(o->dtype);
+    share(T, g_nranks, g_rank, &first, &n);
+    void *p = xcalloc(T * H, es);
+    for (size_t t = 0; t < n; t++)
+        for (size_t i = 0; i < H; i++)
+            bench_store(o->dtype, p, (first + t) * H + i, x_value(t, g_rank, i));
+    CHECK(loomMoeReduceScatterPermuted(p, x, H, o->dtype, loomSum, ro->perm + ro->poff[b], T,
+                                       g_comm));
+    free(p);
+}
+
+/* Mode `mode` on routing r: with ro (dedup+place+reorder) r is routing_reordered()'s, and each
+ * step first re-orders its batch as a layer would (reorder_batch(), timed as its own phase). */
 static void run_mode(const opts_t *o, const routing_t *r, size_t H, int mode,
-                     const int32_t *expert_rank, result_t *res)
+                     const int32_t *expert_rank, reorder_t *ro, result_t *res)
 {
     size_t es = bench_type_size(o->dtype);
     int first = r->nbatches / 2, nb = r->nbatches - first;
@@ -720,36 +999,45 @@ static void run_mode(const opts_t *o, const routing_t *r, size_t H, int mode,
     bf.eoffset = xcalloc((size_t)r->num_experts, sizeof(int64_t));
     for (size_t t = 0; t < r->max_tok; t++) {
         for (size_t i = 0; i < H; i++)
-            bench_store(o->dtype, bf.x, t * H + i, x_value(t, i));
+            bench_store(o->dtype, bf.x, t * H + i, x_value(t, g_rank, i));
         for (int j = 0; j < r->top_k; j++)
             bf.w[t * (size_t)r->top_k + (size_t)j] = weight_value(t, j);
     }
 
     /* One untimed pass over the evaluation batches: the check and the wire bytes. */
-    double times[3];
+    double times[NPH];
     long long wrong = 0;
     loomMoeStats_t st = LOOM_MOE_STATS_INITIALIZER;
     CHECK(loomMoePlanGetStats(plan, &st, 1));
-    for (int b = first; b < r->nbatches; b++)
+    for (int b = first; b < r->nbatches; b++) {
+        if (ro && o->check) {
+            reorder_inputs(o, ro, b, H, bf.x);
+            bf.src = ro->src + 2 * r->off[b];
+        }
         wrong += step(o, plan, r, b, H, expert_rank, &bf, o->check, times);
+    }
     CHECK(loomMoePlanGetStats(plan, &st, 1));
     double sums[2] = {(double)wrong, (double)st.bytes_sent};
     CHECK(loomAllReduce(sums, sums, 2, loomFloat64, loomSum, g_comm, NULL));
 
-    for (int i = 0; i < o->warmup; i++)
-        step(o, plan, r, first + i % nb, H, expert_rank, &bf, 0, times);
-    double *all = xcalloc((size_t)o->iters * 4, sizeof(double));
-    for (int i = 0; i < o->iters; i++) {
+    double *all = xcalloc((size_t)o->iters * (NPH + 1) + NPH, sizeof(double));
+    for (int i = -o->warmup; i < o->iters; i++) {
+        int b = first + (i < 0 ? i + o->warmup : i) % nb;
+        double *t = all + (size_t)(i < 0 ? o->iters : i) * NPH;
         CHECK(loomBarrier(g_comm, NULL));
-        step(o, plan, r, first + i % nb, H, expert_rank, &bf, 0, all + (size_t)i * 3);
+        if (ro)
+            reorder_batch(ro, b, t);
+        step(o, plan, r, b, H, expert_rank, &bf, 0, t);
     }
-    double med[5];
+    double med[NPH + 3];
     phase_medians(all, o->iters, med);
     res->layout_us = med[0];
     res->dispatch_us = med[1];
     res->combine_us = med[2];
-    res->total_us = med[3];
-    res->xfer_us = med[4];
+    res->gather_us = med[4];
+    res->total_us = med[NPH];
+    res->xfer_us = med[NPH + 1];
+    res->reorder_us = med[NPH + 2];
     res->bytes = sums[1] / nb;
     res->wrong = o->check ? (long long)sums[0] : -1;
     free(all);
@@ -832,25 +1120,24 @@ static void time_alltoallv(const opts_t *o, const routing_t *r, const uint64_t *
     }
     char *send = xcalloc(most, 1), *recv = xcalloc(most, 1);
     size_t *cnt = xcalloc(4 * (size_t)G, sizeof(size_t));
-    double *all = xcalloc((size_t)o->iters * 4, sizeof(double));
+    double *all = xcalloc((size_t)o->iters * (NPH + 1) + NPH, sizeof(double));
     for (int i = -o->warmup; i < o->iters; i++) {
         const double *disp = m + (size_t)((i + o->warmup) % nb) * 2 * GG;
-        double warm[3]; /* all's scratch holds iters doubles, fewer than 3 at -n 1 or 2 */
-        double *t = i < 0 ? warm : all + (size_t)i * 3;
+        double *t = all + (size_t)(i < 0 ? o->iters : i) * NPH;
         CHECK(loomBarrier(g_comm, NULL));
         double t0 = now_us();
         alltoallv_bytes(disp, send, recv, cnt);
         double t1 = now_us();
         alltoallv_bytes(disp + GG, send, recv, cnt);
-        t[0] = 0;
+        t[0] = t[3] = t[4] = 0;
         t[1] = t1 - t0;
         t[2] = now_us() - t1;
     }
-    double med[5];
+    double med[NPH + 3];
     phase_medians(all, o->iters, med);
     x->a2av_us[0] = med[1];
     x->a2av_us[1] = med[2];
-    x->a2av_us[2] = med[4];
+    x->a2av_us[2] = med[NPH + 1];
     free(all);
     free(cnt);
     free(send);
@@ -863,8 +1150,8 @@ static void time_alltoallv(const opts_t *o, const routing_t *r, const uint64_t *
 static void project_rows(const opts_t *o, int k, int G, double *out)
 {
     int E = o->num_experts, nb = o->batches - o->batches / 2;
-    size_t T = o->tokens, GG = (size_t)G * (size_t)G;
-    int32_t *topk = generate_topk(o, k, G);
+    size_t T = o->tokens, GG = (size_t)G * (size_t)G, BT = (size_t)G * T;
+    int32_t *prev = generate_topk(o, k, G), *topk = prev + (size_t)o->batches * BT * (size_t)k;
     int32_t *contig = xcalloc((size_t)E, sizeof(int32_t)),
             *placed = xcalloc((size_t)E, sizeof(int32_t));
     place_contiguous(E, G, contig);
@@ -887,11 +1174,33 @@ static void project_rows(const opts_t *o, int k, int G, double *out)
             rows_of(tk, T, k, E, contig, G, s, row + GG, row, tot);
             rows_of(tk, T, k, E, placed, G, s, row + 2 * GG, row + 3 * GG, tot);
         }
-        for (int mode = 0; mode < NUM_MODES; mode++)
+        for (int mode = 0; mode <= MODE_PLACE; mode++)
             out[mode] += (double)max_received(m + (size_t)mode * GG, G) / nb;
     }
+    if (o->modes & (1u << MODE_REORDER)) {
+        /* Each batch's G * T tokens re-ordered as reorder_batch() does on G ranks. */
+        uint64_t *aff = xcalloc((size_t)E * (size_t)E, sizeof(uint64_t));
+        int32_t *pred = xcalloc(BT * (size_t)k, sizeof(int32_t)),
+                *home = xcalloc(BT, sizeof(int32_t)), *perm = xcalloc(BT, sizeof(int32_t));
+        CHECK(
+            loomMoeAffinityAccumulate(prev, k, E, topk, k, E, (size_t)(o->batches / 2) * BT, aff));
+        for (int b = o->batches - nb; b < o->batches; b++) {
+            loom_moe_rows_t rows;
+            size_t at = (size_t)b * BT * (size_t)k;
+            CHECK(loomMoeAffinityPredict(aff, E, E, prev + at, k, BT, k, pred));
+            CHECK(loomMoeReorderCompute(placed, E, G, pred, k, BT, perm, home));
+            if (loom_moe_rows_count(topk + at, BT, (uint32_t)k, (uint32_t)E, placed, (uint32_t)G,
+                                    home, NULL, &rows) != loomSuccess)
+                bench_die(NULL, "the routing holds an expert id out of range");
+            out[MODE_REORDER] += (double)rows.rows_max_to_rank / nb;
+        }
+        free(aff);
+        free(pred);
+        free(home);
+        free(perm);
+    }
     free(m);
-    free(topk);
+    free(prev);
     free(contig);
     free(placed);
 }
@@ -911,27 +1220,31 @@ static void print_header(const routing_t *r, const opts_t *o, const moe_x_links_
            "%d), %d warm-up and %d timed steps; times are the slowest rank's, median\n",
            g_nranks, r->max_tok, r->nbatches, r->nbatches / 2, o->warmup, o->iters);
     printf("# cost model (pred): an all-to-all-v of each step's bytes on %s\n", desc);
-    printf("#%4s %3s %6s %8s %3s %-12s %-12s %9s %8s %6s %12s %10s %12s %11s %10s %8s %12s %6s "
-           "%10s %10s %9s\n",
+    printf("#%4s %3s %6s %8s %3s %-12s %-19s %9s %8s %6s %12s %10s %12s %11s %10s %8s %12s %6s "
+           "%10s %10s %9s %11s %10s\n",
            "E", "k", "H", "dtype", "G", "trace", "mode", "rows", "saved%", "hit%", "bytes",
            "layout(us)", "dispatch(us)", "combine(us)", "total(us)", "vs_naive", "maxrank_rows",
-           "#wrong", "d+c(us)", "pred(us)", "meas/pred");
+           "#wrong", "d+c(us)", "pred(us)", "meas/pred", "reorder(us)", "gather(us)");
 }
 
 static void print_row(const opts_t *o, const routing_t *r, const result_t *x, double naive_total)
 {
-    char vs[16] = "-", wrong[24] = "N/A";
+    char vs[16] = "-", wrong[24] = "N/A", reorder[24] = "-", gather[24] = "-";
+    if (x->mode == MODE_REORDER) {
+        snprintf(reorder, sizeof(reorder), "%.1f", x->reorder_us);
+        snprintf(gather, sizeof(gather), "%.1f", x->gather_us);
+    }
     if (naive_total > 0)
         snprintf(vs, sizeof(vs), "%.3f", naive_total / x->total_us);
     if (x->wrong >= 0)
         snprintf(wrong, sizeof(wrong), "%lld", x->wrong);
     double pred = x->pred_us[0] + x->pred_us[1];
-    printf("%5d %3d %6zu %8s %3d %-12s %-12s %9.0f %8.1f %6.1f %12.0f %10.1f %12.1f %11.1f "
-           "%10.1f %8s %12.0f %6s %10.1f %10.1f %9.2f\n",
+    printf("%5d %3d %6zu %8s %3d %-12s %-19s %9.0f %8.1f %6.1f %12.0f %10.1f %12.1f %11.1f "
+           "%10.1f %8s %12.0f %6s %10.1f %10.1f %9.2f %11s %10s\n",
            r->num_experts, x->k, x->hidden, dtype_name(o->dtype), g_nranks, r->label,
            k_mode_names[x->mode], x->rows, x->saved, x->hit, x->bytes, x->layout_us, x->dispatch_us,
            x->combine_us, x->total_us, vs, x->maxrank, wrong, x->xfer_us, pred,
-           pred > 0 ? x->xfer_us / pred : 0.0);
+           pred > 0 ? x->xfer_us / pred : 0.0, reorder, gather);
 }
 
 /* Projected dispatch + combine of x on k_proj_ranks[i] ranks: its measured time per row of the
@@ -959,7 +1272,7 @@ static void print_projection(const opts_t *o, const routing_t *r, const result_t
            "knobs, %zu tokens per rank, placement learned the same way); assumes each rank's "
            "per-row cost stays as measured on %d ranks\n",
            o->tokens, g_nranks);
-    printf("#%4s %3s %6s %3s %-12s %-12s %12s %14s %8s\n", "E", "k", "H", "G", "trace", "mode",
+    printf("#%4s %3s %6s %3s %-12s %-19s %12s %14s %8s\n", "E", "k", "H", "G", "trace", "mode",
            "maxrank_rows", "projected(us)", "vs_naive");
     for (int i = 0; i < NUM_PROJ; i++) {
         if (!proj_valid(o, i))
@@ -972,7 +1285,7 @@ static void print_projection(const opts_t *o, const routing_t *r, const result_t
             char vs[16] = "-";
             if (naive > 0 && us > 0)
                 snprintf(vs, sizeof(vs), "%.3f", naive / us);
-            printf("%5d %3d %6zu %3d %-12s %-12s %12.0f %14.1f %8s\n", r->num_experts, x->k,
+            printf("%5d %3d %6zu %3d %-12s %-19s %12.0f %14.1f %8s\n", r->num_experts, x->k,
                    x->hidden, k_proj_ranks[i], r->label, k_mode_names[x->mode], x->proj_rows[i], us,
                    vs);
         }
@@ -1000,11 +1313,12 @@ static void write_json(const opts_t *o, const routing_t *r, const result_t *res,
                 "\"layout_us\":%.2f,\"dispatch_us\":%.2f,\"combine_us\":%.2f,\"total_us\":%.2f,"
                 "\"dispatch_combine_us\":%.2f,\"predicted_dispatch_us\":%.2f,"
                 "\"predicted_combine_us\":%.2f,\"measured_over_predicted\":%.4f,"
-                "\"maxrank_rows\":%.1f,\"wrong\":%lld,",
+                "\"maxrank_rows\":%.1f,\"wrong\":%lld,\"reorder_us\":%.2f,"
+                "\"reorder_gather_us\":%.2f,",
                 i ? "," : "", x->k, x->hidden, k_mode_names[x->mode], x->rows, x->saved, x->hit,
                 x->bytes, x->model_bytes, x->layout_us, x->dispatch_us, x->combine_us, x->total_us,
                 x->xfer_us, x->pred_us[0], x->pred_us[1], pred > 0 ? x->xfer_us / pred : 0.0,
-                x->maxrank, x->wrong);
+                x->maxrank, x->wrong, x->reorder_us, x->gather_us);
         if (x->mode == MODE_NAIVE)
             fprintf(f,
                     "\"alltoallv_dispatch_us\":%.2f,\"alltoallv_combine_us\":%.2f,"
@@ -1063,10 +1377,11 @@ int main(int argc, char **argv)
     int first_res = 0;
     for (int ki = 0; ki < nk; ki++) {
         memset(&r, 0, sizeof(r));
+        layers_t ly = {0};
         if (o.trace)
-            routing_from_trace(&o, &r);
+            routing_from_trace(&o, &r, &ly);
         else
-            routing_generate(&o, o.top_k[ki], &r);
+            routing_generate(&o, o.top_k[ki], &r, &ly);
         size_t E = (size_t)r.num_experts;
         /* Past 1024 experts the reference's sums would no longer be exact in float32. */
         if (o.check && E > 1024)
@@ -1082,7 +1397,16 @@ int main(int argc, char **argv)
             place_random(r.num_experts, g_nranks, o.seed, placed);
         else
             memcpy(placed, contig, E * sizeof(int32_t));
-        counts_t c_contig = count_rows(&r, contig), c_placed = count_rows(&r, placed);
+        counts_t c_contig = count_rows(&r, contig), c_placed = count_rows(&r, placed),
+                 c_reord = {0};
+        /* dedup+place+reorder: the placement of dedup+place, the tokens re-ordered. */
+        routing_t rr = {0};
+        reorder_t ro = {0};
+        if (o.modes & (1u << MODE_REORDER)) {
+            reorder_init(&ro, &ly, placed, r.num_experts, r.top_k);
+            routing_reordered(&ro, &r, &rr);
+            c_reord = count_rows(&rr, placed);
+        }
         double proj[NUM_PROJ][NUM_MODES] = {{0}};
         for (int i = 0; i < NUM_PROJ; i++)
             if (g_rank == 0 && proj_valid(&o, i))
@@ -1095,9 +1419,12 @@ int main(int argc, char **argv)
                 if (!(o.modes & (1u << m)))
                     continue;
                 result_t *x = &res[nres++];
-                const counts_t *c = m == MODE_PLACE ? &c_placed : &c_contig;
+                const counts_t *c = m == MODE_REORDER ? &c_reord
+                                    : m == MODE_PLACE ? &c_placed
+                                                      : &c_contig;
                 *x = (result_t){.k = r.top_k, .hidden = o.hidden[hi], .mode = m};
-                run_mode(&o, &r, o.hidden[hi], m, m == MODE_PLACE ? placed : contig, x);
+                run_mode(&o, m == MODE_REORDER ? &rr : &r, o.hidden[hi], m,
+                         m >= MODE_PLACE ? placed : contig, m == MODE_REORDER ? &ro : NULL, x);
                 x->rows = m == MODE_NAIVE ? c->rows_naive : c->rows_dedup;
                 x->saved =
                     c_contig.rows_naive > 0 ? 100.0 * (1.0 - x->rows / c_contig.rows_naive) : 0.0;
@@ -1130,6 +1457,12 @@ int main(int argc, char **argv)
         first_res = nres;
         counts_free(&c_contig);
         counts_free(&c_placed);
+        counts_free(&c_reord);
+        if (o.modes & (1u << MODE_REORDER)) {
+            routing_free(&rr);
+            reorder_free(&ro);
+        }
+        layers_free(&ly);
         free(contig);
         free(placed);
         if (ki + 1 < nk)
