@@ -388,16 +388,23 @@ ROW_INLINE float decode16(loomDataType_t dt, uint16_t v)
     return dt == loomBfloat16 ? loom_bf16_decode(v) : loom_f16_decode(v);
 }
 
-/* acc[c] += w * src[c]. */
-ROW_INLINE void axpy_dt(loomDataType_t dt, float *restrict acc, float w, const void *src, size_t n)
+/* acc[c] = (start ? 0 : acc[c]) + w * src[c]. */
+ROW_INLINE void axpy_dt(loomDataType_t dt, float *restrict acc, float w, const void *src, int start,
+                        size_t n)
 {
     if (dt == loomFloat32) {
         const float *restrict x = src;
-        ROW_FOR(c, n, acc[c] += w * x[c]);
+        if (start)
+            ROW_FOR(c, n, acc[c] = 0.0f + w * x[c]);
+        else
+            ROW_FOR(c, n, acc[c] += w * x[c]);
         return;
     }
     const uint16_t *restrict x = src;
-    ROW_FOR(c, n, acc[c] += w * decode16(dt, x[c]));
+    if (start)
+        ROW_FOR(c, n, acc[c] = 0.0f + w * decode16(dt, x[c]));
+    else
+        ROW_FOR(c, n, acc[c] += w * decode16(dt, x[c]));
 }
 
 /* dst[c] = src[c] rounded to dt. */
@@ -423,24 +430,36 @@ static void add_f32(float *restrict dst, const float *restrict src, int start, s
         ROW_FOR(c, n, dst[c] += src[c]);
 }
 
+/* dst[c] += (run ? run[c] : 0) + src[c]: the last row of a naive token's run on one rank. */
+static void add_run_end(float *restrict dst, const float *restrict run, const float *restrict src,
+                        size_t n)
+{
+    if (run == NULL)
+        ROW_FOR(c, n, dst[c] += 0.0f + src[c]);
+    else
+        ROW_FOR(c, n, dst[c] += run[c] + src[c]);
+}
+
 /* Each received row's partial, in the order the rows came: the rows of source s return to s
- * in the order s sent them. Unweighted (dispatch backward): each pair's weight is taken as 1. */
+ * in the order s sent them. Unweighted (dispatch backward): each pair's weight is taken as 1.
+ * Summed in place in the segment (rows start at multiples of 4 bytes), from 0. */
 static void row_partials(const struct loomMoeHandle *h, const void *expert_out, int weighted,
-                         xfer_t *xf, float *acc)
+                         xfer_t *xf)
 {
     const struct loomMoePlan *p = h->plan;
     size_t H = p->hidden, rr = 0;
     for (size_t s = 0; s < (size_t)p->nranks; s++) {
-        unsigned char *out = xf->sbuf + xf->sdispl[s] + HDR_BYTES;
-        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, out += H * sizeof(float)) {
-            memset(acc, 0, H * sizeof(float));
-            for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
+        float *out = (float *)(xf->sbuf + xf->sdispl[s] + HDR_BYTES);
+        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, out += H) {
+            size_t q0 = h->row_start[rr], q1 = h->row_start[rr + 1];
+            if (q0 == q1) /* Dispatch refuses such rows; zeros all the same */
+                memset(out, 0, H * sizeof(float));
+            for (size_t q = q0; q < q1; q++) {
                 float w = weighted ? h->pair_weight[q] : 1.0f;
                 const unsigned char *x =
                     (const unsigned char *)expert_out + h->pair_slot[q] * p->payload_bytes;
-                BY_DTYPE(p->dtype, axpy_dt, acc, w, x, H);
+                BY_DTYPE(p->dtype, axpy_dt, out, w, x, q == q0, H);
             }
-            memcpy(out, acc, H * sizeof(float));
         }
     }
 }
@@ -463,9 +482,10 @@ static void home_sum(const struct loomMoeHandle *h, const xfer_t *xf, float *yac
             if (naive) {
                 int first = i == 0 || h->row_token[r - 1] != (int32_t)t;
                 int last = i + 1 == h->send_rows[g] || h->row_token[r + 1] != (int32_t)t;
-                add_f32(tmp, (const float *)in, first, H);
                 if (last)
-                    add_f32(dst, tmp, 0, H);
+                    add_run_end(dst, first ? NULL : tmp, (const float *)in, H);
+                else
+                    add_f32(tmp, (const float *)in, first, H);
                 continue;
             }
             add_f32(dst, (const float *)in, 0, H);
@@ -518,14 +538,12 @@ static loomResult_t reduce_home(const char *call, loomMoeHandle_t handle, const 
     size_t H = p->hidden;
     need_buf(call, slots_name, slots, h->recv_slots, "slots", p->rank, &status);
     need_buf(call, out_name, out, h->num_tokens, "tokens", p->rank, &status);
-    /* The sums: a row's partial and a token's run in naive mode (2 H), then one row per token. */
-    float *acc = NULL, *yacc = NULL;
+    /* The sums: a token's run in naive mode (H), then one row per token. */
+    float *run = NULL;
     size_t floats;
-    if (!__builtin_mul_overflow(h->num_tokens + 2, H, &floats) && floats <= SIZE_MAX / 4)
-        acc = loom_moe_buf(p, LOOM_MOE_BUF_SUM, floats * sizeof(float));
-    if (acc != NULL)
-        yacc = acc + 2 * H;
-    if (status == loomSuccess && acc == NULL) {
+    if (!__builtin_mul_overflow(h->num_tokens + 1, H, &floats) && floats <= SIZE_MAX / 4)
+        run = loom_moe_buf(p, LOOM_MOE_BUF_SUM, floats * sizeof(float));
+    if (status == loomSuccess && run == NULL) {
         LOOM_WARN("%s: out of memory for %zu tokens of %zu floats", call, h->num_tokens, H);
         status = loomSystemError; /* told to the peers, so that they do not wait */
     }
@@ -533,11 +551,11 @@ static loomResult_t reduce_home(const char *call, loomMoeHandle_t handle, const 
     loomResult_t res = xfer_init(call, p, 0, h->recv_rows, h->send_rows, H * sizeof(float), &xf);
     if (res == loomSuccess) {
         if (status == loomSuccess)
-            row_partials(h, slots, weighted, &xf, acc);
+            row_partials(h, slots, weighted, &xf);
         res = xfer_run(call, p, &xf, status, h->send_rows);
     }
     if (res == loomSuccess) {
-        home_sum(h, &xf, yacc, acc + H, out);
+        home_sum(h, &xf, run + H, run, out);
         xfer_count_bytes(p, &xf);
     }
     xfer_free(&xf);
