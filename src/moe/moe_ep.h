@@ -35,6 +35,23 @@ typedef struct loom_moe_tracing {
     loom_moe_trace_writer_t *writer; /* opened at the first record */
 } loom_moe_tracing_t;
 
+/* Buffers a plan keeps for the exchanges of its handles (moe_xfer.c), so that a step reuses the
+ * pages the last one touched instead of mapping and faulting in fresh ones. Each grows to the
+ * largest size asked of it and lives until loomMoePlanDestroy. Contents never carry over: every
+ * call writes what it sends, the row padding included. */
+enum {
+    LOOM_MOE_BUF_SEND,  /* an exchange's send segments */
+    LOOM_MOE_BUF_RECV,  /* its receive segments */
+    LOOM_MOE_BUF_SEND2, /* combine backward's second exchange */
+    LOOM_MOE_BUF_RECV2,
+    LOOM_MOE_BUF_SUM, /* combine's float32 sums, one row per token */
+    LOOM_MOE_NUM_BUFS
+};
+typedef struct loom_moe_buf {
+    void *ptr;
+    size_t cap; /* bytes */
+} loom_moe_buf_t;
+
 struct loomMoePlan {
     loomComm_t comm;
     int rank, nranks;
@@ -55,6 +72,7 @@ struct loomMoePlan {
     loom_moe_tracing_t trace;
     int live_handles;
     loom_moe_counters_t stats;
+    loom_moe_buf_t bufs[LOOM_MOE_NUM_BUFS];
 };
 
 struct loomMoeHandle {
@@ -114,6 +132,11 @@ void loom_moe_tracing_start(struct loomMoePlan *p);
 void loom_moe_tracing_record(struct loomMoePlan *p, const int32_t *topk, const float *weights,
                              size_t num_tokens);
 void loom_moe_tracing_stop(struct loomMoePlan *p);
+
+/* Buffer `which` of the plan with room for at least `bytes` (never NULL, even for 0 bytes), or
+ * NULL when memory ran out; its contents are undefined. Freed by loom_moe_bufs_free. */
+void *loom_moe_buf(struct loomMoePlan *p, int which, size_t bytes);
+void loom_moe_bufs_free(struct loomMoePlan *p);
 
 /* The first refusal among the statuses of ranks 0..nranks-1 (status_of(i) read by the caller
  * into statuses[]), or Success. On a rank other than the refusing one, WARNs naming it. */

@@ -265,6 +265,7 @@ static void plan_free(struct loomMoePlan *p)
     free(p->expert_rank);
     free(p->local_id);
     free(p->num_local);
+    loom_moe_bufs_free(p);
     loom_moe_tracing_stop(p);
     free(p);
 }

@@ -22,6 +22,7 @@
  * and returns each pair's weight gradient <grad_y, expert_out[slot]> (float32) to the home rank
  * in a second exchange, one float32 per pair of each row, in top-k slot order.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +33,8 @@
 
 #define HDR_BYTES sizeof(loom_moe_seg_hdr_t)
 
-/* One exchange: per-peer byte counts and displacements of both directions, and the buffers. */
+/* One exchange: per-peer byte counts and displacements of both directions, and the buffers
+ * (the plan's, see loom_moe_buf). */
 typedef struct xfer {
     size_t *scount, *sdispl, *rcount, *rdispl;
     unsigned char *sbuf, *rbuf;
@@ -40,14 +42,44 @@ typedef struct xfer {
     uint32_t *statuses; /* [G] each rank's status, read from the headers */
 } xfer_t;
 
+void *loom_moe_buf(struct loomMoePlan *p, int which, size_t bytes)
+{
+    loom_moe_buf_t *b = &p->bufs[which];
+    if (b->ptr != NULL && b->cap >= bytes)
+        return b->ptr;
+    free(b->ptr);
+    b->ptr = NULL;
+    b->cap = 0;
+    /* A quarter more than asked: row counts vary from step to step, and each regrowth maps
+     * and faults in fresh pages. */
+    size_t cap = bytes > SIZE_MAX - bytes / 4 - 1 ? bytes : bytes + bytes / 4 + 1;
+    void *m = malloc(cap);
+    if (m == NULL && cap > bytes) {
+        cap = bytes ? bytes : 1;
+        m = malloc(cap);
+    }
+    if (m == NULL)
+        return NULL;
+    b->ptr = m;
+    b->cap = cap;
+    return m;
+}
+
+void loom_moe_bufs_free(struct loomMoePlan *p)
+{
+    for (int i = 0; i < LOOM_MOE_NUM_BUFS; i++) {
+        free(p->bufs[i].ptr);
+        p->bufs[i].ptr = NULL;
+        p->bufs[i].cap = 0;
+    }
+}
+
 static void xfer_free(xfer_t *x)
 {
     free(x->scount);
     free(x->sdispl);
     free(x->rcount);
     free(x->rdispl);
-    free(x->sbuf);
-    free(x->rbuf);
     free(x->statuses);
 }
 
@@ -72,9 +104,13 @@ static loomResult_t segs_size(const char *call, size_t G, const size_t *rows, si
     return loomSuccess;
 }
 
-static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_rows,
-                              const size_t *recv_rows, size_t row_bytes, xfer_t *x)
+/* The exchange's segments in the plan's buffers: LOOM_MOE_BUF_SEND and _RECV, or, with second
+ * set, _SEND2 and _RECV2. The rows are left for the caller to write. */
+static loomResult_t xfer_init(const char *call, struct loomMoePlan *p, int second,
+                              const size_t *send_rows, const size_t *recv_rows, size_t row_bytes,
+                              xfer_t *x)
 {
+    size_t G = (size_t)p->nranks;
     memset(x, 0, sizeof(*x));
     x->scount = malloc(G * sizeof(size_t));
     x->sdispl = malloc(G * sizeof(size_t));
@@ -88,12 +124,11 @@ static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_row
     }
     LOOM_CHECK(segs_size(call, G, send_rows, row_bytes, x->scount, x->sdispl, &x->stotal));
     LOOM_CHECK(segs_size(call, G, recv_rows, row_bytes, x->rcount, x->rdispl, &x->rtotal));
-    /* Zeroed: the padding of rows goes on the wire, and should be the same every time. */
-    x->sbuf = calloc(x->stotal, 1);
-    x->rbuf = malloc(x->rtotal);
+    x->sbuf = loom_moe_buf(p, second ? LOOM_MOE_BUF_SEND2 : LOOM_MOE_BUF_SEND, x->stotal);
+    x->rbuf = loom_moe_buf(p, second ? LOOM_MOE_BUF_RECV2 : LOOM_MOE_BUF_RECV, x->rtotal);
     if (x->sbuf == NULL || x->rbuf == NULL) {
-        LOOM_WARN("%s: out of memory for %zu bytes to send and %zu to receive", call, x->stotal,
-                  x->rtotal);
+        LOOM_WARN("%s: out of memory for %zu bytes to send and %zu to receive (rank %d)", call,
+                  x->stotal, x->rtotal, p->rank);
         return loomSystemError;
     }
     for (size_t g = 0; g < G; g++) {
@@ -105,12 +140,15 @@ static loomResult_t xfer_init(const char *call, size_t G, const size_t *send_row
 
 /* Sends every segment with this rank's status; Success only if every rank's status, and every
  * header, is good. */
-static loomResult_t xfer_run(const char *call, const struct loomMoePlan *p, xfer_t *x,
+static loomResult_t xfer_run(const char *call, const struct loomMoePlan *p, const xfer_t *x,
                              loomResult_t status, const size_t *recv_rows)
 {
     size_t G = (size_t)p->nranks;
     for (size_t g = 0; g < G; g++) {
         uint32_t st = (uint32_t)status;
+        /* A refusal sends zeros, not what the buffer held from an earlier call. */
+        if (status != loomSuccess)
+            memset(x->sbuf + x->sdispl[g] + HDR_BYTES, 0, x->scount[g] - HDR_BYTES);
         memcpy(x->sbuf + x->sdispl[g] + offsetof(loom_moe_seg_hdr_t, status), &st, sizeof(st));
     }
     LOOM_CHECK(loomAllToAllv(x->sbuf, x->scount, x->sdispl, x->rbuf, x->rcount, x->rdispl,
@@ -152,6 +190,8 @@ static void pack_rows(const struct loomMoeHandle *h, const unsigned char *x, xfe
         for (size_t i = 0; i < h->send_rows[g]; i++, r++, row += p->row_bytes) {
             int32_t t = h->row_token[r];
             memcpy(row, x + (size_t)t * p->payload_bytes, p->payload_bytes);
+            /* The padding and unused pairs go on the wire: the same zeros every time. */
+            memset(row + p->payload_bytes, 0, p->row_bytes - p->payload_bytes);
             unsigned char *tr = row + p->trailer_off;
             unsigned char *wts = tr + 4, *ids = tr + 4 + ppr * sizeof(float);
             memcpy(tr, &t, sizeof(t));
@@ -271,8 +311,8 @@ LOOM_API loomResult_t loomMoeDispatch(loomMoeHandle_t handle, const void *x, voi
         status = loomSystemError; /* told to the peers, so that they do not wait */
     }
     xfer_t xf;
-    loomResult_t res = xfer_init("loomMoeDispatch", (size_t)p->nranks, h->send_rows, h->recv_rows,
-                                 p->row_bytes, &xf);
+    loomResult_t res =
+        xfer_init("loomMoeDispatch", p, 0, h->send_rows, h->recv_rows, p->row_bytes, &xf);
     if (res == loomSuccess) {
         if (status == loomSuccess)
             pack_rows(h, x, &xf);
@@ -312,25 +352,114 @@ static inline void store_elem(loomDataType_t dt, void *buf, size_t i, float v)
     memcpy((unsigned char *)buf + i * 2, &b, 2);
 }
 
+/* Loops over a row run in fixed blocks and a scalar tail: at -O2 gcc vectorises only loops whose
+ * trip count needs no epilogue. Each row function below is inlined with its datatype a constant
+ * (BY_DTYPE), so the conversion in the loop has no branch. Every element sees the same float32
+ * operations in the same order as one scalar loop would apply. */
+#define ROW_BLOCK 32
+#define ROW_FOR(c, n, ...)                                                                         \
+    do {                                                                                           \
+        size_t base_ = 0;                                                                          \
+        for (; base_ + ROW_BLOCK <= (n); base_ += ROW_BLOCK) {                                     \
+            for (size_t k_ = 0; k_ < ROW_BLOCK; k_++) {                                            \
+                size_t c = base_ + k_;                                                             \
+                __VA_ARGS__;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+        for (size_t c = base_; c < (n); c++) {                                                     \
+            __VA_ARGS__;                                                                           \
+        }                                                                                          \
+    } while (0)
+#define BY_DTYPE(dt, fn, ...)                                                                      \
+    do {                                                                                           \
+        if ((dt) == loomBfloat16)                                                                  \
+            fn(loomBfloat16, __VA_ARGS__);                                                         \
+        else if ((dt) == loomFloat16)                                                              \
+            fn(loomFloat16, __VA_ARGS__);                                                          \
+        else                                                                                       \
+            fn(loomFloat32, __VA_ARGS__);                                                          \
+    } while (0)
+#define ROW_INLINE static inline __attribute__((always_inline))
+
+/* Typed pointers, not load_elem's byte copies: gcc vectorises only the former. Every buffer
+ * here is the caller's array of dt or the plan's, whose rows start at multiples of 4 bytes. */
+ROW_INLINE float decode16(loomDataType_t dt, uint16_t v)
+{
+    return dt == loomBfloat16 ? loom_bf16_decode(v) : loom_f16_decode(v);
+}
+
+/* acc[c] = (start ? 0 : acc[c]) + w * src[c]. */
+ROW_INLINE void axpy_dt(loomDataType_t dt, float *restrict acc, float w, const void *src, int start,
+                        size_t n)
+{
+    if (dt == loomFloat32) {
+        const float *restrict x = src;
+        if (start)
+            ROW_FOR(c, n, acc[c] = 0.0f + w * x[c]);
+        else
+            ROW_FOR(c, n, acc[c] += w * x[c]);
+        return;
+    }
+    const uint16_t *restrict x = src;
+    if (start)
+        ROW_FOR(c, n, acc[c] = 0.0f + w * decode16(dt, x[c]));
+    else
+        ROW_FOR(c, n, acc[c] += w * decode16(dt, x[c]));
+}
+
+/* dst[c] = src[c] rounded to dt. */
+ROW_INLINE void round_dt(loomDataType_t dt, void *dst, const float *restrict src, size_t n)
+{
+    if (dt == loomFloat32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *restrict y = dst;
+    if (dt == loomBfloat16)
+        ROW_FOR(c, n, y[c] = loom_bf16_encode(src[c]));
+    else
+        ROW_FOR(c, n, y[c] = loom_f16_encode(src[c]));
+}
+
+/* dst[c] = (start ? 0 : dst[c]) + src[c]. */
+static void add_f32(float *restrict dst, const float *restrict src, int start, size_t n)
+{
+    if (start)
+        ROW_FOR(c, n, dst[c] = 0.0f + src[c]);
+    else
+        ROW_FOR(c, n, dst[c] += src[c]);
+}
+
+/* dst[c] += (run ? run[c] : 0) + src[c]: the last row of a naive token's run on one rank. */
+static void add_run_end(float *restrict dst, const float *restrict run, const float *restrict src,
+                        size_t n)
+{
+    if (run == NULL)
+        ROW_FOR(c, n, dst[c] += 0.0f + src[c]);
+    else
+        ROW_FOR(c, n, dst[c] += run[c] + src[c]);
+}
+
 /* Each received row's partial, in the order the rows came: the rows of source s return to s
- * in the order s sent them. Unweighted (dispatch backward): each pair's weight is taken as 1. */
+ * in the order s sent them. Unweighted (dispatch backward): each pair's weight is taken as 1.
+ * Summed in place in the segment (rows start at multiples of 4 bytes), from 0. */
 static void row_partials(const struct loomMoeHandle *h, const void *expert_out, int weighted,
-                         xfer_t *xf, float *acc)
+                         xfer_t *xf)
 {
     const struct loomMoePlan *p = h->plan;
     size_t H = p->hidden, rr = 0;
     for (size_t s = 0; s < (size_t)p->nranks; s++) {
-        unsigned char *out = xf->sbuf + xf->sdispl[s] + HDR_BYTES;
-        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, out += H * sizeof(float)) {
-            for (size_t c = 0; c < H; c++)
-                acc[c] = 0.0f;
-            for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
+        float *out = (float *)(xf->sbuf + xf->sdispl[s] + HDR_BYTES);
+        for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, out += H) {
+            size_t q0 = h->row_start[rr], q1 = h->row_start[rr + 1];
+            if (q0 == q1) /* Dispatch refuses such rows; zeros all the same */
+                memset(out, 0, H * sizeof(float));
+            for (size_t q = q0; q < q1; q++) {
                 float w = weighted ? h->pair_weight[q] : 1.0f;
-                size_t base = h->pair_slot[q] * H;
-                for (size_t c = 0; c < H; c++)
-                    acc[c] += w * load_elem(p->dtype, expert_out, base + c);
+                const unsigned char *x =
+                    (const unsigned char *)expert_out + h->pair_slot[q] * p->payload_bytes;
+                BY_DTYPE(p->dtype, axpy_dt, out, w, x, q == q0, H);
             }
-            memcpy(out, acc, H * sizeof(float));
         }
     }
 }
@@ -353,26 +482,16 @@ static void home_sum(const struct loomMoeHandle *h, const xfer_t *xf, float *yac
             if (naive) {
                 int first = i == 0 || h->row_token[r - 1] != (int32_t)t;
                 int last = i + 1 == h->send_rows[g] || h->row_token[r + 1] != (int32_t)t;
-                for (size_t c = 0; c < H; c++) {
-                    float v;
-                    memcpy(&v, in + c * sizeof(float), sizeof(v));
-                    tmp[c] = (first ? 0.0f : tmp[c]) + v;
-                }
-                if (!last)
-                    continue;
-                for (size_t c = 0; c < H; c++)
-                    dst[c] += tmp[c];
+                if (last)
+                    add_run_end(dst, first ? NULL : tmp, (const float *)in, H);
+                else
+                    add_f32(tmp, (const float *)in, first, H);
                 continue;
             }
-            for (size_t c = 0; c < H; c++) {
-                float v;
-                memcpy(&v, in + c * sizeof(float), sizeof(v));
-                dst[c] += v;
-            }
+            add_f32(dst, (const float *)in, 0, H);
         }
     }
-    for (size_t i = 0; i < h->num_tokens * H; i++)
-        store_elem(p->dtype, y, i, yacc[i]);
+    BY_DTYPE(p->dtype, round_dt, y, yacc, h->num_tokens * H);
 }
 
 /* A handle that must have been dispatched, or NULL (WARNed, *status why) when the call cannot
@@ -419,27 +538,27 @@ static loomResult_t reduce_home(const char *call, loomMoeHandle_t handle, const 
     size_t H = p->hidden;
     need_buf(call, slots_name, slots, h->recv_slots, "slots", p->rank, &status);
     need_buf(call, out_name, out, h->num_tokens, "tokens", p->rank, &status);
-    float *acc = malloc(2 * H * sizeof(float));
-    float *yacc = malloc((h->num_tokens * H + 1) * sizeof(float));
-    if (status == loomSuccess && (acc == NULL || yacc == NULL)) {
+    /* The sums: a token's run in naive mode (H), then one row per token. */
+    float *run = NULL;
+    size_t floats;
+    if (!__builtin_mul_overflow(h->num_tokens + 1, H, &floats) && floats <= SIZE_MAX / 4)
+        run = loom_moe_buf(p, LOOM_MOE_BUF_SUM, floats * sizeof(float));
+    if (status == loomSuccess && run == NULL) {
         LOOM_WARN("%s: out of memory for %zu tokens of %zu floats", call, h->num_tokens, H);
         status = loomSystemError; /* told to the peers, so that they do not wait */
     }
     xfer_t xf;
-    loomResult_t res =
-        xfer_init(call, (size_t)p->nranks, h->recv_rows, h->send_rows, H * sizeof(float), &xf);
+    loomResult_t res = xfer_init(call, p, 0, h->recv_rows, h->send_rows, H * sizeof(float), &xf);
     if (res == loomSuccess) {
         if (status == loomSuccess)
-            row_partials(h, slots, weighted, &xf, acc);
+            row_partials(h, slots, weighted, &xf);
         res = xfer_run(call, p, &xf, status, h->send_rows);
     }
     if (res == loomSuccess) {
-        home_sum(h, &xf, yacc, acc + H, out);
+        home_sum(h, &xf, run + H, run, out);
         xfer_count_bytes(p, &xf);
     }
     xfer_free(&xf);
-    free(acc);
-    free(yacc);
     return res;
 }
 
@@ -470,6 +589,7 @@ static void pair_grads(const struct loomMoeHandle *h, const xfer_t *in, const vo
         const unsigned char *row = in->rbuf + in->rdispl[s] + HDR_BYTES;
         unsigned char *dw = back->sbuf + back->sdispl[s] + HDR_BYTES;
         for (size_t i = 0; i < h->recv_rows[s]; i++, rr++, row += p->row_bytes) {
+            memset(dw, 0, ppr * sizeof(float)); /* a row's unused pairs */
             for (size_t q = h->row_start[rr]; q < h->row_start[rr + 1]; q++) {
                 float w = h->pair_weight[q], acc = 0.0f;
                 size_t base = h->pair_slot[q] * H;
@@ -520,7 +640,6 @@ LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void 
     if (h == NULL)
         return status;
     struct loomMoePlan *p = h->plan;
-    size_t G = (size_t)p->nranks;
     need_buf(call, "grad_y", grad_y, h->num_tokens, "tokens", p->rank, &status);
     need_buf(call, "expert_out", expert_out, h->recv_slots, "slots", p->rank, &status);
     need_buf(call, "grad_expert_out", grad_expert_out, h->recv_slots, "slots", p->rank, &status);
@@ -529,7 +648,7 @@ LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void 
      * over the same segments reversed. */
     xfer_t out, back;
     memset(&back, 0, sizeof(back));
-    loomResult_t res = xfer_init(call, G, h->send_rows, h->recv_rows, p->row_bytes, &out);
+    loomResult_t res = xfer_init(call, p, 0, h->send_rows, h->recv_rows, p->row_bytes, &out);
     if (res == loomSuccess) {
         if (status == loomSuccess)
             pack_rows(h, grad_y, &out);
@@ -537,8 +656,8 @@ LOOM_API loomResult_t loomMoeCombineBackward(loomMoeHandle_t handle, const void 
     }
     if (res == loomSuccess) {
         xfer_count_bytes(p, &out);
-        status =
-            xfer_init(call, G, h->recv_rows, h->send_rows, p->pairs_per_row * sizeof(float), &back);
+        status = xfer_init(call, p, 1, h->recv_rows, h->send_rows, p->pairs_per_row * sizeof(float),
+                           &back);
         if (status == loomSuccess) {
             pair_grads(h, &out, expert_out, grad_expert_out, &back);
             res = xfer_run(call, p, &back, status, h->send_rows);
