@@ -11,6 +11,8 @@
 // and the wire format's sizes, and zero after a reset.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -183,6 +185,59 @@ void Grid(int rank, int nranks, loomComm_t comm)
         Run naive = RunOne(comm, rank, nranks, s, random_place, loomMoeModeNaive);
         XT_CHECK_MSG(dedup.y == naive.y, "naive and dedup y differ");
     });
+}
+
+// Combine's bits against the order in which rows arrive (reference T8): every rank sleeps a
+// different, seeded 0-3 ms before each of layout, dispatch and combine, so that peers reach
+// each exchange in another order on every run; random float32 rows, planted routing with -1
+// selections, dedup and naive. Every run's y must equal the first's and the canonical-order
+// reference, bit for bit.
+void ArrivalOrder(int rank, int nranks, loomComm_t comm)
+{
+    const moetest::Shape s = {16, 4, 40, loomFloat32, true, false, 77};
+    const moetest::Batch b = moetest::MakeBatch(s, rank, nranks);
+    const std::vector<int32_t> place = moetest::Placement(s.num_experts, nranks, true, 5);
+    const std::vector<uint8_t> want = moetest::Reference(s, b, place, true);
+    uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+    auto nap = [&seed] {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        usleep((useconds_t)(seed % 3000));
+    };
+    for (int mode : {(int)loomMoeModeDedup, (int)loomMoeModeNaive})
+        for (int run = 0; run < 6; run++) {
+            const loomMoeConfig_t cfg = moetest::Config(s, place, true, mode);
+            loomMoePlan_t plan = nullptr;
+            XT_CHECK_LOOM(loomMoePlanCreate(&plan, &cfg, comm));
+            const size_t L = place.size();
+            std::vector<int64_t> count(L), offset(L);
+            loomMoeLayoutInfo_t info = LOOM_MOE_LAYOUT_INFO_INITIALIZER;
+            info.expert_count = count.data();
+            info.expert_offset = offset.data();
+            loomMoeHandle_t h = nullptr;
+            nap();
+            XT_CHECK_LOOM(
+                loomMoeLayout(plan, b.topk.data(), b.weights.data(), b.tokens, &h, &info));
+            std::vector<uint8_t> recv_x(info.recv_slots * s.hidden * 4);
+            nap();
+            XT_CHECK_LOOM(loomMoeDispatch(h, b.x.data(), recv_x.data()));
+            const std::vector<uint8_t> out =
+                moetest::RunExperts(s, place, rank, recv_x, offset, count);
+            std::vector<uint8_t> y(b.tokens * s.hidden * 4, 0x5a);
+            nap();
+            XT_CHECK_LOOM(loomMoeCombine(h, out.data(), y.data()));
+            XT_CHECK_LOOM(loomMoeHandleDestroy(h));
+            XT_CHECK_LOOM(loomMoePlanDestroy(plan));
+            XT_CHECK_MSG(y == want, "run " + std::to_string(run) + " of mode " +
+                                        std::to_string(mode) +
+                                        ": y differs from the canonical-order reference");
+        }
+}
+
+TEST_P(MoeRanks, CombineBitsDoNotDependOnArrivalOrder)
+{
+    RunGrid(ArrivalOrder);
 }
 
 TEST_P(MoeRanks, DispatchMatchesReferencesNaiveAndCounters)
