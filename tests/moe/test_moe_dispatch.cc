@@ -8,7 +8,8 @@
 // without experts and T different on every rank; naive and dedup y bitwise equal; every received
 // slot holding the row its place in the canonical order names (local expert, source rank, source
 // token), again after a second dispatch; and the plan's counters exact against loom_moe_rows_count
-// and the wire format's sizes, and zero after a reset.
+// and the wire format's sizes, and zero after a reset; and combine's bits whatever order the
+// ranks reach each exchange in (a different random delay per rank before every call).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
