@@ -410,6 +410,8 @@ ROW_INLINE void axpy_dt(loomDataType_t dt, float *restrict acc, float w, const v
 /* dst[c] = src[c] rounded to dt. */
 ROW_INLINE void round_dt(loomDataType_t dt, void *dst, const float *restrict src, size_t n)
 {
+    if (n == 0) /* a rank without tokens passes y NULL: memcpy must not see it */
+        return;
     if (dt == loomFloat32) {
         memcpy(dst, src, n * sizeof(float));
         return;
