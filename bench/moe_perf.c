@@ -1344,6 +1344,114 @@ static void write_json(const opts_t *o, const routing_t *r, const result_t *res,
     fclose(f);
 }
 
+/* One routing (one top-k, or the trace) and what every mode of it shares: the placements, their
+ * row counts, the re-ordered routing and the projection's rows. */
+typedef struct k_run {
+    routing_t r, rr; /* the routing; rr: re-ordered (dedup+place+reorder only) */
+    layers_t ly;
+    reorder_t ro;
+    int32_t *contig, *placed;
+    counts_t c_contig, c_placed, c_reord;
+    double proj[NUM_PROJ][NUM_MODES];
+} k_run_t;
+
+static void k_run_init(opts_t *o, int top_k, k_run_t *k)
+{
+    memset(k, 0, sizeof(*k));
+    if (o->trace)
+        routing_from_trace(o, &k->r, &k->ly);
+    else
+        routing_generate(o, top_k, &k->r, &k->ly);
+    size_t E = (size_t)k->r.num_experts;
+    /* Past 1024 experts the reference's sums would no longer be exact in float32. */
+    if (o->check && E > 1024)
+        bench_die("run the check with E <= 1024",
+                  "-c 1 checks exactly up to 1024 experts, "
+                  "not %zu",
+                  E);
+    k->contig = xcalloc(E, sizeof(int32_t));
+    k->placed = xcalloc(E, sizeof(int32_t));
+    place_contiguous(k->r.num_experts, g_nranks, k->contig);
+    if (o->placement == PLACE_COSELECT)
+        place_coselect(&k->r, k->placed);
+    else if (o->placement == PLACE_RANDOM)
+        place_random(k->r.num_experts, g_nranks, o->seed, k->placed);
+    else
+        memcpy(k->placed, k->contig, E * sizeof(int32_t));
+    k->c_contig = count_rows(&k->r, k->contig);
+    k->c_placed = count_rows(&k->r, k->placed);
+    /* dedup+place+reorder: the placement of dedup+place, the tokens re-ordered. */
+    if (o->modes & (1u << MODE_REORDER)) {
+        reorder_init(&k->ro, &k->ly, k->placed, k->r.num_experts, k->r.top_k);
+        routing_reordered(&k->ro, &k->r, &k->rr);
+        k->c_reord = count_rows(&k->rr, k->placed);
+    }
+    for (int i = 0; i < NUM_PROJ; i++)
+        if (g_rank == 0 && proj_valid(o, i))
+            project_rows(o, k->r.top_k, k_proj_ranks[i], k->proj[i]);
+}
+
+/* Frees all but k->r, which the JSON of the last routing still needs. */
+static void k_run_free(const opts_t *o, k_run_t *k)
+{
+    counts_free(&k->c_contig);
+    counts_free(&k->c_placed);
+    counts_free(&k->c_reord);
+    if (o->modes & (1u << MODE_REORDER)) {
+        routing_free(&k->rr);
+        reorder_free(&k->ro);
+    }
+    layers_free(&k->ly);
+    free(k->contig);
+    free(k->placed);
+}
+
+/* Every mode of `o` on one routing at one hidden size: a result each into res (from *nres on),
+ * printed, and their speed-ups over naive into the geomean sums. Returns the wrong elements. */
+static long long run_modes(const opts_t *o, k_run_t *k, size_t hidden, const moe_x_links_t *links,
+                           FILE *xf, result_t *res, int *nres, double *geo, int *geo_n)
+{
+    double naive_total = 0;
+    long long wrong = 0;
+    for (int m = 0; m < NUM_MODES; m++) {
+        if (!(o->modes & (1u << m)))
+            continue;
+        result_t *x = &res[(*nres)++];
+        const counts_t *c = m == MODE_REORDER ? &k->c_reord
+                            : m == MODE_PLACE ? &k->c_placed
+                                              : &k->c_contig;
+        *x = (result_t){.k = k->r.top_k, .hidden = hidden, .mode = m};
+        run_mode(o, m == MODE_REORDER ? &k->rr : &k->r, hidden, m,
+                 m >= MODE_PLACE ? k->placed : k->contig, m == MODE_REORDER ? &k->ro : NULL, x);
+        x->rows = m == MODE_NAIVE ? c->rows_naive : c->rows_dedup;
+        x->saved =
+            k->c_contig.rows_naive > 0 ? 100.0 * (1.0 - x->rows / k->c_contig.rows_naive) : 0.0;
+        x->hit = c->hit;
+        x->maxrank = m == MODE_NAIVE ? c->max_naive : c->max_dedup;
+        predict(o, &k->r, m == MODE_NAIVE ? c->naive : c->dedup, links, m == MODE_NAIVE ? xf : NULL,
+                x);
+        if (m == MODE_NAIVE)
+            time_alltoallv(o, &k->r, c->naive, x);
+        for (int i = 0; i < NUM_PROJ; i++)
+            x->proj_rows[i] = k->proj[i][m];
+        if (m == MODE_NAIVE)
+            naive_total = x->total_us;
+        if (naive_total > 0) {
+            geo[m] += log(naive_total / x->total_us);
+            geo_n[m]++;
+        }
+        wrong += x->wrong > 0 ? x->wrong : 0;
+        if (g_rank == 0)
+            print_row(o, &k->r, x, naive_total);
+        if (g_rank == 0 && m == MODE_NAIVE)
+            printf("# naive's bytes through loomAllToAllv alone: dispatch %.1f us, "
+                   "combine %.1f us, d+c %.1f us\n",
+                   x->a2av_us[0], x->a2av_us[1], x->a2av_us[2]);
+        fflush(stdout);
+    }
+    return wrong;
+}
+
 int main(int argc, char **argv)
 {
     opts_t o;
@@ -1363,7 +1471,6 @@ int main(int argc, char **argv)
     int nres = 0, geo_n[NUM_MODES] = {0};
     double geo[NUM_MODES] = {0};
     long long wrong_total = 0;
-    routing_t r = {0};
     moe_x_links_t *links = moe_x_links_get(g_comm);
     if (links == NULL)
         bench_die(NULL, "out of memory");
@@ -1374,99 +1481,19 @@ int main(int argc, char **argv)
             bench_die("check the path", "cannot write --exchange %s", o.exchange);
         moe_x_write_header(xf, g_nranks, "naive");
     }
-    int first_res = 0;
+    k_run_t k;
     for (int ki = 0; ki < nk; ki++) {
-        memset(&r, 0, sizeof(r));
-        layers_t ly = {0};
-        if (o.trace)
-            routing_from_trace(&o, &r, &ly);
-        else
-            routing_generate(&o, o.top_k[ki], &r, &ly);
-        size_t E = (size_t)r.num_experts;
-        /* Past 1024 experts the reference's sums would no longer be exact in float32. */
-        if (o.check && E > 1024)
-            bench_die("run the check with E <= 1024",
-                      "-c 1 checks exactly up to 1024 experts, "
-                      "not %zu",
-                      E);
-        int32_t *contig = xcalloc(E, sizeof(int32_t)), *placed = xcalloc(E, sizeof(int32_t));
-        place_contiguous(r.num_experts, g_nranks, contig);
-        if (o.placement == PLACE_COSELECT)
-            place_coselect(&r, placed);
-        else if (o.placement == PLACE_RANDOM)
-            place_random(r.num_experts, g_nranks, o.seed, placed);
-        else
-            memcpy(placed, contig, E * sizeof(int32_t));
-        counts_t c_contig = count_rows(&r, contig), c_placed = count_rows(&r, placed),
-                 c_reord = {0};
-        /* dedup+place+reorder: the placement of dedup+place, the tokens re-ordered. */
-        routing_t rr = {0};
-        reorder_t ro = {0};
-        if (o.modes & (1u << MODE_REORDER)) {
-            reorder_init(&ro, &ly, placed, r.num_experts, r.top_k);
-            routing_reordered(&ro, &r, &rr);
-            c_reord = count_rows(&rr, placed);
-        }
-        double proj[NUM_PROJ][NUM_MODES] = {{0}};
-        for (int i = 0; i < NUM_PROJ; i++)
-            if (g_rank == 0 && proj_valid(&o, i))
-                project_rows(&o, r.top_k, k_proj_ranks[i], proj[i]);
+        if (ki > 0)
+            routing_free(&k.r);
+        k_run_init(&o, o.trace ? 0 : o.top_k[ki], &k);
         if (g_rank == 0)
-            print_header(&r, &o, links);
-        for (int hi = 0; hi < o.n_hidden; hi++) {
-            double naive_total = 0;
-            for (int m = 0; m < NUM_MODES; m++) {
-                if (!(o.modes & (1u << m)))
-                    continue;
-                result_t *x = &res[nres++];
-                const counts_t *c = m == MODE_REORDER ? &c_reord
-                                    : m == MODE_PLACE ? &c_placed
-                                                      : &c_contig;
-                *x = (result_t){.k = r.top_k, .hidden = o.hidden[hi], .mode = m};
-                run_mode(&o, m == MODE_REORDER ? &rr : &r, o.hidden[hi], m,
-                         m >= MODE_PLACE ? placed : contig, m == MODE_REORDER ? &ro : NULL, x);
-                x->rows = m == MODE_NAIVE ? c->rows_naive : c->rows_dedup;
-                x->saved =
-                    c_contig.rows_naive > 0 ? 100.0 * (1.0 - x->rows / c_contig.rows_naive) : 0.0;
-                x->hit = c->hit;
-                x->maxrank = m == MODE_NAIVE ? c->max_naive : c->max_dedup;
-                predict(&o, &r, m == MODE_NAIVE ? c->naive : c->dedup, links,
-                        m == MODE_NAIVE ? xf : NULL, x);
-                if (m == MODE_NAIVE)
-                    time_alltoallv(&o, &r, c->naive, x);
-                for (int i = 0; i < NUM_PROJ; i++)
-                    x->proj_rows[i] = proj[i][m];
-                if (m == MODE_NAIVE)
-                    naive_total = x->total_us;
-                if (naive_total > 0) {
-                    geo[m] += log(naive_total / x->total_us);
-                    geo_n[m]++;
-                }
-                wrong_total += x->wrong > 0 ? x->wrong : 0;
-                if (g_rank == 0)
-                    print_row(&o, &r, x, naive_total);
-                if (g_rank == 0 && m == MODE_NAIVE)
-                    printf("# naive's bytes through loomAllToAllv alone: dispatch %.1f us, "
-                           "combine %.1f us, d+c %.1f us\n",
-                           x->a2av_us[0], x->a2av_us[1], x->a2av_us[2]);
-                fflush(stdout);
-            }
-        }
+            print_header(&k.r, &o, links);
+        const int first_res = nres;
+        for (int hi = 0; hi < o.n_hidden; hi++)
+            wrong_total += run_modes(&o, &k, o.hidden[hi], links, xf, res, &nres, geo, geo_n);
         if (g_rank == 0)
-            print_projection(&o, &r, res + first_res, nres - first_res);
-        first_res = nres;
-        counts_free(&c_contig);
-        counts_free(&c_placed);
-        counts_free(&c_reord);
-        if (o.modes & (1u << MODE_REORDER)) {
-            routing_free(&rr);
-            reorder_free(&ro);
-        }
-        layers_free(&ly);
-        free(contig);
-        free(placed);
-        if (ki + 1 < nk)
-            routing_free(&r);
+            print_projection(&o, &k.r, res + first_res, nres - first_res);
+        k_run_free(&o, &k);
     }
     if (g_rank == 0) {
         printf("# geomean vs_naive:");
@@ -1477,13 +1504,13 @@ int main(int argc, char **argv)
         if (o.json) {
             char desc[320];
             moe_x_links_describe(links, desc, sizeof(desc));
-            write_json(&o, &r, res, nres, geo, geo_n, desc);
+            write_json(&o, &k.r, res, nres, geo, geo_n, desc);
         }
     }
     if (xf && fclose(xf) != 0)
         bench_die(NULL, "cannot write --exchange %s", o.exchange);
     moe_x_links_free(links);
-    routing_free(&r);
+    routing_free(&k.r);
     free(res);
     CHECK(loomCommDestroy(g_comm));
     return wrong_total ? EXIT_FAILURE : EXIT_SUCCESS;
