@@ -80,6 +80,18 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
     return loom_shm_end(c);
 }
 
+/* A call of `bytes` through the arena's slot halves: *hb bytes a round, *rounds rounds of
+ * per_round steps each. 0 where there is no arena or the steps would not fit (the caller then
+ * takes its point-to-point algorithm, as every rank does alike). */
+static int half_rounds(loom_coll_ctx_t *ctx, size_t bytes, unsigned per_round, size_t *hb,
+                       size_t *rounds)
+{
+    const loom_arena_t *ar = loom_shm_arena(ctx);
+    *hb = ar ? loom_arena_half_bytes(ar) : 0;
+    *rounds = *hb ? (bytes + *hb - 1) / *hb : 0;
+    return *hb != 0 && shm_rounds_fit(*rounds, per_round);
+}
+
 // ---- AllGather -----------------------------------------------------------------------
 
 loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
@@ -87,10 +99,8 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    const loom_arena_t *ar = loom_shm_arena(ctx);
-    const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
-    const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
-    if (hb == 0 || !shm_rounds_fit(rounds, 1))
+    size_t hb, rounds;
+    if (!half_rounds(ctx, bytes, 1, &hb, &rounds))
         return loom_allgather_direct(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
@@ -164,10 +174,8 @@ loomResult_t loom_bcast_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     const size_t bytes = a->count * loom_dtype_size(a->dt);
     if (bytes == 0)
         return loomSuccess;
-    const loom_arena_t *ar = loom_shm_arena(ctx);
-    const size_t hb = ar ? loom_arena_half_bytes(ar) : 0;
-    const size_t rounds = hb ? (bytes + hb - 1) / hb : 0;
-    if (hb == 0 || !shm_rounds_fit(rounds, BCAST_PIECES))
+    size_t hb, rounds;
+    if (!half_rounds(ctx, bytes, BCAST_PIECES, &hb, &rounds))
         return loom_bcast_direct(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
