@@ -81,6 +81,23 @@ std::vector<std::string> ShmLeftovers(const std::vector<int> &pids)
     return left;
 }
 
+void CheckSurvivorOf(const char *file, int line, int rank, int victim, const std::string &what,
+                     const std::string &op, const std::function<loomResult_t()> &call)
+{
+    const double t0 = NowSec();
+    const loomResult_t r = call();
+    const double secs = NowSec() - t0;
+    if (rank == victim)
+        Fail(file, line, "the victim's " + what + " returned instead of dying");
+    fprintf(stderr, "rank %d: %s returned %s after %.1f ms: %s\n", rank, what.c_str(),
+            Show(r).c_str(), secs * 1e3, loomGetLastError(nullptr));
+    if (r != loomRemoteError)
+        FailLoom(file, line, what.c_str(), r, loomRemoteError);
+    if (secs >= 2.0)
+        Fail(file, line, "detection took " + std::to_string(secs) + " s");
+    CheckNamesRank(file, line, victim, op);
+}
+
 ::testing::AssertionResult RunWithVictim(const std::string &layout, int nranks, int victim,
                                          const EnvList &extra, const RankBody &body)
 {

@@ -8,6 +8,7 @@
 #ifndef LOOM_TESTS_FAULT_FAULT_UTIL_H
 #define LOOM_TESTS_FAULT_FAULT_UTIL_H
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,19 @@ std::vector<std::string> ShmLeftovers(const std::vector<int> &pids);
 // layout: "shm", "tcp", or "hosts" (two modelled hosts of consecutive ranks, as loomrun
 // --host-groups makes them); the environment is FaultEnv's with a 20 s timeout, plus extra.
 // Fails if a rank exits otherwise, or if the run leaves anything in /dev/shm.
+// Runs call (the collective during which `victim` dies) on `rank` and checks what a survivor
+// must see: loomRemoteError within 2 s, its last error naming the victim and `op`. On the victim
+// itself the call must not return (it dies inside it). `what` names the call in the log line.
+void CheckSurvivorOf(const char *file, int line, int rank, int victim, const std::string &what,
+                     const std::string &op, const std::function<loomResult_t()> &call);
+
 ::testing::AssertionResult RunWithVictim(const std::string &layout, int nranks, int victim,
                                          const EnvList &extra, const RankBody &body);
 
 } // namespace loomtest
 
 #define XT_CHECK_NAMES_RANK(rank, op) ::loomtest::CheckNamesRank(__FILE__, __LINE__, (rank), (op))
+#define XT_CHECK_SURVIVOR_OF(rank, victim, what, op, call)                                         \
+    ::loomtest::CheckSurvivorOf(__FILE__, __LINE__, (rank), (victim), (what), (op), (call))
 
 #endif // LOOM_TESTS_FAULT_FAULT_UTIL_H

@@ -57,16 +57,8 @@ void KillBody(int rank, loomComm_t comm)
         usleep(20 * 1000); /* let the others enter the dispatch first */
         x.Arm(x_bytes / 2, SIGKILL);
     }
-    const double t0 = loomtest::NowSec();
-    const loomResult_t r = loomMoeDispatch(h, x.data(), recv.data());
-    const double secs = loomtest::NowSec() - t0;
-    if (rank == kVictim)
-        loomtest::Fail(__FILE__, __LINE__, "the victim's dispatch returned instead of dying");
-    fprintf(stderr, "rank %d: dispatch returned %s after %.1f ms: %s\n", rank,
-            loomtest::Show(r).c_str(), secs * 1e3, loomGetLastError(nullptr));
-    XT_CHECK_LOOM_RES(r, loomRemoteError);
-    XT_CHECK_MSG(secs < 2.0, "detection took " + std::to_string(secs) + " s");
-    XT_CHECK_NAMES_RANK(kVictim, "alltoallv");
+    XT_CHECK_SURVIVOR_OF(rank, kVictim, "dispatch", "alltoallv",
+                         [&] { return loomMoeDispatch(h, x.data(), recv.data()); });
     for (size_t i = 0; i < recv.size(); i++)
         XT_CHECK_MSG(recv[i] == kCanary, "recv_x was written at byte " + std::to_string(i));
     std::vector<float> out(info.recv_slots * kHidden), y(kTokens * kHidden);
