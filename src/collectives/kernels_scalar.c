@@ -13,27 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "blocked_for.h"
 #include "dtype.h"
-
-/* Loops run in fixed-length blocks plus a scalar tail. At -O2 gcc vectorises
- * only loops whose trip count needs no epilogue, so the constant-length inner
- * loop is what gets SIMD code in a debugoptimized build; at -O3 it costs
- * nothing. */
-#define KBLOCK 32
-
-#define BLOCKED_FOR(i, n, ...)                                                                     \
-    do {                                                                                           \
-        size_t base_ = 0;                                                                          \
-        for (; base_ + KBLOCK <= (n); base_ += KBLOCK) {                                           \
-            for (size_t k_ = 0; k_ < KBLOCK; k_++) {                                               \
-                size_t i = base_ + k_;                                                             \
-                __VA_ARGS__;                                                                       \
-            }                                                                                      \
-        }                                                                                          \
-        for (size_t i = base_; i < (n); i++) {                                                     \
-            __VA_ARGS__;                                                                           \
-        }                                                                                          \
-    } while (0)
 
 /* ---- Block-wise narrow conversions -------------------------------------- */
 

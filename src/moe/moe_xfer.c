@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocked_for.h"
 #include "check.h"
 #include "dtype.h"
 #include "moe.h"
@@ -352,24 +353,6 @@ static inline void store_elem(loomDataType_t dt, void *buf, size_t i, float v)
     memcpy((unsigned char *)buf + i * 2, &b, 2);
 }
 
-/* Loops over a row run in fixed blocks and a scalar tail: at -O2 gcc vectorises only loops whose
- * trip count needs no epilogue. Each row function below is inlined with its datatype a constant
- * (BY_DTYPE), so the conversion in the loop has no branch. Every element sees the same float32
- * operations in the same order as one scalar loop would apply. */
-#define ROW_BLOCK 32
-#define ROW_FOR(c, n, ...)                                                                         \
-    do {                                                                                           \
-        size_t base_ = 0;                                                                          \
-        for (; base_ + ROW_BLOCK <= (n); base_ += ROW_BLOCK) {                                     \
-            for (size_t k_ = 0; k_ < ROW_BLOCK; k_++) {                                            \
-                size_t c = base_ + k_;                                                             \
-                __VA_ARGS__;                                                                       \
-            }                                                                                      \
-        }                                                                                          \
-        for (size_t c = base_; c < (n); c++) {                                                     \
-            __VA_ARGS__;                                                                           \
-        }                                                                                          \
-    } while (0)
 #define BY_DTYPE(dt, fn, ...)                                                                      \
     do {                                                                                           \
         if ((dt) == loomBfloat16)                                                                  \
@@ -379,6 +362,10 @@ static inline void store_elem(loomDataType_t dt, void *buf, size_t i, float v)
         else                                                                                       \
             fn(loomFloat32, __VA_ARGS__);                                                          \
     } while (0)
+/* The row loops run as BLOCKED_FOR (blocked_for.h), so gcc vectorises them at -O2. Each row
+ * function below is inlined with its datatype a constant (BY_DTYPE), so the conversion in the
+ * loop has no branch. Every element sees the same float32 operations in the same order as one
+ * scalar loop would apply. */
 #define ROW_INLINE static inline __attribute__((always_inline))
 
 /* Typed pointers, not load_elem's byte copies: gcc vectorises only the former. Every buffer
@@ -395,16 +382,16 @@ ROW_INLINE void axpy_dt(loomDataType_t dt, float *restrict acc, float w, const v
     if (dt == loomFloat32) {
         const float *restrict x = src;
         if (start)
-            ROW_FOR(c, n, acc[c] = 0.0f + w * x[c]);
+            BLOCKED_FOR(c, n, acc[c] = 0.0f + w * x[c]);
         else
-            ROW_FOR(c, n, acc[c] += w * x[c]);
+            BLOCKED_FOR(c, n, acc[c] += w * x[c]);
         return;
     }
     const uint16_t *restrict x = src;
     if (start)
-        ROW_FOR(c, n, acc[c] = 0.0f + w * decode16(dt, x[c]));
+        BLOCKED_FOR(c, n, acc[c] = 0.0f + w * decode16(dt, x[c]));
     else
-        ROW_FOR(c, n, acc[c] += w * decode16(dt, x[c]));
+        BLOCKED_FOR(c, n, acc[c] += w * decode16(dt, x[c]));
 }
 
 /* dst[c] = src[c] rounded to dt. */
@@ -418,18 +405,18 @@ ROW_INLINE void round_dt(loomDataType_t dt, void *dst, const float *restrict src
     }
     uint16_t *restrict y = dst;
     if (dt == loomBfloat16)
-        ROW_FOR(c, n, y[c] = loom_bf16_encode(src[c]));
+        BLOCKED_FOR(c, n, y[c] = loom_bf16_encode(src[c]));
     else
-        ROW_FOR(c, n, y[c] = loom_f16_encode(src[c]));
+        BLOCKED_FOR(c, n, y[c] = loom_f16_encode(src[c]));
 }
 
 /* dst[c] = (start ? 0 : dst[c]) + src[c]. */
 static void add_f32(float *restrict dst, const float *restrict src, int start, size_t n)
 {
     if (start)
-        ROW_FOR(c, n, dst[c] = 0.0f + src[c]);
+        BLOCKED_FOR(c, n, dst[c] = 0.0f + src[c]);
     else
-        ROW_FOR(c, n, dst[c] += src[c]);
+        BLOCKED_FOR(c, n, dst[c] += src[c]);
 }
 
 /* dst[c] += (run ? run[c] : 0) + src[c]: the last row of a naive token's run on one rank. */
@@ -437,9 +424,9 @@ static void add_run_end(float *restrict dst, const float *restrict run, const fl
                         size_t n)
 {
     if (run == NULL)
-        ROW_FOR(c, n, dst[c] += 0.0f + src[c]);
+        BLOCKED_FOR(c, n, dst[c] += 0.0f + src[c]);
     else
-        ROW_FOR(c, n, dst[c] += run[c] + src[c]);
+        BLOCKED_FOR(c, n, dst[c] += run[c] + src[c]);
 }
 
 /* Each received row's partial, in the order the rows came: the rows of source s return to s
