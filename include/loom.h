@@ -234,6 +234,24 @@ LOOM_API loomResult_t loomAllGather(const void *sendbuff, void *recvbuff, size_t
 LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                         loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
                                         loomStream_t stream);
+/* Uneven AllGather, as MPI_Allgatherv: rank r's sendcount (which must equal
+ * recvcounts[r]; zero is allowed) elements land at recvbuff + displs[r] on
+ * every rank. recvcounts and displs ([nranks], in elements) must be the same
+ * on every rank; the blocks must not overlap. In place if
+ * sendbuff == recvbuff + displs[rank]. */
+LOOM_API loomResult_t loomAllGatherV(const void *sendbuff, size_t sendcount, void *recvbuff,
+                                     const size_t recvcounts[], const size_t displs[],
+                                     loomDataType_t datatype, loomComm_t comm,
+                                     loomStream_t stream);
+/* Uneven ReduceScatter, as MPI_Reduce_scatter: sendbuff holds
+ * sum(recvcounts) elements, rank r's block starting at the prefix sum
+ * recvcounts[0] + ... + recvcounts[r-1]; recvbuff[i] = op over ranks of
+ * their block `rank`[i], i < recvcounts[rank] (zero is allowed). recvcounts
+ * ([nranks]) must be the same on every rank. In place if recvbuff ==
+ * sendbuff + that prefix sum for rank. */
+LOOM_API loomResult_t loomReduceScatterV(const void *sendbuff, void *recvbuff,
+                                         const size_t recvcounts[], loomDataType_t datatype,
+                                         loomRedOp_t op, loomComm_t comm, loomStream_t stream);
 /* Copies root's sendbuff to every rank's recvbuff; sendbuff is read on root only. */
 LOOM_API loomResult_t loomBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                                     loomDataType_t datatype, int root, loomComm_t comm,
