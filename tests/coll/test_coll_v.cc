@@ -348,27 +348,32 @@ void PrintTo(const AlgoParam &p, std::ostream *os)
 std::vector<AlgoParam> AlgoParams()
 {
     std::vector<AlgoParam> params;
-    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV})
+    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV}) {
         for (const char *algo : {"direct", "ring"})
             for (const char *net : {"shm", "tcp"})
                 for (int nranks : {2, 3, 5})
                     params.push_back({k, algo, nranks, net});
+        for (const char *algo : {"shm_cico", "shm_cma"})
+            for (int nranks : {2, 3, 5})
+                params.push_back({k, algo, nranks, "shm"});
+    }
     return params;
 }
 
 class VAlgo : public ::testing::TestWithParam<AlgoParam> {};
 
 // The ring adds in an order of its own from 3 ranks: LOOM_DETERMINISTIC=0 lets it run (the
-// inputs make every order exact, verify.h). Small chunks make many rounds of uneven blocks.
+// inputs make every order exact, verify.h). Small chunks and arena slots make many rounds of
+// uneven blocks; the arena's single copy is forced where the machine allows it (shm_cma falls
+// back to shm_cico where it does not, which the trace would show as cico).
 TEST_P(VAlgo, AllCases)
 {
     const AlgoParam p = GetParam();
     loomtest::RunOptions opts;
     const std::string spell = p.kind == Kind::kAllGatherV ? "allgatherv:" : "reducescatterv:";
-    opts.env = {{"LOOM_NET", p.net},
-                {"LOOM_ALGO", spell + p.algo},
-                {"LOOM_DETERMINISTIC", "0"},
-                {"LOOM_CHUNK_BYTES", "4096"}};
+    opts.env = {
+        {"LOOM_NET", p.net},          {"LOOM_ALGO", spell + p.algo},    {"LOOM_DETERMINISTIC", "0"},
+        {"LOOM_CHUNK_BYTES", "4096"}, {"LOOM_SHM_COLL_BYTES", "16384"}, {"LOOM_SHM_COLL_CMA", "2"}};
     opts.deadline_s = 90;
     XT_ASSERT_RUN(loomtest::RunRanks(
         p.nranks, [&](int rank, int n, loomComm_t comm) { RunGrid(p.kind, rank, n, comm, true); },
