@@ -5,7 +5,8 @@
 # the reader of loom's traced launches (coll_trace.py: per row the algorithm
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
 # the ratio table (report.py), the traced sweeps and Intel MPI's environment
-# (impls.py). Runs nothing. Run by meson's 'tools' suite.
+# (impls.py), and that every collective it compares (the uneven ones too) has a
+# name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
 import os
 import sys
 import types
@@ -154,6 +155,19 @@ class ImplsTest(unittest.TestCase):
         self.assertNotIn("I_MPI_COLL_INTRANODE", env)
         self.assertEqual(impls.IntelMpi(self.cfg("tcp")).command(4), ["/opt/impi/bin/mpiexec",
                                                                       "-n", "4"])
+
+    def test_every_collective_has_a_name_and_its_peers(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        peers = os.path.join(here, "..", "peers")
+        with open(os.path.join(peers, "mpi_coll_bench.c")) as f:
+            mpi = f.read()
+        with open(os.path.join(peers, "gloo_bench.py")) as f:
+            gloo = f.read()
+        self.assertTrue({"all_gatherv", "reduce_scatterv"} <= set(impls.COLLS))
+        for c in impls.COLLS:
+            self.assertIn(c, report.NAMES)
+            self.assertIn('{"%s", "%s",' % (c, report.NAMES[c]), mpi)
+            self.assertIn('"%s": ("%s",' % (c, report.NAMES[c]), gloo)
 
 
 if __name__ == "__main__":

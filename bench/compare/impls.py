@@ -21,7 +21,8 @@ import time
 import coll_trace
 
 # The *_perf program names are the collectives' flags everywhere.
-COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce"]
+COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
+         "all_gatherv", "reduce_scatterv"]
 
 
 class Outcome:
