@@ -141,6 +141,13 @@ class ImplsTest(unittest.TestCase):
         return types.SimpleNamespace(impi_prefix="/opt/impi", peers_bin="/tmp/bin",
                                      build="/tmp/build", net=net)
 
+    def test_a_size_finds_the_row_its_rounding_printed(self):
+        rows = {0: [], 65520: [], 131040: [], 1048560: [], 1048576: []}
+        self.assertEqual(impls.row_of(65536, rows), 65520)
+        self.assertEqual(impls.row_of(1048576, rows), 1048576)
+        self.assertEqual(impls.row_of(0, rows), 0)
+        self.assertIsNone(impls.row_of(4096, rows))
+
     def test_intel_mpi_fabrics(self):
         shm = impls.IntelMpi(self.cfg("shm"))
         self.assertIn("not installed in /opt/impi", shm.reason)
