@@ -2,7 +2,8 @@
 //
 // test_coll_v.cc - the uneven collectives loomAllGatherV and loomReduceScatterV through the
 // public API on forked ranks. The grid: each of the two x rank count {1,2,3,4,5,8} x transport
-// {shm, tcp} (and hosts of two ranks, shm inside and tcp between, at 3 and 5) loops over count
+// {shm, tcp} (and hosts of two ranks, shm inside and tcp between, at 3 and 5; ucx at 2 and 3
+// where it is built) loops over count
 // patterns (uneven, zeros on some ranks, all zero, one rank only, equal), every datatype and op, in
 // and out of place, checking each result bit for bit against tests/harness/verify.h (rank order),
 // the send buffer unchanged, the gaps between AllGatherV's blocks and the guard bytes untouched;
@@ -304,9 +305,14 @@ std::vector<GridParam> AllParams()
         for (const char *net : {"shm", "tcp"})
             for (int nranks : {1, 2, 3, 4, 5, 8})
                 params.push_back({k, nranks, net});
-    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV})
+    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV}) {
         for (int nranks : {3, 5})
             params.push_back({k, nranks, "mixed"});
+#ifdef LOOM_HAVE_UCX
+        for (int nranks : {2, 3})
+            params.push_back({k, nranks, "ucx"});
+#endif
+    }
     return params;
 }
 
