@@ -6,7 +6,8 @@
 # core, collectives and the transport layer's p2p.h/transport.h/arena.h (never a
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer; moe
-# (statistics, placement; dispatch through the public collectives) sees core;
+# (statistics, placement; dispatch through the public collectives) sees core; shard
+# (plans, the optimizer step; through the public collectives) sees core;
 # topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;
@@ -26,11 +27,12 @@ ALLOWED = {
     "quant": {"core", "collectives", "quant"},
     "echo": {"core", "transport-api", "collectives", "quant", "echo"},
     "moe": {"core", "moe"},
+    "shard": {"core", "shard"},
     "topology": {"core", "topology"},
     "plugin": {"topology", "plugin"},
     "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "topology", "api"},
 }
-PUBLIC = ("loom.h", "loom_echo.h", "loom_moe.h")
+PUBLIC = ("loom.h", "loom_echo.h", "loom_moe.h", "loom_shard.h")
 
 
 def header_index():
