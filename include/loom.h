@@ -241,8 +241,7 @@ LOOM_API loomResult_t loomReduceScatter(const void *sendbuff, void *recvbuff, si
  * sendbuff == recvbuff + displs[rank]. */
 LOOM_API loomResult_t loomAllGatherV(const void *sendbuff, size_t sendcount, void *recvbuff,
                                      const size_t recvcounts[], const size_t displs[],
-                                     loomDataType_t datatype, loomComm_t comm,
-                                     loomStream_t stream);
+                                     loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
 /* Uneven ReduceScatter, as MPI_Reduce_scatter: sendbuff holds
  * sum(recvcounts) elements, rank r's block starting at the prefix sum
  * recvcounts[0] + ... + recvcounts[r-1]; recvbuff[i] = op over ranks of

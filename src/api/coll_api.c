@@ -238,15 +238,15 @@ static loomResult_t all_to_all(const void *sendbuff, void *recvbuff, size_t coun
 
 /* Extent in bytes of counts[i] at displs[i]; each end within the limit. */
 static loomResult_t v_extent(const size_t *counts, const size_t *displs, int n, size_t es,
-                             const char *what, size_t *bytes_p)
+                             const char *what, const char *fn, size_t *bytes_p)
 {
     size_t max = 0, cap = max_elems(es);
     for (int i = 0; i < n; i++) {
         if (counts[i] > cap || displs[i] > cap - counts[i]) {
-            LOOM_WARN("loomAllToAllv: %s entry %d (count %zu at displacement %zu, %zu bytes "
+            LOOM_WARN("%s: %s entry %d (count %zu at displacement %zu, %zu bytes "
                       "each) ends past the %zu bytes a buffer may span (2^56, the largest "
                       "address space of a 64-bit process)",
-                      what, i, counts[i], displs[i], es, max_elems(1));
+                      fn, what, i, counts[i], displs[i], es, max_elems(1));
             return loomInvalidArgument;
         }
         if (counts[i] > 0 && counts[i] + displs[i] > max)
@@ -270,8 +270,8 @@ static loomResult_t all_to_allv(const void *sendbuff, const size_t sendcounts[],
     }
     const int n = comm->nranks;
     size_t sbytes, rbytes;
-    LOOM_CHECK(v_extent(sendcounts, sdispls, n, es_bytes, "send", &sbytes));
-    LOOM_CHECK(v_extent(recvcounts, rdispls, n, es_bytes, "receive", &rbytes));
+    LOOM_CHECK(v_extent(sendcounts, sdispls, n, es_bytes, "send", fn, &sbytes));
+    LOOM_CHECK(v_extent(recvcounts, rdispls, n, es_bytes, "receive", fn, &rbytes));
     LOOM_CHECK(loom_check_buf(sendbuff, sbytes, "sendbuff", fn));
     LOOM_CHECK(loom_check_buf(recvbuff, rbytes, "recvbuff", fn));
     LOOM_CHECK(loom_check_overlap(sendbuff, sbytes, recvbuff, rbytes, NULL, fn));
@@ -293,6 +293,148 @@ static loomResult_t all_to_allv(const void *sendbuff, const size_t sendcounts[],
                           .recvcounts = v + 2 * n,
                           .rdispls = v + 3 * n};
     return enqueue_coll(comm, stream, &a); /* the op owns v from here, even on failure */
+}
+
+/* The sum of counts[0..n) in elements of es bytes, refused past the 2^56-byte bound, and
+ * (before_p, may be NULL) the sum of counts[0..me). */
+static loomResult_t v_total(const size_t *counts, int n, int me, size_t es, const char *fn,
+                            size_t *total_p, size_t *before_p)
+{
+    size_t total = 0, cap = max_elems(es);
+    for (int i = 0; i < n; i++) {
+        if (i == me && before_p)
+            *before_p = total;
+        if (counts[i] > cap - total) {
+            LOOM_WARN("%s: recvcounts add up to more than the %zu bytes a buffer may span (2^56, "
+                      "the largest address space of a 64-bit process) at entry %d (count %zu, "
+                      "%zu bytes each)",
+                      fn, max_elems(1), i, counts[i], es);
+            return loomInvalidArgument;
+        }
+        total += counts[i];
+    }
+    *total_p = total;
+    return loomSuccess;
+}
+
+static int cmp_block(const void *x, const void *y, void *displs)
+{
+    const size_t *d = displs;
+    size_t a = d[*(const int *)x], b = d[*(const int *)y];
+    return a < b ? -1 : a > b;
+}
+
+/* InvalidArgument if two non-empty blocks counts[i] at displs[i] overlap. */
+static loomResult_t v_disjoint(const size_t *counts, const size_t *displs, int n, const char *fn)
+{
+    int *idx = malloc(sizeof(int) * (size_t)n);
+    if (idx == NULL) {
+        LOOM_WARN("%s: out of memory checking %d blocks", fn, n);
+        return loomSystemError;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0)
+            idx[m++] = i;
+    qsort_r(idx, (size_t)m, sizeof(int), cmp_block, (void *)displs);
+    loomResult_t res = loomSuccess;
+    for (int k = 1; k < m && res == loomSuccess; k++) {
+        int p = idx[k - 1], q = idx[k];
+        if (displs[p] + counts[p] > displs[q]) {
+            LOOM_WARN("%s: the blocks of rank %d (count %zu at displacement %zu) and rank %d "
+                      "(count %zu at displacement %zu) overlap in recvbuff",
+                      fn, p, counts[p], displs[p], q, counts[q], displs[q]);
+            res = loomInvalidArgument;
+        }
+    }
+    free(idx);
+    return res;
+}
+
+/* Records a V collective: its counts and displacements (NULL: the prefix sums of the
+ * counts) copied into one allocation that the operation owns, since the call may run after
+ * the caller freed its arrays (a group, a stream). */
+static loomResult_t enqueue_v(loomComm_t comm, loomStream_t stream, loom_coll_args_t *a,
+                              const size_t *counts, const size_t *displs, const char *fn)
+{
+    const int n = comm->nranks;
+    size_t *v = malloc(2 * (size_t)n * sizeof(size_t));
+    if (v == NULL) {
+        LOOM_WARN("%s: out of memory copying %d counts", fn, n);
+        return loomSystemError;
+    }
+    memcpy(v, counts, (size_t)n * sizeof(size_t));
+    if (displs) {
+        memcpy(v + n, displs, (size_t)n * sizeof(size_t));
+    } else {
+        for (int i = 0; i < n; i++)
+            v[n + i] = i ? v[n + i - 1] + v[i - 1] : 0;
+    }
+    a->recvcounts = v;
+    a->rdispls = v + n;
+    return enqueue_coll(comm, stream, a); /* the op owns v from here, even on failure */
+}
+
+static loomResult_t all_gather_v(const void *sendbuff, size_t sendcount, void *recvbuff,
+                                 const size_t recvcounts[], const size_t displs[],
+                                 loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomAllGatherV";
+    const int n = comm->nranks, me = comm->rank;
+    size_t es, total, rbytes;
+    LOOM_CHECK(loom_check_common(stream, datatype, 1, 1, fn, &es));
+    if (recvcounts == NULL || displs == NULL) {
+        LOOM_WARN("%s: recvcounts and displs must not be NULL", fn);
+        return loomInvalidArgument;
+    }
+    if (sendcount != recvcounts[me]) {
+        LOOM_WARN("%s: rank %d sends %zu elements but recvcounts[%d] is %zu", fn, me, sendcount, me,
+                  recvcounts[me]);
+        return loomInvalidArgument;
+    }
+    LOOM_CHECK(v_extent(recvcounts, displs, n, es, "receive", fn, &rbytes));
+    LOOM_CHECK(v_total(recvcounts, n, me, es, fn, &total, NULL));
+    LOOM_CHECK(loom_check_buf(sendbuff, sendcount * es, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, rbytes, "recvbuff", fn));
+    LOOM_CHECK(v_disjoint(recvcounts, displs, n, fn));
+    const void *inplace = recvbuff ? (const uint8_t *)recvbuff + displs[me] * es : NULL;
+    LOOM_CHECK(loom_check_overlap(sendbuff, sendcount * es, recvbuff, rbytes, inplace, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHERV,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = total,
+                          .dt = datatype};
+    return enqueue_v(comm, stream, &a, recvcounts, displs, fn);
+}
+
+static loomResult_t reduce_scatter_v(const void *sendbuff, void *recvbuff,
+                                     const size_t recvcounts[], loomDataType_t datatype,
+                                     loomRedOp_t op, loomComm_t comm, loomStream_t stream)
+{
+    const char *fn = "loomReduceScatterV";
+    const int n = comm->nranks, me = comm->rank;
+    size_t es, total, before = 0;
+    LOOM_CHECK(loom_check_common(stream, datatype, 1, 1, fn, &es));
+    LOOM_CHECK(check_op(op, fn));
+    if (recvcounts == NULL) {
+        LOOM_WARN("%s: recvcounts must not be NULL", fn);
+        return loomInvalidArgument;
+    }
+    LOOM_CHECK(v_total(recvcounts, n, me, es, fn, &total, &before));
+    const size_t mine = recvcounts[me] * es;
+    LOOM_CHECK(loom_check_buf(sendbuff, total * es, "sendbuff", fn));
+    LOOM_CHECK(loom_check_buf(recvbuff, mine, "recvbuff", fn));
+    /* In place: recvbuff == sendbuff + the prefix sum; the receive block within the send range
+     * (roles swapped, as in reduce_scatter). */
+    const void *inplace = sendbuff ? (const uint8_t *)sendbuff + before * es : NULL;
+    LOOM_CHECK(loom_check_overlap(recvbuff, mine, sendbuff, total * es, inplace, fn));
+    loom_coll_args_t a = {.kind = LOOM_COLL_REDUCE_SCATTERV,
+                          .sendbuff = sendbuff,
+                          .recvbuff = recvbuff,
+                          .count = total,
+                          .dt = datatype,
+                          .op = op};
+    return enqueue_v(comm, stream, &a, recvcounts, NULL, fn);
 }
 
 static loomResult_t barrier(loomComm_t comm, loomStream_t stream)
@@ -379,6 +521,23 @@ LOOM_API loomResult_t loomAllToAllv(const void *sendbuff, const size_t sendcount
     LOOM_WITH_COMM(comm, "loomAllToAllv",
                    all_to_allv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
                                datatype, comm, stream));
+}
+
+LOOM_API loomResult_t loomAllGatherV(const void *sendbuff, size_t sendcount, void *recvbuff,
+                                     const size_t recvcounts[], const size_t displs[],
+                                     loomDataType_t datatype, loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(
+        comm, "loomAllGatherV",
+        all_gather_v(sendbuff, sendcount, recvbuff, recvcounts, displs, datatype, comm, stream));
+}
+
+LOOM_API loomResult_t loomReduceScatterV(const void *sendbuff, void *recvbuff,
+                                         const size_t recvcounts[], loomDataType_t datatype,
+                                         loomRedOp_t op, loomComm_t comm, loomStream_t stream)
+{
+    LOOM_WITH_COMM(comm, "loomReduceScatterV",
+                   reduce_scatter_v(sendbuff, recvbuff, recvcounts, datatype, op, comm, stream));
 }
 
 LOOM_API loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream)

@@ -61,7 +61,7 @@ typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_
 typedef struct {
     loom_op_kind_t kind;
     union {
-        loom_coll_args_t coll; /* LOOM_OP_COLL (alltoallv arrays are owned copies) */
+        loom_coll_args_t coll; /* LOOM_OP_COLL (V collectives: owned arrays) */
         loom_echo_args_t echo; /* LOOM_OP_ECHO (holds a reference on its state) */
         struct {               /* LOOM_OP_SEND, LOOM_OP_RECV */
             const void *sendbuff;

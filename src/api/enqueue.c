@@ -76,6 +76,9 @@ static void op_free(loom_op_t *op)
 {
     if (op->kind == LOOM_OP_COLL && op->coll.kind == LOOM_COLL_ALLTOALLV)
         free((void *)op->coll.sendcounts); /* one allocation holds all four arrays */
+    if (op->kind == LOOM_OP_COLL &&
+        (op->coll.kind == LOOM_COLL_ALLGATHERV || op->coll.kind == LOOM_COLL_REDUCE_SCATTERV))
+        free((void *)op->coll.recvcounts); /* one allocation holds counts and displacements */
     if (op->kind == LOOM_OP_ECHO && op->echo.state)
         loom_echo_state_release(op->echo.state);
 }

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * algo_ring.c - ring algorithms: AllReduce (reduce-scatter + all-gather),
- * ReduceScatter and AllGather, and the all-gather half of the scatter +
+ * ReduceScatter and AllGather (and their uneven V forms), and the all-gather half of the scatter +
  * all-gather Broadcast (algo_tree.c). Ranks talk only to rank+1 (send) and
  * rank-1 (receive), the pattern with the best bandwidth on real links
  * (Patarasuk and Yuan, JPDC 2009).
  *
  * Blocks: the vector is cut into n blocks (AllReduce: loom_split of count;
- * ReduceScatter/AllGather: rank b's block of count elements).
+ * ReduceScatter/AllGather: rank b's block of count elements; the V forms:
+ * rank b's block of recvcounts[b], where a segment past a short block's end
+ * is empty and not sent, so each link carries about (n-1)/n of the total
+ * whatever the imbalance, and the rounds follow the largest block).
  * Reduce-scatter step s = 0..n-2: send block (r-s-1) to rank r+1, receive
  * block (r-s-2) from rank r-1 and add the own contribution to it; after n-1
  * steps rank r holds block r reduced. All-gather step u = 0..n-2: send block
@@ -330,18 +333,18 @@ loomResult_t loom_allreduce_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     return res;
 }
 
-loomResult_t loom_reduce_scatter_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+/* The reduce-scatter ring over block b = len[b] elements at element in_off[b] of sendbuff;
+ * len == NULL: every block is a->count elements at b * a->count. Each rank's block goes to the
+ * start of its recvbuff. */
+static loomResult_t reduce_scatter_ring_blocks(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                                               const size_t *in_off, const size_t *len)
 {
     const int n = ctx->nranks;
-    if (n == 1)
-        return loom_reduce_scatter_direct(ctx, a);
-    if (a->count == 0)
-        return loomSuccess;
     size_t *v = NULL;
     LOOM_CHECK(alloc_blocks(n, &v));
     for (int b = 0; b < n; b++) {
-        v[b] = (size_t)b * a->count;
-        v[n + b] = a->count;
+        v[b] = len ? in_off[b] : (size_t)b * a->count;
+        v[n + b] = len ? len[b] : a->count;
         v[2 * n + b] = 0; /* only the own block is written, at the start of recvbuff */
     }
     ring_plan_t plan = {.in_off = v,
@@ -354,6 +357,25 @@ loomResult_t loom_reduce_scatter_ring(loom_coll_ctx_t *ctx, const loom_coll_args
     loomResult_t res = ring_run(ctx, a, &plan);
     free(v);
     return res;
+}
+
+loomResult_t loom_reduce_scatter_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    if (ctx->nranks == 1)
+        return loom_reduce_scatter_direct(ctx, a);
+    if (a->count == 0)
+        return loomSuccess;
+    return reduce_scatter_ring_blocks(ctx, a, NULL, NULL);
+}
+
+/* ReduceScatterV: the blocks of the counts; the one-rank call and an empty one as direct. */
+loomResult_t loom_reduce_scatterv_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    if (ctx->nranks == 1)
+        return loom_reduce_scatterv_direct(ctx, a);
+    if (a->count == 0)
+        return loomSuccess;
+    return reduce_scatter_ring_blocks(ctx, a, a->rdispls, a->recvcounts);
 }
 
 loomResult_t loom_coll_ring_allgather_blocks(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
@@ -389,4 +411,15 @@ loomResult_t loom_allgather_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
     loomResult_t res = loom_coll_ring_allgather_blocks(ctx, a, v, v + n, recv);
     free(v);
     return res;
+}
+
+/* AllGatherV: the own block into place, then the ring over the blocks of the counts. */
+loomResult_t loom_allgatherv_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
+{
+    if (a->count == 0)
+        return loomSuccess;
+    loom_coll_gatherv_own(ctx, a);
+    if (ctx->nranks == 1)
+        return loomSuccess;
+    return loom_coll_ring_allgather_blocks(ctx, a, a->rdispls, a->recvcounts, a->recvbuff);
 }

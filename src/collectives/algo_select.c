@@ -31,6 +31,8 @@ static const char *const coll_names[LOOM_COLL_NUM] = {
     [LOOM_COLL_ALLTOALL] = "alltoall",
     [LOOM_COLL_ALLTOALLV] = "alltoallv",
     [LOOM_COLL_BARRIER] = "barrier",
+    [LOOM_COLL_ALLGATHERV] = "allgatherv",
+    [LOOM_COLL_REDUCE_SCATTERV] = "reducescatterv",
 };
 
 /* Within a collective the row order is the tie-break: where two algorithms
@@ -103,6 +105,15 @@ static const loom_algo_t algos[] = {
      LOOM_ORDER_RANK},
     {LOOM_COLL_BARRIER, "dissemination", loom_barrier_dissemination, loom_cost_only,
      LOOM_ORDER_RANK},
+    /* The uneven collectives: their costs see the largest block (max_block). */
+    {LOOM_COLL_ALLGATHERV, "direct", loom_allgatherv_direct, loom_cost_allgatherv_direct,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_ALLGATHERV, "ring", loom_allgatherv_ring, loom_cost_allgatherv_ring,
+     LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTERV, "direct", loom_reduce_scatterv_direct,
+     loom_cost_reduce_scatterv_direct, LOOM_ORDER_RANK},
+    {LOOM_COLL_REDUCE_SCATTERV, "ring", loom_reduce_scatterv_ring, loom_cost_reduce_scatterv_ring,
+     LOOM_ORDER_PAIR},
     /* Hierarchical (algo_hier.c): only across hosts with equal ranks per host. */
     {LOOM_COLL_ALLREDUCE, "hier", loom_allreduce_hier, loom_cost_allreduce_hier, LOOM_ORDER_OWN},
     {LOOM_COLL_ALLREDUCE, "hier_chain", loom_allreduce_hier_chain, loom_cost_allreduce_hier_chain,
@@ -159,6 +170,17 @@ size_t loom_coll_bytes(const loom_coll_args_t *a, int nranks)
     }
 }
 
+/* The largest block of an AllGatherV or ReduceScatterV in bytes; 0 for the other collectives. */
+static size_t max_block(const loom_coll_args_t *a, int nranks)
+{
+    if (a->kind != LOOM_COLL_ALLGATHERV && a->kind != LOOM_COLL_REDUCE_SCATTERV)
+        return 0;
+    size_t m = 0;
+    for (int i = 0; i < nranks; i++)
+        m = a->recvcounts[i] > m ? a->recvcounts[i] : m;
+    return m * loom_dtype_size(a->dt);
+}
+
 loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
     size_t es = loom_dtype_size(a->dt), accsz = loom_acc_size(a->dt);
@@ -173,7 +195,8 @@ loom_cost_call_t loom_coll_cost_call(const loom_coll_ctx_t *ctx, const loom_coll
         .contiguous = ctx->group ? 1 : ctx->hosts.contiguous,
         .rank_order = loom_param_DETERMINISTIC() != 0,
         .cache_bytes = ctx->cache_bytes,
-        .intra = ctx->intra};
+        .intra = ctx->intra,
+        .max_block = (double)max_block(a, ctx->nranks)};
     return c;
 }
 
@@ -317,10 +340,11 @@ static const loom_algo_t *choose_memo(loom_coll_ctx_t *ctx, const loom_coll_args
 {
     loom_algo_memo_t *m = &ctx->memo[a->kind];
     const size_t nbytes = a->kind == LOOM_COLL_ALLTOALLV ? 0 : loom_coll_bytes(a, ctx->nranks);
+    const size_t vmax = max_block(a, ctx->nranks);
     const unsigned gen = loom_param_generation();
     const void *arena = loom_shm_arena(ctx);
-    if (m->algo != NULL && m->param_gen == gen && m->nbytes == nbytes && m->dt == a->dt &&
-        m->arena == arena) {
+    if (m->algo != NULL && m->param_gen == gen && m->nbytes == nbytes && m->max_block == vmax &&
+        m->dt == a->dt && m->arena == arena) {
         *predicted_p = m->predicted_ns;
         return m->algo;
     }
@@ -331,6 +355,7 @@ static const loom_algo_t *choose_memo(loom_coll_ctx_t *ctx, const loom_coll_args
                                 .arena = arena,
                                 .predicted_ns = *predicted_p,
                                 .nbytes = nbytes,
+                                .max_block = vmax,
                                 .dt = a->dt,
                                 .param_gen = gen};
     return algo;
@@ -350,7 +375,7 @@ static const char *order_name(const loom_algo_t *algo, int nranks)
 static loom_p2p_call_t call_of(const loom_coll_args_t *a)
 {
     const int reduces = a->kind == LOOM_COLL_ALLREDUCE || a->kind == LOOM_COLL_REDUCE ||
-                        a->kind == LOOM_COLL_REDUCE_SCATTER;
+                        a->kind == LOOM_COLL_REDUCE_SCATTER || a->kind == LOOM_COLL_REDUCE_SCATTERV;
     const int rooted = a->kind == LOOM_COLL_BCAST || a->kind == LOOM_COLL_REDUCE;
     const int moves = a->kind != LOOM_COLL_BARRIER;
     return (loom_p2p_call_t){.kind = (int32_t)a->kind,

@@ -143,8 +143,17 @@ out:
     return res;
 }
 
-loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const uint8_t *send,
-                                    size_t send_stride, size_t bytes)
+/* The transfers of a paced all-gather or all-to-all: from rank-d into recv_at(p), to rank+d
+ * from send_at(p), d = 1..n-1; the bytes of each from rank p's (or this rank's) block. */
+typedef struct {
+    uint8_t *recv;
+    const uint8_t *send;
+    size_t send_stride, bytes;     /* even blocks */
+    const size_t *counts, *displs; /* uneven blocks (NULL: even) */
+    size_t es;
+} blocks_t;
+
+static loomResult_t paced_exchange(loom_coll_ctx_t *ctx, const blocks_t *b)
 {
     const int n = ctx->nranks, me = ctx->rank;
     loom_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)n);
@@ -155,19 +164,36 @@ loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const u
     int nx = 0;
     for (int d = 1; d < n; d++) {
         int p = (me - d + n) % n;
-        x[nx++] =
-            (loom_xfer_t){.peer = p, .send = 0, .buf = recv + (size_t)p * bytes, .nbytes = bytes};
+        size_t nbytes = b->counts ? b->counts[p] * b->es : b->bytes;
+        size_t at = b->counts ? b->displs[p] * b->es : (size_t)p * b->bytes;
+        x[nx++] = (loom_xfer_t){
+            .peer = p, .send = 0, .buf = nbytes ? b->recv + at : NULL, .nbytes = nbytes};
     }
     for (int d = 1; d < n; d++) {
         int p = (me + d) % n;
+        size_t nbytes = b->counts ? b->counts[me] * b->es : b->bytes;
         x[nx++] = (loom_xfer_t){.peer = p,
                                 .send = 1,
-                                .buf = (uint8_t *)send + (size_t)p * send_stride,
-                                .nbytes = bytes};
+                                .buf = (uint8_t *)b->send + (size_t)p * b->send_stride,
+                                .nbytes = nbytes};
     }
     loomResult_t res = loom_coll_paced(ctx, x, nx, loom_tag_coll(ctx->seq, 1));
     free(x);
     return res;
+}
+
+loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const uint8_t *send,
+                                    size_t send_stride, size_t bytes)
+{
+    blocks_t b = {.recv = recv, .send = send, .send_stride = send_stride, .bytes = bytes};
+    return paced_exchange(ctx, &b);
+}
+
+loomResult_t loom_coll_paced_gatherv(loom_coll_ctx_t *ctx, uint8_t *recv, const size_t *counts,
+                                     const size_t *displs, size_t es, const uint8_t *send)
+{
+    blocks_t b = {.recv = recv, .send = send, .counts = counts, .displs = displs, .es = es};
+    return paced_exchange(ctx, &b);
 }
 
 void loom_coll_part_init(loom_coll_ctx_t *part, const loom_coll_ctx_t *ctx, const int *group,

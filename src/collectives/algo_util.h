@@ -125,6 +125,16 @@ loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx,
 loomResult_t loom_coll_paced_blocks(loom_coll_ctx_t *ctx, uint8_t *recv, const uint8_t *send,
                                     size_t send_stride, size_t bytes);
 
+/* The paced exchange of AllGatherV direct: rank p's block (counts[p] elements of es bytes,
+ * at element displs[p] of recv) from every other rank p, and this rank's block from send to
+ * every other rank, in the order of loom_coll_paced_blocks; empty blocks move nothing. */
+loomResult_t loom_coll_paced_gatherv(loom_coll_ctx_t *ctx, uint8_t *recv, const size_t *counts,
+                                     const size_t *displs, size_t es, const uint8_t *send);
+
+/* AllGatherV: copies this rank's block from sendbuff to its place in recvbuff, unless the
+ * call is in place or the block is empty (allgather.c). */
+void loom_coll_gatherv_own(const loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+
 /* A context for part of ctx's communicator: n ranks, group[i] the
  * communicator rank of part rank i, this rank being `rank`; link: the
  * constants between them. It has no hosts of its own (no hierarchy inside a

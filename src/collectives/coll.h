@@ -41,6 +41,8 @@ typedef enum {
     LOOM_COLL_ALLTOALL,
     LOOM_COLL_ALLTOALLV,
     LOOM_COLL_BARRIER,
+    LOOM_COLL_ALLGATHERV,
+    LOOM_COLL_REDUCE_SCATTERV,
     LOOM_COLL_NUM
 } loom_coll_kind_t;
 
@@ -49,11 +51,14 @@ typedef struct {
     loom_coll_kind_t kind;
     const void *sendbuff;
     void *recvbuff;
-    size_t count; /* the API's count: per rank for allgather/reduce_scatter/alltoall */
+    size_t count; /* the API's count: per rank for allgather/reduce_scatter/alltoall; the sum of
+                     recvcounts for the V collectives */
     loomDataType_t dt;
     loomRedOp_t op;
     int root;
-    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv, [nranks] */
+    /* [nranks], owned copies: all four for alltoallv; recvcounts and rdispls (each block's
+     * first element in recvbuff, or in sendbuff for reducescatterv) for the V collectives. */
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
 } loom_coll_args_t;
 
 struct loom_algo;
@@ -68,13 +73,15 @@ typedef enum {
 
 /* The last algorithm chosen for one collective (algo_select.c), reused while
  * the inputs of the choice are unchanged: the datatype, the bytes of the call,
- * the arena and the parameters (param_gen); the link constants are fixed at
+ * the largest block of a V call, the arena and the parameters (param_gen); the link constants
+ * are fixed at
  * creation. */
 typedef struct {
     const struct loom_algo *algo; /* NULL: empty */
     const void *arena;            /* loom_shm_arena() when chosen (NULL once broken) */
     double predicted_ns;          /* the model's time for it */
     size_t nbytes;                /* loom_cost_call_t.nbytes of the call */
+    size_t max_block;             /* loom_cost_call_t.max_block of the call */
     loomDataType_t dt;
     unsigned param_gen; /* loom_param_generation() when chosen */
 } loom_algo_memo_t;
@@ -196,6 +203,10 @@ loomResult_t loom_reduce_chain(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoall_bruck(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_alltoallv_pairwise(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgatherv_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_allgatherv_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatterv_direct(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
+loomResult_t loom_reduce_scatterv_ring(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_barrier_dissemination(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allreduce_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 loomResult_t loom_allreduce_hier_chain(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);

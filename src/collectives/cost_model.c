@@ -429,6 +429,55 @@ double loom_cost_reduce_scatter_direct(const loom_cost_call_t *c, const loom_lin
     return loom_cost_eval(l, r, 2 * (n - 1) * r, q * S * host_share(c), S * c->acc_ratio);
 }
 
+// ---- AllGatherV and ReduceScatterV -------------------------------------------------
+
+/* The largest block of a call: max_block for the uneven collectives, S/n otherwise. */
+static double largest_block(const loom_cost_call_t *c)
+{
+    return c->max_block > 0 ? c->max_block : c->nbytes / c->nranks;
+}
+
+/* Direct: the rank with the largest block B sends it to n-1 peers, the busiest share. */
+double loom_cost_allgatherv_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, B = largest_block(c);
+    return loom_cost_eval(l, 1, 2 * (n - 1), (n - 1) * B * host_share(c), B);
+}
+
+/* Ring: every link carries about (n-1)/n S whatever the imbalance; the rounds follow the
+ * largest block, which every step waits for. */
+double loom_cost_allgatherv_ring(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, B = largest_block(c);
+    double steps = (n - 1) * rounds(B, ring_depth(c) * (double)c->chunk_bytes);
+    double msgs = 2 * (n - 1) * rounds(B, (double)c->chunk_bytes);
+    return loom_cost_eval(l, steps, msgs, (n - 1) / n * S, B);
+}
+
+/* Direct: the owner of the largest block B receives n-1 parts of it and reduces n. */
+double loom_cost_reduce_scatterv_direct(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, B = largest_block(c);
+    double r = rounds(B, (double)c->chunk_bytes);
+    return loom_cost_eval(l, r, 2 * (n - 1) * r, (n - 1) * B * host_share(c), n * B * c->acc_ratio);
+}
+
+double loom_cost_reduce_scatterv_ring(const loom_cost_call_t *c, const loom_link_cost_t *l)
+{
+    if (c->nranks <= 1)
+        return 0.0;
+    double n = c->nranks, S = c->nbytes, B = largest_block(c), q = (n - 1) / n;
+    double steps = (n - 1) * rounds(B, ring_depth(c) * (double)c->chunk_bytes);
+    double msgs = 2 * (n - 1) * rounds(B, (double)c->chunk_bytes);
+    return loom_cost_eval(l, steps, msgs, q * S * c->acc_ratio, S * c->acc_ratio);
+}
+
 // ---- Broadcast ------------------------------------------------------------------
 
 /* Pipelined down the tree: L steps to fill it, one more per further segment;

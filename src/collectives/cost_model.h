@@ -87,6 +87,8 @@ typedef struct {
     int rank_order;     /* only algorithms that add in rank order may run (LOOM_DETERMINISTIC) */
     loom_link_cost_t intra; /* the links inside a host (the hierarchical algorithms' costs) */
     double cache_bytes;     /* the L2 of one core (loom_shm_caches); 0: unknown, no cold bytes */
+    double max_block; /* AllGatherV, ReduceScatterV: the largest rank's block in bytes (equal on
+                         every rank, as the counts are); 0 elsewhere, where blocks are nbytes/n */
 } loom_cost_call_t;
 
 /* Predicted time of one algorithm for one call, in nanoseconds; LOOM_COST_NA
@@ -189,6 +191,13 @@ double loom_cost_allgather_direct(const loom_cost_call_t *c, const loom_link_cos
 double loom_cost_reduce_scatter_rhd(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_scatter_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_reduce_scatter_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+/* The uneven collectives: as their even kin, with the largest block (max_block) where the
+ * busiest rank's share or the rounds of a pipeline depend on it. Equal to the even costs when
+ * the blocks are equal. */
+double loom_cost_allgatherv_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_allgatherv_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_scatterv_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);
+double loom_cost_reduce_scatterv_ring(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_binomial(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_scatter_allgather(const loom_cost_call_t *c, const loom_link_cost_t *l);
 double loom_cost_bcast_direct(const loom_cost_call_t *c, const loom_link_cost_t *l);

@@ -45,9 +45,13 @@ loom_link_cost_t Link(double alpha_ns, double beta_ns, double gamma_ns, double o
 
 loom_cost_call_t Call(int n, double bytes, double acc_ratio = 1.0)
 {
-    return {
-        n,  bytes, acc_ratio, size_t{1} << 19, 4, 1, 0, 1, 0, loom_link_cost_builtin(LOOM_LINK_SHM),
-        0.0}; // no cache known: no cold bytes
+    return {n,         bytes,
+            acc_ratio, size_t{1} << 19,
+            4,         1,
+            0,         1,
+            0,         loom_link_cost_builtin(LOOM_LINK_SHM),
+            0.0,  // no cache known: no cold bytes
+            0.0}; // even blocks
 }
 
 // A call on hosts x ppn ranks.
