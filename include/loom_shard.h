@@ -95,8 +95,7 @@ typedef struct {
  * the message names the first matrix that fits nowhere), InvalidUsage (a
  * config with a wrong size, magic or version, ns_steps < 1), SystemError. */
 LOOM_API loomResult_t loomShardPlanCreate(loomShardPlan_t *plan, const loomShardParam_t *params,
-                                          int nparams, int nranks,
-                                          const loomShardConfig_t *config);
+                                          int nparams, int nranks, const loomShardConfig_t *config);
 LOOM_API loomResult_t loomShardPlanDestroy(loomShardPlan_t plan);
 /* Collective: checks that every rank of comm built the same plan (the
  * fingerprint) and that comm has nranks ranks. A mismatch returns
@@ -117,8 +116,8 @@ typedef struct {
 typedef struct {
     int nranks, nbuckets;
     size_t total_elems, matrix_elems, elementwise_elems;
-    size_t padded_elems;  /* N_pad: Rows' padded total (= total_elems for Owner/Replicated) */
-    size_t padded_matrix_elems;          /* N_M,pad: the matrices' part of it */
+    size_t padded_elems;        /* N_pad: Rows' padded total (= total_elems for Owner/Replicated) */
+    size_t padded_matrix_elems; /* N_M,pad: the matrices' part of it */
     double cost_total, cost_max, cost_mean;
     double cost_bound;                   /* mean + (1 - 1/P) * the largest matrix cost */
     double bytes_imbalance;              /* max / mean owned_bytes */
@@ -183,8 +182,8 @@ typedef enum {
  * LOOM_MUON_CONFIG_INITIALIZER. */
 typedef struct {
     size_t size;
-    unsigned int magic;   /* LOOM_MUON_CONFIG_MAGIC */
-    unsigned int version; /* LOOM_VERSION_CODE */
+    unsigned int magic;               /* LOOM_MUON_CONFIG_MAGIC */
+    unsigned int version;             /* LOOM_VERSION_CODE */
     float lr, momentum, weight_decay; /* Muon: 0.02, 0.95, 0 */
     int nesterov;                     /* 1 */
     loomMuonMomentum_t momentum_form; /* Lerp */
@@ -255,7 +254,7 @@ LOOM_API loomResult_t loomAdamWUpdate(float *param, const float *grad, float *m,
 
 typedef struct {
     uint64_t reduce_calls, gather_calls, step_calls;
-    uint64_t step_collectives;    /* collectives issued inside loomShardStep */
+    uint64_t step_collectives;       /* collectives issued inside loomShardStep */
     uint64_t bytes_sent, bytes_recv; /* logical payload, from the counts passed down */
     double comm_seconds, ns_seconds, step_seconds;
 } loomShardCounters_t;

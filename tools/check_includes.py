@@ -7,7 +7,7 @@
 # transport's own files); quant (the 4-bit codec) sees core and the
 # collectives' kernels; echo sees those, quant and the transport layer; moe
 # (statistics, placement; dispatch through the public collectives) sees core; shard
-# (plans, the optimizer step; through the public collectives) sees core;
+# (owner-shaped sharding; the public collectives and BLAS) sees core;
 # topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;

@@ -3,8 +3,8 @@
 #
 # install_deps.sh - installs what building and testing loom needs on Debian 12
 # (as root, or with sudo available), valgrind included (.ci/run's memcheck
-# step), iproute2 (ip and tc for bench/hosts), OpenBLAS (loom-train's matrix
-# products), PyTorch (python3-torch: the trainer's reference check), hwloc and libibverbs
+# step), iproute2 (ip and tc for bench/hosts), OpenBLAS (libopenblas-dev: the shard
+# kernels' Newton-Schulz and loom-train's matrix products), PyTorch (python3-torch: the trainer's reference check), hwloc and libibverbs
 # (topology detection; optional, loom reads sysfs without them), and UCX (libucx-dev: the
 # optional ucx transport, LOOM_NET=ucx; without it loom builds and tests without that transport).
 set -e

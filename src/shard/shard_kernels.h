@@ -15,8 +15,14 @@
 
 #include "loom_shard.h"
 
-/* Checks size, magic, version, ns_steps >= 1 and step >= 1; InvalidUsage
- * with a message naming the field otherwise. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Checks size, magic, version (major and minor), ns_steps >= 1, step >= 1,
+ * the two enums, ns_eps > 0 and finite, threads >= 1; InvalidUsage with a
+ * message naming the field otherwise (InvalidArgument for NULL). fn: the
+ * caller's name, for the message. */
 loomResult_t loom_muon_config_check(const loomMuonConfig_t *cfg, const char *fn);
 
 /* Momentum and Nesterov on n elements: updates momentum from grad and writes
@@ -32,5 +38,9 @@ float loom_muon_step_size(size_t rows, size_t cols, const loomMuonConfig_t *cfg)
  * matrix or some of its rows). */
 void loom_muon_apply(float *param, const float *x, size_t n, float step,
                      const loomMuonConfig_t *cfg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* LOOM_SHARD_KERNELS_H */

@@ -15,7 +15,7 @@ pc=$(find "$dest" -name loom.pc | head -n 1)
 [ -n "$pc" ] || { echo "loom.pc was not installed"; exit 1; }
 lib=$(find "$dest" -name 'libloom.so' | head -n 1)
 [ -n "$(find "$dest" -name 'libloom.a')" ] || { echo "libloom.a was not installed"; exit 1; }
-for h in loom.h loom_echo.h loom_moe.h; do
+for h in loom.h loom_echo.h loom_moe.h loom_shard.h; do
     [ -n "$(find "$dest" -name "$h")" ] || { echo "$h was not installed"; exit 1; }
 done
 leaked=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^loom[A-Z]' || true)
