@@ -149,6 +149,8 @@ static void run_layout(const sp_opts_t *o, const sp_model_t *m, const sp_machine
     SP_CHECK(loomShardPlanVerify(plan, g_comm, NULL));
     loomShardStats_t st;
     SP_CHECK(loomShardStats(plan, &st));
+    sp_machine_t here = *mc; /* the rates while this layout runs: the mean of before and after */
+    sp_probe_rates(&here, 3);
     sp_bufs_t b = {.n = st.total_elems};
     b.params = sp_alloc(b.n, sizeof(float));
     b.grads = sp_alloc(b.n, sizeof(float));
@@ -170,6 +172,10 @@ static void run_layout(const sp_opts_t *o, const sp_model_t *m, const sp_machine
                                g_comm, NULL));
     }
     SP_CHECK(loomShardGetCounters(plan, &c, 0));
+    sp_machine_t after = *mc;
+    sp_probe_rates(&after, 3);
+    here.ns_gmacs = 0.5 * (here.ns_gmacs + after.ns_gmacs);
+    here.elem_ns = 0.5 * (here.elem_ns + after.elem_ns);
 
     double *col = sp_alloc((size_t)o->iters * 3, sizeof(double));
     for (int i = 0; i < o->iters; i++) {
@@ -190,7 +196,7 @@ static void run_layout(const sp_opts_t *o, const sp_model_t *m, const sp_machine
     x->cpu_s = sums[0];
     sp_plan_work(plan, g_nranks, x);
     sp_check_bytes(plan, layout, sums[1], x);
-    sp_predict(mc, m, plan, layout, g_nranks, mc->cores, 0, x);
+    sp_predict(&here, m, plan, layout, g_nranks, mc->cores, 0, x);
 
     free(col);
     free(all);

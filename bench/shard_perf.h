@@ -65,8 +65,9 @@ typedef struct sp_result {
     double bytes_model; /* the same from the closed forms */
     double step_x, total_x;
     double pred_step_ms, pred_ns_ms, pred_elem_ms, pred_gather_ms;
-    const char *gather_src; /* where pred_gather_ms comes from (loomCommPlan, a probe, ...) */
-    double step_colls;      /* collectives issued inside one Step, rank 0 */
+    double ns_gmacs, elem_ns; /* the rates the prediction used: probed before and after */
+    const char *gather_src;   /* where pred_gather_ms comes from (loomCommPlan, a probe, ...) */
+    double step_colls;        /* collectives issued inside one Step, rank 0 */
     int bytes_ok;
 } sp_result_t;
 
@@ -94,6 +95,7 @@ double sp_now(void);
 double sp_median(const double *v, int n);
 double sp_min(const double *v, int n);
 void sp_probe(sp_machine_t *mc);
+void sp_probe_rates(sp_machine_t *mc, int reps);
 void sp_describe_cpu(sp_machine_t *mc);
 void sp_predict(const sp_machine_t *mc, const sp_model_t *m, loomShardPlan_t plan, int layout,
                 int nranks, int cores, double proj_gbps, sp_result_t *x);

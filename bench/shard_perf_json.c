@@ -54,7 +54,8 @@ void sp_write_json(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *
                 x->bytes_ok ? "true" : "false", x->step_x, x->total_x, x->pred_step_ms,
                 x->pred_ns_ms, x->pred_elem_ms, x->pred_gather_ms);
         put_string(f, x->gather_src ? x->gather_src : "none");
-        fprintf(f, ",\"step_collectives\":%.2f}", x->step_colls);
+        fprintf(f, ",\"ns_gmacs\":%.4f,\"adamw_ns_per_elem\":%.5f,\"step_collectives\":%.2f}",
+                x->ns_gmacs, x->elem_ns, x->step_colls);
     }
     fprintf(f, "]}\n");
     if (fclose(f) != 0)

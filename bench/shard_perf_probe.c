@@ -15,51 +15,48 @@
 #define PROBE_COLS  1024
 #define PROBE_STEPS 5
 #define PROBE_ELEMS ((size_t)1 << 22)
-#define PROBE_REPS  3
+#define PROBE_REPS  5
 #define MAX_CPUS    1024
 
-/* The fastest of PROBE_REPS Newton-Schulz runs, after one warm-up, in GMAC/s. */
-static double probe_ns(void)
+/* The median of reps (<= PROBE_REPS) Newton-Schulz runs, after one warm-up, in GMAC/s: the median,
+ * as the steps it predicts are, so that a machine busy with other work weighs alike in both. */
+static double probe_ns(int reps)
 {
     const size_t n = (size_t)PROBE_ROWS * PROBE_COLS;
     float *in = sp_alloc(n, sizeof(float)), *out = sp_alloc(n, sizeof(float));
     float *work = sp_alloc(loomNewtonSchulzWorkspace(PROBE_ROWS, PROBE_COLS), sizeof(float));
     for (size_t i = 0; i < n; i++)
         in[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    double best = 1e30;
-    for (int r = 0; r <= PROBE_REPS; r++) {
+    double t[PROBE_REPS + 1];
+    for (int r = 0; r <= reps; r++) {
         double t0 = sp_now();
         SP_CHECK(loomNewtonSchulz(out, in, PROBE_ROWS, PROBE_COLS, PROBE_STEPS, NULL, 1e-7f, work));
-        double t = sp_now() - t0;
-        if (r > 0 && t < best)
-            best = t;
+        t[r] = sp_now() - t0;
     }
     free(in);
     free(out);
     free(work);
     const double s = PROBE_ROWS, l = PROBE_COLS;
-    return PROBE_STEPS * s * s * (2 * l + s) / best / 1e9;
+    return PROBE_STEPS * s * s * (2 * l + s) / sp_median(t + 1, reps) / 1e9;
 }
 
-/* The fastest of PROBE_REPS AdamW updates of PROBE_ELEMS elements, in ns per element. */
-static double probe_adamw(void)
+/* The median of reps AdamW updates of PROBE_ELEMS elements, in ns per element. */
+static double probe_adamw(int reps)
 {
     float *p = sp_alloc(PROBE_ELEMS * 4, sizeof(float));
     float *g = p + PROBE_ELEMS, *m = g + PROBE_ELEMS, *v = m + PROBE_ELEMS;
     for (size_t i = 0; i < PROBE_ELEMS; i++)
         g[i] = (float)(i % 97) * 1e-3f;
     loomMuonConfig_t cfg = LOOM_MUON_CONFIG_INITIALIZER;
-    double best = 1e30;
-    for (int r = 0; r <= PROBE_REPS; r++) {
+    double t[PROBE_REPS + 1];
+    for (int r = 0; r <= reps; r++) {
         cfg.step = r + 1;
         double t0 = sp_now();
         SP_CHECK(loomAdamWUpdate(p, g, m, v, PROBE_ELEMS, &cfg));
-        double t = sp_now() - t0;
-        if (r > 0 && t < best)
-            best = t;
+        t[r] = sp_now() - t0;
     }
     free(p);
-    return best * 1e9 / (double)PROBE_ELEMS;
+    return sp_median(t + 1, reps) * 1e9 / (double)PROBE_ELEMS;
 }
 
 /* CPUs any rank may run on: the union of the ranks' affinities (loomrun pins each rank to
@@ -102,16 +99,13 @@ void sp_describe_cpu(sp_machine_t *mc)
     fclose(f);
 }
 
-void sp_probe(sp_machine_t *mc)
+void sp_probe_rates(sp_machine_t *mc, int reps)
 {
-    mc->ranks = g_nranks;
-    mc->cores = count_cores();
-    sp_describe_cpu(mc);
     double rate[2] = {0, 0}; /* GMAC/s and -ns per element, so that MIN takes the slowest */
     for (int round = 0; round * mc->cores < g_nranks; round++) {
         if (g_rank / mc->cores == round) {
-            rate[0] = probe_ns();
-            rate[1] = -probe_adamw();
+            rate[0] = probe_ns(reps);
+            rate[1] = -probe_adamw(reps);
         }
         if (g_comm)
             SP_CHECK(loomBarrier(g_comm, NULL));
@@ -120,4 +114,12 @@ void sp_probe(sp_machine_t *mc)
         SP_CHECK(loomAllReduce(rate, rate, 2, loomFloat64, loomMin, g_comm, NULL));
     mc->ns_gmacs = rate[0];
     mc->elem_ns = -rate[1];
+}
+
+void sp_probe(sp_machine_t *mc)
+{
+    mc->ranks = g_nranks;
+    mc->cores = count_cores();
+    sp_describe_cpu(mc);
+    sp_probe_rates(mc, PROBE_REPS);
 }

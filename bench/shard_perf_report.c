@@ -114,6 +114,8 @@ void sp_predict(const sp_machine_t *mc, const sp_model_t *m, loomShardPlan_t pla
         free(counts);
     }
     x->pred_step_ms = busiest * 1e3 + x->pred_gather_ms;
+    x->ns_gmacs = mc->ns_gmacs;
+    x->elem_ns = mc->elem_ns;
 }
 
 /* The bytes all ranks send per step, summed, by the closed forms: 2(P-1)N x 4 for Owner and
@@ -191,9 +193,12 @@ void sp_print_header(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t
         printf(": %.1fx oversubscribed, ranks share cores, so times measure work and the "
                "predictions add up the ranks of each core",
                (double)mc->ranks / mc->cores);
-    printf("\n# R = %.2f GMAC/s (loomNewtonSchulz 256x1024, one core, slowest rank); AdamW "
-           "%.3f ns/element; OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s\n",
+    printf("\n# R = %.2f GMAC/s (loomNewtonSchulz 256x1024 on one core, median of 5, slowest "
+           "rank); AdamW %.3f ns/element; OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s\n",
            mc->ns_gmacs, mc->elem_ns, env_or("OPENBLAS_NUM_THREADS"), env_or("OPENBLAS_CORETYPE"));
+    if (!o->predict_only)
+        printf("# pred_step_ms uses the rates probed again before and after each row (their "
+               "mean; -J has them)\n");
     if (!o->predict_only)
         printf("# %d warm-up and %d timed steps, medians; step and total: the slowest rank's; "
                "sync: the slowest ReduceGrads + GatherParams as the last rank to arrive saw it; "
