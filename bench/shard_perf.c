@@ -176,6 +176,8 @@ static void run_layout(const sp_opts_t *o, const sp_model_t *m, const sp_machine
     sp_probe_rates(&after, 3);
     here.ns_gmacs = 0.5 * (here.ns_gmacs + after.ns_gmacs);
     here.elem_ns = 0.5 * (here.elem_ns + after.elem_ns);
+    here.ns_gmacs_cpu = 0.5 * (here.ns_gmacs_cpu + after.ns_gmacs_cpu);
+    here.elem_ns_cpu = 0.5 * (here.elem_ns_cpu + after.elem_ns_cpu);
 
     double *col = sp_alloc((size_t)o->iters * 3, sizeof(double));
     for (int i = 0; i < o->iters; i++) {
@@ -262,6 +264,8 @@ int main(int argc, char **argv)
             sp_print_row(&res[i], g_nranks);
         bad += !res[i].bytes_ok;
     }
+    if (g_rank == 0)
+        sp_print_cpu(res, nres);
     if (g_rank == 0 && o.json)
         sp_write_json(&o, &m, &mc, res, nres);
     if (g_rank == 0 && bad)

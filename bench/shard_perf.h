@@ -45,8 +45,10 @@ typedef struct sp_model {
 
 /* What the probes measured, agreed on every rank (the slowest rank's rates). */
 typedef struct sp_machine {
-    double ns_gmacs;  /* R: Newton-Schulz multiply-adds per second, single core, in 1e9 */
-    double elem_ns;   /* AdamW nanoseconds per element, single core */
+    double ns_gmacs;     /* R: Newton-Schulz multiply-adds per second, single core, in 1e9 */
+    double elem_ns;      /* AdamW nanoseconds per element, single core */
+    double ns_gmacs_cpu; /* the same per CPU second, which other work on the machine leaves */
+    double elem_ns_cpu;
     int cores, ranks; /* CPUs this process may use, ranks of the run */
     char cpu[128];    /* the CPU's model name */
 } sp_machine_t;
@@ -66,8 +68,10 @@ typedef struct sp_result {
     double step_x, total_x;
     double pred_step_ms, pred_ns_ms, pred_elem_ms, pred_gather_ms;
     double ns_gmacs, elem_ns; /* the rates the prediction used: probed before and after */
-    const char *gather_src;   /* where pred_gather_ms comes from (loomCommPlan, a probe, ...) */
-    double step_colls;        /* collectives issued inside one Step, rank 0 */
+    double ns_gmacs_cpu, elem_ns_cpu;
+    double pred_cpu_s;      /* all ranks' compute in CPU seconds per step, at the CPU rates */
+    const char *gather_src; /* where pred_gather_ms comes from (loomCommPlan, a probe, ...) */
+    double step_colls;      /* collectives issued inside one Step, rank 0 */
     int bytes_ok;
 } sp_result_t;
 
@@ -103,6 +107,7 @@ void sp_plan_work(loomShardPlan_t plan, int nranks, sp_result_t *x);
 int sp_check_bytes(loomShardPlan_t plan, int layout, double bytes_sum, sp_result_t *x);
 void sp_print_header(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc);
 void sp_print_row(const sp_result_t *x, int nranks);
+void sp_print_cpu(const sp_result_t *res, int nres);
 void sp_ratios(sp_result_t *res, int nres);
 void sp_project(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc);
 void sp_write_json(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc,

@@ -35,9 +35,9 @@ void sp_write_json(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *
     fprintf(f, ",\"openblas_coretype\":");
     put_string(f, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "");
     fprintf(f,
-            ",\"ns_gmacs\":%.4f,\"adamw_ns_per_elem\":%.5f,\"warmup\":%d,\"iters\":%d,"
-            "\"deterministic\":%d,\"results\":[",
-            mc->ns_gmacs, mc->elem_ns, o->warmup, o->iters, o->deterministic);
+            ",\"ns_gmacs\":%.4f,\"adamw_ns_per_elem\":%.5f,\"ns_gmacs_cpu\":%.4f,"
+            "\"warmup\":%d,\"iters\":%d,\"deterministic\":%d,\"results\":[",
+            mc->ns_gmacs, mc->elem_ns, mc->ns_gmacs_cpu, o->warmup, o->iters, o->deterministic);
     for (int i = 0; i < nres; i++) {
         const sp_result_t *x = &res[i];
         fprintf(f, "%s{\"ranks\":%d,\"layout\":\"%s\",\"balance\":", i ? "," : "", ranks,
@@ -54,8 +54,11 @@ void sp_write_json(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *
                 x->bytes_ok ? "true" : "false", x->step_x, x->total_x, x->pred_step_ms,
                 x->pred_ns_ms, x->pred_elem_ms, x->pred_gather_ms);
         put_string(f, x->gather_src ? x->gather_src : "none");
-        fprintf(f, ",\"ns_gmacs\":%.4f,\"adamw_ns_per_elem\":%.5f,\"step_collectives\":%.2f}",
-                x->ns_gmacs, x->elem_ns, x->step_colls);
+        fprintf(f,
+                ",\"ns_gmacs\":%.4f,\"adamw_ns_per_elem\":%.5f,\"ns_gmacs_cpu\":%.4f,"
+                "\"adamw_cpu_ns_per_elem\":%.5f,\"pred_cpu_s\":%.4f,\"step_collectives\":%.2f}",
+                x->ns_gmacs, x->elem_ns, x->ns_gmacs_cpu, x->elem_ns_cpu, x->pred_cpu_s,
+                x->step_colls);
     }
     fprintf(f, "]}\n");
     if (fclose(f) != 0)

@@ -8,6 +8,7 @@
  */
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "shard_perf.h"
 
@@ -18,45 +19,77 @@
 #define PROBE_REPS  5
 #define MAX_CPUS    1024
 
-/* The median of reps (<= PROBE_REPS) Newton-Schulz runs, after one warm-up, in GMAC/s: the median,
- * as the steps it predicts are, so that a machine busy with other work weighs alike in both. */
-static double probe_ns(int reps)
+static double cpu_now(void)
 {
-    const size_t n = (size_t)PROBE_ROWS * PROBE_COLS;
-    float *in = sp_alloc(n, sizeof(float)), *out = sp_alloc(n, sizeof(float));
-    float *work = sp_alloc(loomNewtonSchulzWorkspace(PROBE_ROWS, PROBE_COLS), sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        in[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    double t[PROBE_REPS + 1];
-    for (int r = 0; r <= reps; r++) {
-        double t0 = sp_now();
-        SP_CHECK(loomNewtonSchulz(out, in, PROBE_ROWS, PROBE_COLS, PROBE_STEPS, NULL, 1e-7f, work));
-        t[r] = sp_now() - t0;
-    }
-    free(in);
-    free(out);
-    free(work);
-    const double s = PROBE_ROWS, l = PROBE_COLS;
-    return PROBE_STEPS * s * s * (2 * l + s) / sp_median(t + 1, reps) / 1e9;
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The median of reps AdamW updates of PROBE_ELEMS elements, in ns per element. */
-static double probe_adamw(int reps)
+/* Runs fn reps + 1 times (reps <= PROBE_REPS); t[0] and t[1] get the medians of the last reps
+ * runs' wall and CPU seconds. Medians, as the steps they predict are, so that a machine busy
+ * with other work weighs alike in both; the CPU seconds do not count the other work. */
+static void time_runs(void (*fn)(void *, int), void *arg, int reps, double *t)
+{
+    double wall[PROBE_REPS + 1], cpu[PROBE_REPS + 1];
+    for (int r = 0; r <= reps; r++) {
+        double w0 = sp_now(), c0 = cpu_now();
+        fn(arg, r);
+        wall[r] = sp_now() - w0;
+        cpu[r] = cpu_now() - c0;
+    }
+    t[0] = sp_median(wall + 1, reps);
+    t[1] = sp_median(cpu + 1, reps);
+}
+
+typedef struct ns_probe {
+    float *in, *out, *work;
+} ns_probe_t;
+
+static void run_ns(void *arg, int r)
+{
+    (void)r;
+    ns_probe_t *p = arg;
+    SP_CHECK(
+        loomNewtonSchulz(p->out, p->in, PROBE_ROWS, PROBE_COLS, PROBE_STEPS, NULL, 1e-7f, p->work));
+}
+
+/* Newton-Schulz on PROBE_ROWS x PROBE_COLS: gmacs[0] per wall second, [1] per CPU second. */
+static void probe_ns(int reps, double *gmacs)
+{
+    const size_t n = (size_t)PROBE_ROWS * PROBE_COLS;
+    ns_probe_t p = {sp_alloc(n, sizeof(float)), sp_alloc(n, sizeof(float)),
+                    sp_alloc(loomNewtonSchulzWorkspace(PROBE_ROWS, PROBE_COLS), sizeof(float))};
+    for (size_t i = 0; i < n; i++)
+        p.in[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    double t[2];
+    time_runs(run_ns, &p, reps, t);
+    free(p.in);
+    free(p.out);
+    free(p.work);
+    const double s = PROBE_ROWS, l = PROBE_COLS, macs = PROBE_STEPS * s * s * (2 * l + s);
+    gmacs[0] = macs / t[0] / 1e9;
+    gmacs[1] = macs / t[1] / 1e9;
+}
+
+static void run_adamw(void *arg, int r)
+{
+    float *p = arg, *g = p + PROBE_ELEMS, *m = g + PROBE_ELEMS, *v = m + PROBE_ELEMS;
+    loomMuonConfig_t cfg = LOOM_MUON_CONFIG_INITIALIZER;
+    cfg.step = r + 1;
+    SP_CHECK(loomAdamWUpdate(p, g, m, v, PROBE_ELEMS, &cfg));
+}
+
+/* AdamW on PROBE_ELEMS elements: ns[0] wall and ns[1] CPU nanoseconds per element. */
+static void probe_adamw(int reps, double *ns)
 {
     float *p = sp_alloc(PROBE_ELEMS * 4, sizeof(float));
-    float *g = p + PROBE_ELEMS, *m = g + PROBE_ELEMS, *v = m + PROBE_ELEMS;
     for (size_t i = 0; i < PROBE_ELEMS; i++)
-        g[i] = (float)(i % 97) * 1e-3f;
-    loomMuonConfig_t cfg = LOOM_MUON_CONFIG_INITIALIZER;
-    double t[PROBE_REPS + 1];
-    for (int r = 0; r <= reps; r++) {
-        cfg.step = r + 1;
-        double t0 = sp_now();
-        SP_CHECK(loomAdamWUpdate(p, g, m, v, PROBE_ELEMS, &cfg));
-        t[r] = sp_now() - t0;
-    }
+        p[PROBE_ELEMS + i] = (float)(i % 97) * 1e-3f;
+    time_runs(run_adamw, p, reps, ns);
     free(p);
-    return sp_median(t + 1, reps) * 1e9 / (double)PROBE_ELEMS;
+    ns[0] *= 1e9 / (double)PROBE_ELEMS;
+    ns[1] *= 1e9 / (double)PROBE_ELEMS;
 }
 
 /* CPUs any rank may run on: the union of the ranks' affinities (loomrun pins each rank to
@@ -101,19 +134,24 @@ void sp_describe_cpu(sp_machine_t *mc)
 
 void sp_probe_rates(sp_machine_t *mc, int reps)
 {
-    double rate[2] = {0, 0}; /* GMAC/s and -ns per element, so that MIN takes the slowest */
+    /* GMAC/s wall and CPU, then minus ns per element wall and CPU: MIN takes the slowest rank */
+    double rate[4] = {0, 0, 0, 0};
     for (int round = 0; round * mc->cores < g_nranks; round++) {
         if (g_rank / mc->cores == round) {
-            rate[0] = probe_ns(reps);
-            rate[1] = -probe_adamw(reps);
+            probe_ns(reps, rate);
+            probe_adamw(reps, rate + 2);
+            rate[2] = -rate[2];
+            rate[3] = -rate[3];
         }
         if (g_comm)
             SP_CHECK(loomBarrier(g_comm, NULL));
     }
     if (g_comm)
-        SP_CHECK(loomAllReduce(rate, rate, 2, loomFloat64, loomMin, g_comm, NULL));
+        SP_CHECK(loomAllReduce(rate, rate, 4, loomFloat64, loomMin, g_comm, NULL));
     mc->ns_gmacs = rate[0];
-    mc->elem_ns = -rate[1];
+    mc->ns_gmacs_cpu = rate[1];
+    mc->elem_ns = -rate[2];
+    mc->elem_ns_cpu = -rate[3];
 }
 
 void sp_probe(sp_machine_t *mc)

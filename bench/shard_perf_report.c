@@ -88,12 +88,15 @@ void sp_predict(const sp_machine_t *mc, const sp_model_t *m, loomShardPlan_t pla
     loomShardStats_t st;
     SP_CHECK(loomShardStats(plan, &st));
     double *ns = sp_alloc((size_t)cores * 2, sizeof(double)), *el = ns + cores;
+    x->pred_cpu_s = 0;
     for (int r = 0; r < nranks; r++) {
         loomShardRankInfo_t ri;
         SP_CHECK(loomShardRankInfo(plan, r, &ri));
         size_t elems = layout == LAY_REPLICATED ? st.total_elems : ri.shard_elems;
         ns[r % cores] += ri.ns_cost / (mc->ns_gmacs * 1e9);
         el[r % cores] += (double)elems * mc->elem_ns * 1e-9;
+        x->pred_cpu_s +=
+            ri.ns_cost / (mc->ns_gmacs_cpu * 1e9) + (double)elems * mc->elem_ns_cpu * 1e-9;
     }
     double busiest = 0;
     for (int c = 0; c < cores; c++) {
@@ -116,6 +119,8 @@ void sp_predict(const sp_machine_t *mc, const sp_model_t *m, loomShardPlan_t pla
     x->pred_step_ms = busiest * 1e3 + x->pred_gather_ms;
     x->ns_gmacs = mc->ns_gmacs;
     x->elem_ns = mc->elem_ns;
+    x->ns_gmacs_cpu = mc->ns_gmacs_cpu;
+    x->elem_ns_cpu = mc->elem_ns_cpu;
 }
 
 /* The bytes all ranks send per step, summed, by the closed forms: 2(P-1)N x 4 for Owner and
@@ -194,8 +199,10 @@ void sp_print_header(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t
                "predictions add up the ranks of each core",
                (double)mc->ranks / mc->cores);
     printf("\n# R = %.2f GMAC/s (loomNewtonSchulz 256x1024 on one core, median of 5, slowest "
-           "rank); AdamW %.3f ns/element; OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s\n",
-           mc->ns_gmacs, mc->elem_ns, env_or("OPENBLAS_NUM_THREADS"), env_or("OPENBLAS_CORETYPE"));
+           "rank; %.2f per CPU second); AdamW %.3f ns/element; OPENBLAS_NUM_THREADS=%s, "
+           "OPENBLAS_CORETYPE=%s\n",
+           mc->ns_gmacs, mc->ns_gmacs_cpu, mc->elem_ns, env_or("OPENBLAS_NUM_THREADS"),
+           env_or("OPENBLAS_CORETYPE"));
     if (!o->predict_only)
         printf("# pred_step_ms uses the rates probed again before and after each row (their "
                "mean; -J has them)\n");
@@ -218,8 +225,25 @@ void sp_print_row(const sp_result_t *x, int nranks)
     fflush(stdout);
 }
 
+/* The cost model in CPU seconds, which other work on the machine does not inflate: all ranks'
+ * predicted compute against their measured CPU seconds (which also hold the collectives'). */
+void sp_print_cpu(const sp_result_t *res, int nres)
+{
+    printf("# the cost model in CPU seconds per step, all ranks (compute only; cpu_s also holds "
+           "the collectives')\n# %13s %10s %10s %7s %9s\n",
+           "layout", "balance", "pred_cpu_s", "cpu_s", "meas/pred");
+    for (int i = 0; i < nres; i++)
+        printf("  %13s %10s %10.3f %7.3f %9.2f\n", k_layout_names[res[i].layout],
+               balance_name(&res[i]), res[i].pred_cpu_s, res[i].cpu_s,
+               res[i].pred_cpu_s > 0 ? res[i].cpu_s / res[i].pred_cpu_s : 0.0);
+}
+
 void sp_project(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc)
 {
+    /* Each rank has a core to itself: the rates per CPU second, which other work here leaves. */
+    sp_machine_t alone = *mc;
+    alone.ns_gmacs = mc->ns_gmacs_cpu;
+    alone.elem_ns = mc->elem_ns_cpu;
     sp_result_t res[NUM_LAYOUTS + NUM_BALANCES];
     int nres = 0;
     for (int lay = 0; lay < NUM_LAYOUTS; lay++) {
@@ -233,7 +257,7 @@ void sp_project(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc)
             loomShardStats_t st;
             SP_CHECK(loomShardStats(plan, &st));
             sp_plan_work(plan, o->ranks, x);
-            sp_predict(mc, m, plan, lay, o->ranks, o->ranks, o->proj_gbps, x);
+            sp_predict(&alone, m, plan, lay, o->ranks, o->ranks, o->proj_gbps, x);
             x->bytes_ok = 1;
             x->bytes_model = st.step_bytes_per_rank;
             SP_CHECK(loomShardPlanDestroy(plan));
@@ -241,7 +265,7 @@ void sp_project(const sp_opts_t *o, const sp_model_t *m, const sp_machine_t *mc)
     }
     sp_ratios(res, nres);
     printf("# PROJECTION (no communication, nothing timed): %s on %d ranks with one core each, "
-           "from the plan and the rates above; Rows' in-step gather %s\n"
+           "from the plan and the rates per CPU second above; Rows' in-step gather %s\n"
            "# %5s %13s %10s %11s %5s %12s %10s %10s %10s %12s %7s\n",
            m->name, o->ranks,
            o->proj_gbps > 0 ? "at --proj-gbps" : "left out (--proj-gbps adds it)", "ranks",

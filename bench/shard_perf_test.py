@@ -58,7 +58,7 @@ def check_measured(loomrun, shard_perf, tmp):
         assert r["bytes_ok"] and abs(r["bytes_rank"] - want) < 0.5, (name, r["bytes_rank"], want)
         assert abs(r["bytes_closed_form"] - want) < 0.5, (name, r["bytes_closed_form"], want)
         assert r["pred_step_ms"] > 0 and r["step_ms"] > 0 and r["total_ms"] >= r["step_ms"], r
-        assert r["cpu_s"] > 0 and r["ns_gmac_max"] > 0, r
+        assert r["cpu_s"] > 0 and r["ns_gmac_max"] > 0 and r["pred_cpu_s"] > 0, r
     assert recs["owner"]["step_collectives"] == 0, recs["owner"]
     assert recs["replicated"]["step_collectives"] == 0, recs["replicated"]
     assert recs["rows"]["step_collectives"] >= 4 * L, recs["rows"]
