@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Draws shard_perf -J files (one per rank count) as a PNG: the optimizer step per layout and
-rank count, measured bars with the cost model's prediction as a mark, and the step's speed-up
-over the better rows variant. Needs matplotlib (the benchmark itself does not).
+rank count and all ranks' CPU seconds of it, measured bars with the cost model's prediction as
+a mark, and the step's speed-up over the better rows variant. Needs matplotlib (the benchmark itself does not).
 
     bench/shard_perf_plot.py -o shard.png p2.json p4.json p8.json
 """
@@ -39,23 +39,23 @@ def main():
         sys.exit("shard_perf_plot.py needs matplotlib: pip install matplotlib")
     rows = load(args.json)
     ranks = sorted({r["ranks"] for r in rows})
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(16, 4.4))
     width = 0.8 / len(LAYOUTS)
     for i, lay in enumerate(LAYOUTS):
-        xs, meas, pred = [], [], []
-        for j, p in enumerate(ranks):
-            hit = [r for r in rows if r["ranks"] == p and r["layout"] == lay]
-            if hit:
-                xs.append(j + (i - 1.5) * width)
-                meas.append(hit[0]["step_ms"] if not hit[0]["projection"] else 0)
-                pred.append(hit[0]["pred_step_ms"])
-        if not xs:
+        hits = [(j, r) for j, p in enumerate(ranks) for r in rows
+                if r["ranks"] == p and r["layout"] == lay]
+        if not hits:
             continue
-        bars = ax.bar(xs, meas, width, label=lay)
-        ax.plot(xs, pred, "k_", markersize=14, markeredgewidth=2,
-                label="predicted" if i == 0 else None)
-        sx = [r["step_x"] for p in ranks for r in rows if r["ranks"] == p and r["layout"] == lay]
-        bx.plot(ranks[:len(sx)], sx, "o-", color=bars.patches[0].get_facecolor(), label=lay)
+        xs = [j + (i - 1.5) * width for j, _ in hits]
+        bars = ax.bar(xs, [0 if r["projection"] else r["step_ms"] for _, r in hits], width,
+                      label=lay)
+        ax.plot(xs, [r["pred_step_ms"] for _, r in hits], "k_", markersize=14,
+                markeredgewidth=2, label="predicted" if i == 0 else None)
+        cx.bar(xs, [r.get("cpu_s", 0) for _, r in hits], width, label=lay)
+        cx.plot(xs, [r.get("pred_cpu_s", 0) for _, r in hits], "k_", markersize=14,
+                markeredgewidth=2, label="predicted" if i == 0 else None)
+        bx.plot([ranks[j] for j, _ in hits], [r["step_x"] for _, r in hits], "o-",
+                color=bars.patches[0].get_facecolor(), label=lay)
     labels = []
     for p in ranks:
         cores = next(r["cores"] for r in rows if r["ranks"] == p)
@@ -65,6 +65,10 @@ def main():
     ax.set_yscale("log")
     ax.set_title(f"{rows[0]['model']}: step per layout")
     ax.legend(fontsize=8)
+    cx.set_xticks(range(len(ranks)), labels)
+    cx.set_ylabel("CPU seconds per step, all ranks")
+    cx.set_title("work (other load on the machine left out)")
+    cx.legend(fontsize=8)
     bx.plot(ranks, ranks, ":", color="grey", label="P")
     bx.set_xlabel("ranks")
     bx.set_ylabel("step speed-up over the better rows variant")
