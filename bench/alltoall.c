@@ -10,8 +10,6 @@
  * loomAllToAllv (every count equal, displacements packed), so that
  * AllToAllv's own algorithms can be measured against AllToAll's.
  */
-#include <stdlib.h>
-
 #include "common.h"
 
 static void get_counts(size_t count, size_t elt_size, int nranks, bench_counts_t *c)
@@ -40,30 +38,23 @@ static void get_bw(size_t count, size_t elt_size, int nranks, double *bytes, dou
 }
 
 #ifdef BENCH_ALLTOALLV
-/* Equal counts and packed displacements for n peers, kept between calls: the
- * arrays must outlive a call queued on a stream. */
+/* Equal counts and packed displacements for n peers. */
+static void fill_equal(size_t *v, int n, size_t count)
+{
+    for (int r = 0; r < n; r++) {
+        v[r] = count;
+        v[n + r] = (size_t)r * count;
+    }
+}
+
 static loomResult_t run_v(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t dtype,
                           loomComm_t comm, loomStream_t stream)
 {
-    static size_t *v, vcount, vn;
+    size_t *v = NULL;
     int n = 0;
-    loomResult_t res = loomCommCount(comm, &n);
+    loomResult_t res = bench_kept_arrays(comm, stream, count, fill_equal, &v, &n);
     if (res != loomSuccess)
         return res;
-    if (v == NULL || vn != (size_t)n || vcount != count) {
-        if (v != NULL && stream != NULL && (res = loomStreamSynchronize(stream)) != loomSuccess)
-            return res;
-        free(v);
-        v = malloc(2 * (size_t)n * sizeof(*v));
-        if (v == NULL)
-            return loomSystemError;
-        for (int r = 0; r < n; r++) {
-            v[r] = count;
-            v[n + r] = (size_t)r * count;
-        }
-        vn = (size_t)n;
-        vcount = count;
-    }
     return loomAllToAllv(sendbuff, v, v + n, recvbuff, v, v + n, dtype, comm, stream);
 }
 #endif

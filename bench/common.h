@@ -42,7 +42,7 @@ typedef struct bench_ctx {
 #define BENCH_NO_INPLACE (1u << 2) /* no in-place form: in-place columns print N/A */
 
 /* One collective, as nccl-tests' struct testColl. Every member is required
- * but lossy_bound. */
+ * but inplace_at and lossy_bound. */
 typedef struct bench_coll {
     const char *name; /* e.g. "AllReduce"; used in the JSON records */
     unsigned flags;   /* BENCH_* */
@@ -58,6 +58,10 @@ typedef struct bench_coll {
     /* Issues one operation (NCCL argument order); stream NULL means blocking. */
     loomResult_t (*run)(const void *sendbuff, void *recvbuff, size_t count, loomDataType_t dtype,
                         loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream);
+    /* Optional: the element offset of this rank's in-place buffer within recvbuff (sendbuff
+     * for send_inplace, recvbuff otherwise), for shapes where it is not rank x the counts'
+     * offsets (the uneven collectives); NULL: those offsets. */
+    size_t (*inplace_at)(const bench_ctx_t *ctx, int send_inplace);
     /* 0: results are exact and the check counts wrong elements. > 0: results
      * are approximate (a compressed collective): the check reports the relative
      * L2 error against the exact result in the #wrong column ("relerr" in JSON)
@@ -102,6 +106,30 @@ void bench_init_rank_input(const bench_ctx_t *ctx, void *sendbuff);
 void bench_allreduce_counts(size_t count, size_t elt_size, int nranks, bench_counts_t *c);
 size_t bench_allreduce_expected(const bench_ctx_t *ctx, void *out);
 void bench_allreduce_bw(size_t count, size_t elt_size, int nranks, double *bytes, double *factor);
+
+/* Two arrays of n counts, v[0..n) and v[n..2n), filled by fill(v, n, param) for comm's n and
+ * kept between calls: a call queued on a stream reads them later, so one of another param
+ * waits for the stream first. Shared by the V collectives' programs (one kind per program). */
+loomResult_t bench_kept_arrays(loomComm_t comm, loomStream_t stream, size_t param,
+                               void (*fill)(size_t *v, int n, size_t param), size_t **v_p,
+                               int *n_p);
+
+/* The uneven pattern of all_gatherv_perf and reduce_scatterv_perf: of a row's count elements,
+ * rank r's block is (r+1) units, a unit being count / (n(n+1)/2) rounded down to 16 bytes, so
+ * rank r holds (r+1)/(1+2+...+n) of the total; blocks packed in rank order. */
+size_t bench_v_unit(size_t count, size_t elt_size, int nranks);
+static inline size_t bench_v_block(size_t unit, int r)
+{
+    return (size_t)(r + 1) * unit;
+}
+static inline size_t bench_v_displ(size_t unit, int r)
+{
+    return unit * (size_t)r * (size_t)(r + 1) / 2;
+}
+/* The counts and displacements of a call of `unit` on comm (bench_kept_arrays) and this
+ * rank. */
+loomResult_t bench_v_arrays(loomComm_t comm, loomStream_t stream, size_t unit,
+                            const size_t **counts, const size_t **displs, int *rank);
 
 /* Element count rounded down to a multiple of 16 bytes (nccl-tests' per-rank
  * rounding for AllGather, ReduceScatter and AlltoAll). */

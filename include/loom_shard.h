@@ -132,6 +132,14 @@ typedef struct {
  * NULL. Errors: InvalidArgument. */
 LOOM_API loomResult_t loomShardParamInfo(loomShardPlan_t plan, int param, int *owner,
                                          size_t *offset);
+/* Where `rank` holds parameter `param` in its packed shard: the parameter's elements [*first,
+ * *first + *count) (row-major) sit at offset *shard_off of the shard; *count is 0 where the rank
+ * holds none of it. Every layout gives at most one contiguous run per rank and parameter (Owner:
+ * a matrix whole on its owner, a range of an element-wise one; Rows: a range of rows;
+ * Replicated: all of it), so per-parameter work on shards (a norm that skips a tied copy, masks)
+ * needs no knowledge of the layout. Any output may be NULL. Errors: InvalidArgument. */
+LOOM_API loomResult_t loomShardParamPiece(loomShardPlan_t plan, int rank, int param,
+                                          size_t *shard_off, size_t *first, size_t *count);
 LOOM_API loomResult_t loomShardRankInfo(loomShardPlan_t plan, int rank, loomShardRankInfo_t *info);
 LOOM_API loomResult_t loomShardStats(loomShardPlan_t plan, loomShardStats_t *stats);
 /* model_order holds the parameters back to back in list order; plan_order

@@ -5,7 +5,8 @@
  * reduce-scatter, sharded AdamW, all-gather), ZeRO-2 (gradients sharded too: each unit's
  * gradients are reduce-scattered as soon as its backward ends, and only the shard is kept) and
  * ZeRO-3 (parameters sharded too: each unit is all-gathered before use and freed after). Shards
- * are equal ranges of each unit over the data group (DP x CP).
+ * are equal ranges of each unit over the data group (DP x CP). --optim muon hands the layout and
+ * the step to muon.c.
  */
 #include "train.h"
 
@@ -56,16 +57,21 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->srank = c->data_rank;
     if (layout_build(&e->lay, &o->model, &c->g, e->shards))
         return -1;
+    if (o->optim == OPTIM_MUON && muon_layout(e))
+        return -1;
     size_t total = e->lay.total, shard = total / (size_t)e->shards;
     e->pn = e->zero >= 3 ? shard : total;
     e->gn = e->zero >= 2 ? shard : total;
-    e->on = e->zero >= 1 ? shard : total;
+    if (!e->plan) {
+        e->on = e->vn = e->zero >= 1 ? shard : total;
+        e->gsn = e->zero == 1 ? shard : 0;
+    }
     e->params = falloc(e->pn);
     e->grads = falloc(e->gn);
     e->m = falloc(e->on);
-    e->v = falloc(e->on);
-    if (e->zero == 1)
-        e->gshard = falloc(shard);
+    e->v = e->vn ? falloc(e->vn) : NULL;
+    if (e->gsn)
+        e->gshard = falloc(e->gsn);
     int nu = e->lay.nu;
     e->ugath = calloc((size_t)nu, sizeof(float *));
     e->ugrad = calloc((size_t)nu, sizeof(float *));
@@ -102,6 +108,9 @@ void eng_free(engine_t *e)
     free(e->gshard);
     free(e->m);
     free(e->v);
+    if (e->plan)
+        loomShardPlanDestroy(e->plan);
+    free(e->norm_runs);
     layout_free(&e->lay);
 }
 
@@ -168,7 +177,7 @@ void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
 {
     if (e->zero < 2) {
         if (last_micro && e->o->overlap)
-            reduce_unit(e, u, e->c->stream);
+            e->plan ? muon_unit_done(e, u) : reduce_unit(e, u, e->c->stream);
         return;
     }
     int i = uidx(e, u);
@@ -261,6 +270,10 @@ void eng_step(engine_t *e, double lr)
 {
     tcomm_t *c = e->c;
     const layout_t *lay = &e->lay;
+    if (e->plan) {
+        muon_step(e, lr);
+        return;
+    }
     if (e->zero < 2) {
         if (e->o->overlap)
             tc_stream_sync(c);
@@ -330,6 +343,9 @@ int eng_dump(engine_t *e, const char *path, int grads)
     int sharded = grads ? e->zero >= 1 : e->zero >= 3;
     dump_t d = {.out = out};
     d.p = !grads ? e->params : e->zero == 1 ? e->gshard : e->grads;
+    float *full = NULL; /* Muon's reduced gradients, gathered from the shards */
+    if (grads && e->plan)
+        d.p = full = muon_full_grads(e);
     if (!sharded) {
         for (int i = 0; i < e->lay.nu; i++) {
             const unit_t *u = &e->lay.u[i];
@@ -345,6 +361,7 @@ int eng_dump(engine_t *e, const char *path, int grads)
             layout_for_range(&e->lay, lo, lo + shard_len(e, u), dump_piece, &d);
         }
     }
+    free(full);
     /* Every element is owned by exactly one rank, so the sum is exact. */
     tc_check(loomReduce(out, out, n, loomFloat32, loomSum, 0, c->world, NULL), c, "loomReduce");
     int rc = 0;
@@ -360,11 +377,11 @@ int eng_dump(engine_t *e, const char *path, int grads)
     return rc;
 }
 
-#define CKPT_MAGIC 0x6c6f6f6d74726e31ull /* "loomtrn1" */
+#define CKPT_MAGIC 0x6c6f6f6d74726e32ull /* "loomtrn2" */
 
 typedef struct {
     uint64_t magic;
-    int32_t size, dp, tp, pp, cp, zero, rank;
+    int32_t size, dp, tp, pp, cp, zero, rank, optim, shard;
     int32_t vocab, ctx, d, heads, layers, moe_e, moe_k, moe_every, ep;
     uint64_t seed, pn, on, step; /* the data position is the step: batches depend on it alone */
 } ckpt_hdr_t;
@@ -376,7 +393,7 @@ static void fill_hdr(const engine_t *e, ckpt_hdr_t *h)
     const model_cfg_t *m = &e->lay.cfg;
     h->magic = CKPT_MAGIC;
     h->size = e->c->size, h->dp = g->dp, h->tp = g->tp, h->pp = g->pp, h->cp = g->cp;
-    h->zero = e->zero, h->rank = e->c->rank;
+    h->zero = e->zero, h->rank = e->c->rank, h->optim = e->o->optim, h->shard = e->o->shard;
     h->vocab = m->vocab, h->ctx = m->ctx, h->d = m->d, h->heads = m->heads, h->layers = m->layers;
     h->moe_e = m->moe_e, h->moe_k = m->moe_k, h->moe_every = m->moe_every, h->ep = g->ep;
     h->seed = m->seed, h->pn = e->pn, h->on = e->on;
@@ -399,7 +416,7 @@ int eng_save(engine_t *e, const char *path, char *err, size_t errlen)
     int ok = f && fwrite(&h, sizeof(h), 1, f) == 1 &&
              fwrite(e->params, sizeof(float), e->pn, f) == e->pn &&
              fwrite(e->m, sizeof(float), e->on, f) == e->on &&
-             fwrite(e->v, sizeof(float), e->on, f) == e->on;
+             fwrite(e->v, sizeof(float), e->vn, f) == e->vn;
     if (f && fclose(f))
         ok = 0;
     /* Written aside and renamed, so that a crash never leaves a torn checkpoint. */
@@ -434,7 +451,7 @@ int eng_load(engine_t *e, const char *path, char *err, size_t errlen)
         }
         ok = fread(e->params, sizeof(float), e->pn, f) == e->pn &&
              fread(e->m, sizeof(float), e->on, f) == e->on &&
-             fread(e->v, sizeof(float), e->on, f) == e->on;
+             fread(e->v, sizeof(float), e->vn, f) == e->vn;
         e->step = (int64_t)step;
     }
     fclose(f);

@@ -20,27 +20,32 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: loomrun -n N loom-train [options]\n"
-            "model:    --layers L (4) --d C (64) --heads H (4) --ctx T (64) --seed S (1)\n"
-            "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
-            "          --zero 0|1|2|3 (0)   --schedule 1f1b|gpipe   --tp-allreduce fp32|echo\n"
-            "          --no-overlap (reduce gradients after the backward instead of during it)\n"
-            "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
-            "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
-            "data:     --data FILE (%s) --val-every N (0 = end only) --val-batches N (4)\n"
-            "output:   --log-json FILE --save PREFIX --resume PREFIX --dump-params FILE --quiet\n"
-            "checks:   --dump-grads FILE, --dump-batch FILE: the reduced gradients and the global "
-            "batch\n"
-            "          (tokens, then targets) of the run's first step\n"
-            "moe:      --moe E:k (a mixture of E experts, k per token, in place of the MLP)\n"
-            "          --moe-every N (every N-th block; 1) --moe-aux COEF (load balancing; 0.01)\n"
-            "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
-            "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
-            "steps; 10)\n"
-            "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
-            "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
-            DEFAULT_CORPUS);
+    fprintf(
+        f,
+        "usage: loomrun -n N loom-train [options]\n"
+        "model:    --layers L (4) --d C (64) --heads H (4) --ctx T (64) --seed S (1)\n"
+        "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
+        "          --zero 0|1|2|3 (0)   --schedule 1f1b|gpipe   --tp-allreduce fp32|echo\n"
+        "          --no-overlap (reduce gradients after the backward instead of during it)\n"
+        "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
+        "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
+        "          --optim adamw|muon (adamw; muon: matrices by Muon, the rest by AdamW)\n"
+        "          --shard none|zero1|owner|rows (adamw: none, or zero1 = --zero 1; muon: owner,\n"
+        "          each matrix whole on one rank of the data group; rows: FSDP2's row shards;\n"
+        "          none: DDP Muon) --muon-lr (0.02) --muon-momentum (0.95)\n"
+        "data:     --data FILE (%s) --val-every N (0 = end only) --val-batches N (4)\n"
+        "output:   --log-json FILE --save PREFIX --resume PREFIX --dump-params FILE --quiet\n"
+        "checks:   --dump-grads FILE, --dump-batch FILE: the reduced gradients and the global "
+        "batch\n"
+        "          (tokens, then targets) of the run's first step\n"
+        "moe:      --moe E:k (a mixture of E experts, k per token, in place of the MLP)\n"
+        "          --moe-every N (every N-th block; 1) --moe-aux COEF (load balancing; 0.01)\n"
+        "          --ep N (experts over N ranks of the data group; 1) --moe-mode dedup|naive\n"
+        "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
+        "steps; 10)\n"
+        "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
+        "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
+        DEFAULT_CORPUS);
 }
 
 /* The options: each names its field and how to read it. */
@@ -56,6 +61,8 @@ enum optkind {
     OK_MOEMODE,
     OK_MOE,
     OK_PLACE,
+    OK_OPTIM,
+    OK_SHARD,
     OK_HELP
 };
 typedef struct {
@@ -110,6 +117,10 @@ static const optdef_t optdefs[] = {
     OPT("moe-place", OK_PLACE, moe_place),
     OPT("moe-trace", OK_STR, moe_trace),
     OPT("moe-replay", OK_STR, moe_replay),
+    OPT("optim", OK_OPTIM, optim),
+    OPT("shard", OK_SHARD, shard),
+    OPT("muon-lr", OK_DBL, muon_lr),
+    OPT("muon-momentum", OK_DBL, muon_momentum),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -149,14 +160,17 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
         return 0;
     case OK_SCHED:
     case OK_TPRED:
-    case OK_MOEMODE: {
+    case OK_MOEMODE:
+    case OK_OPTIM: {
         static const char *names[][2] = {[OK_SCHED] = {"1f1b", "gpipe"},
                                          [OK_TPRED] = {"fp32", "echo"},
-                                         [OK_MOEMODE] = {"dedup", "naive"}};
+                                         [OK_MOEMODE] = {"dedup", "naive"},
+                                         [OK_OPTIM] = {"adamw", "muon"}};
         const char *a = names[d->kind][0], *b = names[d->kind][1];
         if (strcmp(arg, a) && strcmp(arg, b))
             return -1;
-        /* SCHED_1F1B, TP_FP32, loomMoeModeDedup = 0; SCHED_GPIPE, TP_ECHO, loomMoeModeNaive = 1 */
+        /* SCHED_1F1B, TP_FP32, loomMoeModeDedup, OPTIM_ADAMW = 0; SCHED_GPIPE, TP_ECHO,
+         * loomMoeModeNaive, OPTIM_MUON = 1 */
         *(int *)field = strcmp(arg, a) ? 1 : 0;
         return 0;
     }
@@ -183,11 +197,55 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
         *(int *)field = (int)every;
         return 0;
     }
+    case OK_SHARD: {
+        static const char *names[] = {"none", "zero1", "owner", "rows"}; /* enum shard_mode */
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(arg, names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        return -1;
+    }
     case OK_HELP:
         usage(stdout);
         exit(0);
     }
     return -1;
+}
+
+/* --optim and --shard: resolves the shard mode (ZeRO-1 is --shard zero1 for AdamW; owner is
+ * Muon's default) and refuses the combinations that are not built; 0 or -1 with a message. */
+static int check_optim(opts_t *o)
+{
+    const char *bad = NULL;
+    if (o->optim == OPTIM_ADAMW) {
+        if (o->shard == SHARD_OWNER || o->shard == SHARD_ROWS)
+            bad = "--shard owner and rows place matrices for Muon: they need --optim muon";
+        else if (o->shard == SHARD_ZERO1 && o->zero != 0 && o->zero != 1)
+            bad = "--shard zero1 contradicts --zero";
+        else if (o->shard == SHARD_ZERO1)
+            o->zero = 1;
+        o->shard = o->zero == 1 ? SHARD_ZERO1 : SHARD_NONE;
+        if (o->muon_lr != 0.02 || o->muon_momentum != 0.95)
+            bad = bad ? bad : "--muon-lr and --muon-momentum need --optim muon";
+    } else {
+        if (o->shard == SHARD_UNSET)
+            o->shard = SHARD_OWNER;
+        if (o->shard == SHARD_ZERO1 || o->zero > 0)
+            bad = "--optim muon shards with --shard owner or rows, not with ZeRO (--zero, --shard "
+                  "zero1 shard AdamW's state)";
+        else if (o->tp > 1)
+            bad = "--optim muon with --tp is not supported yet (Newton-Schulz needs each matrix "
+                  "whole, and the gather within the TP group is not built)";
+        else if (o->ep > 1 || o->moe_place)
+            bad = "--optim muon with --ep > 1 or --moe-place is not supported (experts' gradients "
+                  "are reduced over their replicas, not over the data group the plan spans)";
+        else if (o->muon_momentum >= 1)
+            bad = "--muon-momentum must be < 1";
+    }
+    if (bad)
+        fprintf(stderr, "loom-train: %s\n", bad);
+    return bad ? -1 : 0;
 }
 
 static int parse(int argc, char **argv, opts_t *o)
@@ -213,7 +271,11 @@ static int parse(int argc, char **argv, opts_t *o)
                   .val_batches = 4,
                   .ep = 1,
                   .moe_aux = 0.01,
-                  .moe_mode = loomMoeModeDedup};
+                  .moe_mode = loomMoeModeDedup,
+                  .optim = OPTIM_ADAMW,
+                  .shard = SHARD_UNSET,
+                  .muon_lr = 0.02,
+                  .muon_momentum = 0.95};
     o->model.moe_every = 1;
     struct option lo[NOPTS + 1];
     for (size_t i = 0; i < NOPTS; i++) {
@@ -271,6 +333,8 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
+    if (check_optim(o))
+        return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
                         "ZeRO shards over the data group of a single stage)\n");
@@ -279,9 +343,13 @@ static int parse(int argc, char **argv, opts_t *o)
     return 0;
 }
 
+/* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
+#define MEMN 11
+
 static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc"};
-static const char *kind_name[K_COUNT] = {"allreduce", "echo", "reducescatter",
-                                         "allgather", "send", "recv"};
+static const char *kind_name[K_COUNT] = {"allreduce",   "echo",        "reducescatter",
+                                         "allgather",   "send",        "recv",
+                                         "shardreduce", "shardgather", "shardstep"};
 
 static void json_counters(FILE *f, const tcomm_t *c)
 {
@@ -442,6 +510,12 @@ static int open_outputs(run_t *r)
                r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->sched,
                o->tp_reduce == TP_ECHO ? "echo" : "fp32", o->model.layers, o->model.d,
                o->model.heads, o->model.ctx, r->e.lay.global_len, o->batch, o->model.ctx, r->nmb);
+    if (r->c.rank == 0 && !o->quiet && o->optim == OPTIM_MUON) {
+        static const char *shard[] = {"none (DDP Muon)", "zero1", "owner", "rows"};
+        printf("loom-train: Muon on the attention and MLP matrices (lr %g, momentum %g), AdamW on "
+               "the rest; shard %s over the data group of %d\n",
+               o->muon_lr, o->muon_momentum, shard[o->shard], r->c.data_size);
+    }
     if (r->c.rank == 0 && !o->quiet && o->model.moe_e > 0)
         printf("loom-train: mixture of %d experts, top %d, every %d-th block, ep %d, %s dispatch, "
                "aux coefficient %g\n",
@@ -560,7 +634,9 @@ static void train(run_t *r)
 }
 
 /* Rank 0's summary JSON line: the run's shape and totals, every rank's memory (mem: 6 numbers a
- * rank) and its collective counters, which let a test check what each mode calls. */
+ * rank), for Muon every rank's loom_shard figures (shard: bytes sent, bytes received, step
+ * collectives, state floats, Newton-Schulz multiply-adds per step; muon_figures) and rank 0's
+ * collective counters, which let a test check what each mode calls. */
 static void summary_json(const run_t *r, const double *mem, double tps)
 {
     const opts_t *o = &r->o;
@@ -577,9 +653,19 @@ static void summary_json(const run_t *r, const double *mem, double tps)
             r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len, o->model.moe_e,
             o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)
-        fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[6 * k],
-                mem[6 * k + 1], mem[6 * k + 2], mem[6 * k + 3], mem[6 * k + 4], mem[6 * k + 5]);
-    fprintf(r->log, "],");
+        fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
+                mem[MEMN * k + 1], mem[MEMN * k + 2], mem[MEMN * k + 3], mem[MEMN * k + 4],
+                mem[MEMN * k + 5]);
+    fprintf(r->log, "],\"optim\":\"%s\",\"shard\":\"%s\",",
+            o->optim == OPTIM_MUON ? "muon" : "adamw",
+            (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
+    if (o->optim == OPTIM_MUON) {
+        fprintf(r->log, "\"shard_figures\":[");
+        for (int k = 0; k < r->c.size; k++)
+            fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k + 6],
+                    mem[MEMN * k + 7], mem[MEMN * k + 8], mem[MEMN * k + 9], mem[MEMN * k + 10]);
+        fprintf(r->log, "],");
+    }
     json_counters(r->log, &r->c);
     fprintf(r->log, "}\n");
 }
@@ -590,15 +676,16 @@ static int report_summary(const run_t *r)
 {
     const opts_t *o = &r->o;
     const engine_t *e = &r->e;
-    double mem[6] = {(double)e->pn * 4,         (double)(e->gn + (e->gshard ? e->on : 0)) * 4,
-                     (double)e->on * 8,         (double)e->peak_tmp * 4,
-                     (double)r->act_floats * 4, (double)e->lay.total};
-    double *all = calloc((size_t)r->c.size * 6, sizeof(double));
+    double mem[MEMN] = {(double)e->pn * 4,           (double)(e->gn + e->gsn) * 4,
+                        (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
+                        (double)r->act_floats * 4,   (double)e->lay.total};
+    muon_figures(e, mem + 6);
+    double *all = calloc((size_t)r->c.size * MEMN, sizeof(double));
     if (!all) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
-    tc_check(loomAllGather(mem, all, 6, loomFloat64, r->c.world, NULL), &r->c, "loomAllGather");
+    tc_check(loomAllGather(mem, all, MEMN, loomFloat64, r->c.world, NULL), &r->c, "loomAllGather");
     if (r->c.rank == 0) {
         double tps = r->timed ? (double)o->batch * o->model.ctx * r->timed / r->t_total : 0;
         if (!o->quiet)

@@ -13,11 +13,15 @@
 #include "loom.h"
 #include "loom_echo.h"
 #include "loom_moe.h"
+#include "loom_shard.h"
 #include "model.h"
 
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
 
 enum schedule { SCHED_1F1B, SCHED_GPIPE };
+enum optim { OPTIM_ADAMW, OPTIM_MUON };
+/* --shard: ZeRO-1's sharded AdamW, or loom_shard's layouts for Muon (none: DDP Muon) */
+enum shard_mode { SHARD_UNSET = -1, SHARD_NONE, SHARD_ZERO1, SHARD_OWNER, SHARD_ROWS };
 enum tp_reduce { TP_FP32, TP_ECHO };
 
 typedef struct {
@@ -44,12 +48,28 @@ typedef struct {
     int moe_place;  /* --moe-place coselect:N: re-place the experts every N steps (0: static) */
     const char *moe_trace;  /* --moe-trace PREFIX: the routing, as LMTR v1 trace files */
     const char *moe_replay; /* --moe-replay FILE: the routing forced from such a file */
+    int optim;              /* --optim: OPTIM_ADAMW or OPTIM_MUON */
+    int shard;              /* --shard: enum shard_mode, resolved by main.c (never UNSET after) */
+    double muon_lr, muon_momentum; /* --muon-lr, --muon-momentum: Muon's matrices */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
 enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_COUNT };
-enum ckind { K_ALLREDUCE, K_ECHO, K_REDUCESCATTER, K_ALLGATHER, K_SEND, K_RECV, K_COUNT };
+/* K_SHARD*: loom_shard's ReduceGrads and GatherParams of one unit (or all of them), and the
+ * collectives its Step issues (the Rows layout's gathers of the pre-Newton-Schulz update) */
+enum ckind {
+    K_ALLREDUCE,
+    K_ECHO,
+    K_REDUCESCATTER,
+    K_ALLGATHER,
+    K_SEND,
+    K_RECV,
+    K_SHARDREDUCE,
+    K_SHARDGATHER,
+    K_SHARDSTEP,
+    K_COUNT
+};
 
 typedef struct {
     loomComm_t world, tp, cp, data, tie; /* tie: first and last stage (NULL elsewhere or pp 1) */
@@ -102,11 +122,17 @@ typedef struct {
     layout_t lay;
     tcomm_t *c;
     int zero, shards, srank;
-    float *params;     /* full local vector (zero < 3) or the rank's shards (zero 3) */
-    float *grads;      /* full local vector (zero < 2) or the rank's shards (zero 2, 3) */
-    float *gshard;     /* zero 1: the reduced gradients of the rank's shards */
-    float *m, *v;      /* optimizer moments: full (zero 0) or shards */
-    size_t pn, gn, on; /* their lengths */
+    float *params; /* full local vector (zero < 3) or the rank's shards (zero 3) */
+    float *grads;  /* full local vector (zero < 2) or the rank's shards (zero 2, 3) */
+    float *gshard; /* zero 1: the reduced gradients of the rank's shards; Muon: of its shard
+                      of the plan (muon.c) */
+    float *m, *v;  /* AdamW's moments: full (zero 0) or shards; Muon: m is loom_shard's state
+                      (momentum of the matrices, Adam moments of the rest), v is unused */
+    size_t pn, gn, on, vn, gsn; /* lengths of params, grads, m, v and gshard */
+    loomShardPlan_t plan;       /* --optim muon: the plan over the data group (muon.c) */
+    size_t *norm_runs;          /* Muon: [2 * nnorm] (shard offset, count) of the counted
+                                   tensors' pieces in gshard, for the global norm */
+    int nnorm;
     /* Per unit: gathered parameters (zero 3) and gradient accumulators (zero 2, 3), with counts
      * of their current users; NULL while not resident. */
     float **ugath, **ugrad;
@@ -136,6 +162,26 @@ int eng_dump(engine_t *e, const char *path, int grads);
 /* Checkpoint of this rank's state; returns 0 or -1 with a message. */
 int eng_save(engine_t *e, const char *path, char *err, size_t errlen);
 int eng_load(engine_t *e, const char *path, char *err, size_t errlen);
+
+/* ---- Muon through loom_shard (muon.c) ----------------------------------------------------- */
+
+/* Makes the plan of this rank's tensors over the data group (one bucket per unit; matrices by
+ * Muon, embeddings, LayerNorms and routers by AdamW) and lays the local vector out in the plan's
+ * order, so that params and grads are the plan's full buffers; fills e->gsn and e->on. Checks
+ * the plan across the data group. Returns 0 or -1 with a message. */
+int muon_layout(engine_t *e);
+/* The unit's backward is done (last micro-batch): its reduction to the owners starts on the stream
+ * (loomShardReduceGrads into gshard), unless the tied embedding's sum must come first. */
+void muon_unit_done(engine_t *e, const unit_t *u);
+/* The rest of the step after the backward: reductions not yet run, the clip, loomShardStep on
+ * this rank's share, loomShardGatherParams. */
+void muon_step(engine_t *e, double lr);
+/* The reduced gradients as the full plan-order vector (gathered from the shards), in a buffer
+ * the caller frees. */
+float *muon_full_grads(engine_t *e);
+/* This rank's loom_shard figures for the summary: bytes sent and received, step collectives,
+ * state floats, Newton-Schulz multiply-adds per step. */
+void muon_figures(const engine_t *e, double out[5]);
 
 /* ---- Activations and the stage's forward/backward (stage.c, block.c) ----------------------- */
 

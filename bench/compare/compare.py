@@ -201,7 +201,7 @@ def trace_all(a, cfg, loom, doc):
             for p in t["probe"]:
                 if p["line"] not in {x["line"] for x in doc["probe"]}:
                     doc["probe"].append(dict(p, nranks=n))
-            say(f"[{n} ranks {report.NAMES[coll]:<13} traced] {len(t['rows'])} sizes, "
+            say(f"[{n} ranks {report.NAMES[coll]:<14} traced] {len(t['rows'])} sizes, "
                 f"{t['seconds']:.1f}s" + (" FAILED" if t["error"] else ""))
 
 
@@ -237,7 +237,7 @@ def run_all(a, cfg, impl_list, doc):
                         parts[-1] = f"{impl.key} FAILED"
                         continue
                     record(doc, impl.key, coll, n, rep, o.rows)
-                say(f"[{n} ranks {report.NAMES[coll]:<13} rep {rep}/{a.reps}] " +
+                say(f"[{n} ranks {report.NAMES[coll]:<14} rep {rep}/{a.reps}] " +
                     " | ".join(parts))
         for impl in impl_list:
             impl.stop()

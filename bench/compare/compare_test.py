@@ -5,7 +5,8 @@
 # the reader of loom's traced launches (coll_trace.py: per row the algorithm
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
 # the ratio table (report.py), the traced sweeps and Intel MPI's environment
-# (impls.py). Runs nothing. Run by meson's 'tools' suite.
+# (impls.py), and that every collective it compares (the uneven ones too) has a
+# name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
 import os
 import sys
 import types
@@ -140,6 +141,13 @@ class ImplsTest(unittest.TestCase):
         return types.SimpleNamespace(impi_prefix="/opt/impi", peers_bin="/tmp/bin",
                                      build="/tmp/build", net=net)
 
+    def test_a_size_finds_the_row_its_rounding_printed(self):
+        rows = {0: [], 65520: [], 131040: [], 1048560: [], 1048576: []}
+        self.assertEqual(impls.row_of(65536, rows), 65520)
+        self.assertEqual(impls.row_of(1048576, rows), 1048576)
+        self.assertEqual(impls.row_of(0, rows), 0)
+        self.assertIsNone(impls.row_of(4096, rows))
+
     def test_intel_mpi_fabrics(self):
         shm = impls.IntelMpi(self.cfg("shm"))
         self.assertIn("not installed in /opt/impi", shm.reason)
@@ -154,6 +162,19 @@ class ImplsTest(unittest.TestCase):
         self.assertNotIn("I_MPI_COLL_INTRANODE", env)
         self.assertEqual(impls.IntelMpi(self.cfg("tcp")).command(4), ["/opt/impi/bin/mpiexec",
                                                                       "-n", "4"])
+
+    def test_every_collective_has_a_name_and_its_peers(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        peers = os.path.join(here, "..", "peers")
+        with open(os.path.join(peers, "mpi_coll_bench.c")) as f:
+            mpi = f.read()
+        with open(os.path.join(peers, "gloo_bench.py")) as f:
+            gloo = f.read()
+        self.assertTrue({"all_gatherv", "reduce_scatterv"} <= set(impls.COLLS))
+        for c in impls.COLLS:
+            self.assertIn(c, report.NAMES)
+            self.assertIn('{"%s", "%s",' % (c, report.NAMES[c]), mpi)
+            self.assertIn('"%s": ("%s",' % (c, report.NAMES[c]), gloo)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import time
 import coll_trace
 
 # The *_perf program names are the collectives' flags everywhere.
-COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce"]
+COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
+         "all_gatherv", "reduce_scatterv"]
 
 
 class Outcome:
@@ -183,13 +184,24 @@ class Loom(Impl):
         with open(log, errors="replace") as f:
             lines = f.readlines()
         rows = {}
-        for size, calls in coll_trace.calls_by_row(lines).items():
-            if size in sizes:
-                rows[size] = {"out_of_place": coll_trace.row_choice(calls),
-                              "in_place": coll_trace.row_choice(calls, in_place=True),
-                              "calls": len(calls)}
+        traced = coll_trace.calls_by_row(lines)
+        for size in sizes:
+            row = row_of(size, traced)
+            if row is not None:
+                calls = traced[row]
+                rows[row] = {"out_of_place": coll_trace.row_choice(calls),
+                             "in_place": coll_trace.row_choice(calls, in_place=True),
+                             "calls": len(calls)}
         return {"rows": rows, "probe": coll_trace.probe_lines(lines), "error": error,
                 "seconds": total}
+
+
+def row_of(size, rows):
+    """The row that a requested size printed: its own, or the one its rounding made (the
+    largest below it, above half of it: the uneven collectives round to n(n+1)/2 units of 16
+    bytes), None if the sweep printed none."""
+    below = [r for r in rows if r <= size and 2 * r > size]
+    return max(below) if below else (size if size in rows else None)
 
 
 def trace_sweeps(sizes):

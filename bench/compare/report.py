@@ -14,6 +14,7 @@ import statistics
 import coll_trace
 
 NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+         "all_gatherv": "AllGatherV", "reduce_scatterv": "ReduceScatterV",
          "alltoall": "AlltoAll", "broadcast": "Broadcast", "reduce": "Reduce"}
 
 
@@ -86,18 +87,18 @@ def fmt_time(us):
 
 def table(rows, impls, labels):
     """The plain-text table, one line per collective x ranks x size."""
-    head = f"{'collective':<13} {'ranks':>5} {'size':>9} |"
+    head = f"{'collective':<14} {'ranks':>5} {'size':>9} |"
     for k in impls:
         head += f" {labels[k][:18]:^18} |"
     peers = [k for k in impls if k != "loom"]
     head += f" {'best peer':<9} {'loom/best':>9} |"
     head += "".join(f" {'loom/' + k:>10}" for k in peers)
     head += f" | {'algo':<14} {'model us':>9} {'meas/model':>10}"
-    sub = f"{'':<13} {'':>5} {'':>9} |" + "".join(
+    sub = f"{'':<14} {'':>5} {'':>9} |" + "".join(
         f" {'time us':>9} {'GB/s':>7}  |" for _ in impls)
     out = [head, sub, "-" * len(head)]
     for r in rows:
-        line = f"{NAMES.get(r['coll'], r['coll']):<13} {r['nranks']:>5} {fmt_size(r['size']):>9} |"
+        line = f"{NAMES.get(r['coll'], r['coll']):<14} {r['nranks']:>5} {fmt_size(r['size']):>9} |"
         for k in impls:
             v = r["impls"].get(k)
             line += (f" {fmt_time(v['time_us'])} {v['busbw']:7.2f}  |" if v
@@ -158,7 +159,7 @@ def geomean_lines(rows):
                                                                 kv[0][1])):
         g = math.exp(sum(math.log(v) for v in vals) / len(vals))
         faster = sum(v > 1 for v in vals)
-        lines.append(f"{NAMES.get(coll, coll):<13} {n:>2} ranks: geomean loom/best {g:5.2f}, "
+        lines.append(f"{NAMES.get(coll, coll):<14} {n:>2} ranks: geomean loom/best {g:5.2f}, "
                      f"loom faster at {faster} of {len(vals)} sizes")
     return lines
 

@@ -16,7 +16,8 @@
 #            start-up once per rank count. EOF or an empty line ends it.
 # Gloo's own collectives are in place (all_reduce, broadcast, reduce); torch
 # 1.13's gloo backend has no reduce_scatter and no all_gather into one tensor,
-# so reduce_scatter answers "unsupported" and all_gather fills a list of views.
+# so reduce_scatter answers "unsupported" and all_gather fills a list of views. The uneven
+# all_gatherv and reduce_scatterv have no gloo form of one call: they answer "unsupported".
 import argparse
 import importlib
 import json
@@ -35,6 +36,8 @@ COLLS = {
     "alltoall": ("AlltoAll", False, False, "alltoall", True, 1),
     "broadcast": ("Broadcast", False, True, "same", False, 0),
     "reduce": ("Reduce", True, True, "same", False, 0),
+    "all_gatherv": ("AllGatherV", False, False, "uneven", True, 1),
+    "reduce_scatterv": ("ReduceScatterV", True, False, "uneven", True, 1),
 }
 ELT = 4  # float32
 CHUNK = 1 << 20  # elements per step when writing inputs or checking results
@@ -186,6 +189,9 @@ class Rank:
         """Runs one command (all its bands); returns the rows."""
         flag, warmup, check = cmd["coll"], cmd.get("warmup", 1), cmd.get("check", 1)
         kind = COLLS[flag][3]
+        if kind == "uneven":
+            raise Unsupported("torch.distributed's gloo backend has no uneven all-gather or "
+                              "reduce-scatter in one call")
         biggest = max(b[1] for b in cmd["bands"])
         self.send = self.torch.zeros(biggest // ELT + 1024)
         self.recv = self.torch.zeros(biggest // ELT + 1024)

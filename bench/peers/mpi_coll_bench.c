@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * mpi_coll_bench.c - the MPI side of bench/compare: MPI_Allreduce,
- * MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast and
- * MPI_Reduce on float32 (sum), timed the way loom's *_perf driver
+ * MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast,
+ * MPI_Reduce, and the uneven MPI_Allgatherv and MPI_Reduce_scatter (rank r's
+ * block (r+1) units, as all_gatherv_perf and reduce_scatterv_perf) on float32
+ * (sum), timed the way loom's *_perf driver
  * (bench/common.c) times its out-of-place column, after nccl-tests: the same
  * buffer shapes and 16-byte rounding, warm-up walking the sizes by doubling,
  * one untimed call and a barrier before each timed loop, successive calls
@@ -38,8 +40,8 @@ typedef struct coll {
     const char *name; /* experiment_name, as loom's benchmarks write it */
     int reduces, rooted;
     void (*counts)(size_t count, int nranks, counts_t *c);
-    double algbw_mult; /* algbw bytes = param x 4 x (this ? nranks : 1) */
-    int factor_kind;   /* busbw factor: 0 -> 1, 1 -> (n-1)/n, 2 -> 2(n-1)/n */
+    int algbw_mult;  /* algbw bytes = param x 4 x (0: 1, 1: nranks, 2: nranks(nranks+1)/2) */
+    int factor_kind; /* busbw factor: 0 -> 1, 1 -> (n-1)/n, 2 -> 2(n-1)/n */
     int (*run)(const float *send, float *recv, size_t param, int rank);
     /* Writes what this rank must hold in recv; returns how many elements. */
     size_t (*expected)(const counts_t *c, int rank, int nranks, uint64_t seed, float *out);
@@ -86,7 +88,8 @@ static void die(const char *fmt, const char *arg)
         fprintf(stderr, "mpi_coll_bench: ");
         fprintf(stderr, fmt, arg);
         fprintf(stderr, "\nHINT: mpi_coll_bench -C all_reduce|all_gather|reduce_scatter|alltoall|"
-                        "broadcast|reduce [-w N] [-c 0|1] [-J FILE] MIN:MAX:FACTOR:ITERS...\n");
+                        "broadcast|reduce|all_gatherv|reduce_scatterv [-w N] [-c 0|1] [-J FILE] "
+                        "MIN:MAX:FACTOR:ITERS...\n");
     }
     MPI_Finalize();
     exit(2);
@@ -139,6 +142,66 @@ static void counts_alltoall(size_t count, int nranks, counts_t *c)
 {
     size_t base = round16(count / (size_t)nranks);
     *c = (counts_t){.send = base * (size_t)nranks, .recv = base * (size_t)nranks, .param = base};
+}
+
+/* The uneven pattern: units of count / (n(n+1)/2), rank r's block r+1 of them. */
+static size_t parts_v(int nranks)
+{
+    return (size_t)nranks * (size_t)(nranks + 1) / 2;
+}
+
+static size_t displ_v(size_t unit, int r)
+{
+    return unit * (size_t)r * (size_t)(r + 1) / 2;
+}
+
+static void counts_gatherv(size_t count, int nranks, counts_t *c)
+{
+    size_t unit = round16(count / parts_v(nranks));
+    *c = (counts_t){.send = unit * (size_t)nranks, .recv = unit * parts_v(nranks), .param = unit};
+}
+
+static void counts_scatterv(size_t count, int nranks, counts_t *c)
+{
+    size_t unit = round16(count / parts_v(nranks));
+    *c = (counts_t){.send = unit * parts_v(nranks), .recv = unit * (size_t)nranks, .param = unit};
+}
+
+/* MPI's int counts and displacements of a unit, kept between calls. */
+static void v_arrays(size_t unit, int **counts, int **displs)
+{
+    static int *v, vn;
+    static size_t vunit;
+    if (v == NULL || vn != g.nranks || vunit != unit) {
+        free(v);
+        v = malloc(2 * (size_t)g.nranks * sizeof(*v));
+        if (v == NULL)
+            die("out of memory for %s", "counts");
+        for (int r = 0; r < g.nranks; r++) {
+            v[r] = (int)((size_t)(r + 1) * unit);
+            v[g.nranks + r] = (int)displ_v(unit, r);
+        }
+        vn = g.nranks;
+        vunit = unit;
+    }
+    *counts = v;
+    *displs = v + g.nranks;
+}
+
+static int run_allgatherv(const float *send, float *recv, size_t unit, int rank)
+{
+    int *counts, *displs;
+    v_arrays(unit, &counts, &displs);
+    return MPI_Allgatherv(send, counts[rank], MPI_FLOAT, recv, counts, displs, MPI_FLOAT,
+                          MPI_COMM_WORLD);
+}
+
+static int run_reduce_scatterv(const float *send, float *recv, size_t unit, int rank)
+{
+    int *counts, *displs;
+    (void)rank;
+    v_arrays(unit, &counts, &displs);
+    return MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
 static int run_allreduce(const float *send, float *recv, size_t n, int rank)
@@ -226,6 +289,24 @@ static size_t exp_reduce(const counts_t *c, int rank, int nranks, uint64_t seed,
     return rank == 0 ? exp_allreduce(c, rank, nranks, seed, out) : 0;
 }
 
+static size_t exp_allgatherv(const counts_t *c, int rank, int nranks, uint64_t seed, float *out)
+{
+    (void)rank;
+    for (int r = 0; r < nranks; r++)
+        for (size_t i = 0; i < (size_t)(r + 1) * c->param; i++)
+            out[displ_v(c->param, r) + i] = input(seed, r, i);
+    return c->param * parts_v(nranks);
+}
+
+static size_t exp_reduce_scatterv(const counts_t *c, int rank, int nranks, uint64_t seed,
+                                  float *out)
+{
+    const size_t mine = (size_t)(rank + 1) * c->param;
+    for (size_t i = 0; i < mine; i++)
+        out[i] = sum_input(seed, nranks, displ_v(c->param, rank) + i);
+    return mine;
+}
+
 static const coll_t colls[] = {
     {"all_reduce", "AllReduce", 1, 0, counts_same, 0, 2, run_allreduce, exp_allreduce},
     {"all_gather", "AllGather", 0, 0, counts_gather, 1, 1, run_allgather, exp_allgather},
@@ -234,6 +315,9 @@ static const coll_t colls[] = {
     {"alltoall", "AlltoAll", 0, 0, counts_alltoall, 1, 1, run_alltoall, exp_alltoall},
     {"broadcast", "Broadcast", 0, 1, counts_same, 0, 0, run_broadcast, exp_broadcast},
     {"reduce", "Reduce", 1, 1, counts_same, 0, 0, run_reduce, exp_reduce},
+    {"all_gatherv", "AllGatherV", 0, 0, counts_gatherv, 2, 1, run_allgatherv, exp_allgatherv},
+    {"reduce_scatterv", "ReduceScatterV", 1, 0, counts_scatterv, 2, 1, run_reduce_scatterv,
+     exp_reduce_scatterv},
 };
 
 // ---- Timing --------------------------------------------------------------------
@@ -306,7 +390,10 @@ static void row(size_t bytes, int iters, int rep)
     double factor = g.coll->factor_kind == 0   ? 1.0
                     : g.coll->factor_kind == 1 ? (double)(n - 1) / n
                                                : 2.0 * (n - 1) / n;
-    double algbw = (double)c.param * sizeof(float) * (g.coll->algbw_mult ? n : 1) / 1e9 / sec;
+    const double units = g.coll->algbw_mult == 2   ? (double)parts_v(n)
+                         : g.coll->algbw_mult == 1 ? n
+                                                   : 1;
+    double algbw = (double)c.param * sizeof(float) * units / 1e9 / sec;
     double busbw = algbw * factor;
     if (g.rank != 0)
         return;

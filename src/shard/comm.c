@@ -42,12 +42,6 @@ static loomResult_t check_call(const struct loomShardPlan *p, int bucket, const 
     LOOM_CHECK(shard_check_dtype(dt, fn));
     LOOM_CHECK(shard_check_bucket(p, bucket, fn));
     LOOM_CHECK(shard_check_comm(p, comm, rank, fn));
-    if (p->cfg.deterministic && loom_param_DETERMINISTIC() == 0) {
-        LOOM_WARN("%s: the plan's config has deterministic = 1 but LOOM_DETERMINISTIC is 0, so "
-                  "reductions may not add the ranks in order: set one or the other",
-                  fn);
-        return loomInvalidUsage;
-    }
     if (full == NULL || (shard == NULL && p->shard_elems[*rank] > 0)) {
         LOOM_WARN("%s: rank %d: full buffer %p (%zu elements) or shard %p (%zu elements) is NULL",
                   fn, *rank, full, p->total, shard, p->shard_elems[*rank]);
@@ -224,6 +218,12 @@ LOOM_API loomResult_t loomShardReduceGrads(loomShardPlan_t plan, int bucket, con
     if (op != loomSum && op != loomAvg) {
         LOOM_WARN("%s: op %d: only loomSum and loomAvg", fn, (int)op);
         return loomInvalidArgument;
+    }
+    if (plan->cfg.deterministic && loom_param_DETERMINISTIC() == 0) {
+        LOOM_WARN("%s: the plan's config has deterministic = 1 but LOOM_DETERMINISTIC is 0, so "
+                  "reductions may not add the ranks in order: set one or the other",
+                  fn);
+        return loomInvalidUsage;
     }
     const uint64_t t0 = loom_now_ns();
     loomShardCounters_t c;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // test_coll_order.cc - the reduction order include/loom.h promises, bit for bit, across
-// algorithms and transports: AllReduce, ReduceScatter and Reduce of random floats (random
+// algorithms and transports: AllReduce, ReduceScatter, ReduceScatterV (uneven counts, a zero
+// among them) and Reduce of random floats (random
 // mantissas, exponents over 2^-6..2^6, so that sums round differently in every other order;
 // products of factors near 1), float32, float16 and bfloat16, sum, prod and avg, over the shared
 // arena, over point-to-point shared memory, over tcp, over ucx (when built) and across modelled
@@ -114,6 +115,32 @@ std::string RunOne(loomCollective_t coll, loomDataType_t dt, loomRedOp_t op, siz
     return diff.empty() ? "" : "not in rank order: " + diff;
 }
 
+// ReduceScatterV with rank r's block (r + 1) * unit elements, none for rank 1 of 3 or more.
+std::string RunOneV(loomDataType_t dt, loomRedOp_t op, size_t unit, uint64_t seed, int rank, int n,
+                    loomComm_t comm)
+{
+    const size_t es = loomtest::TypeSize(dt);
+    std::vector<size_t> counts(static_cast<size_t>(n));
+    size_t total = 0, first = 0;
+    for (int r = 0; r < n; r++) {
+        counts[static_cast<size_t>(r)] = r == 1 && n > 2 ? 0 : static_cast<size_t>(r + 1) * unit;
+        if (r == rank)
+            first = total;
+        total += counts[static_cast<size_t>(r)];
+    }
+    const size_t mine = counts[static_cast<size_t>(rank)];
+    std::vector<unsigned char> send(total * es), recv(mine * es, 0xEE), want(mine * es);
+    for (size_t i = 0; i < total; i++)
+        Store(send.data(), dt, i, InputValue(dt, op, rank, seed, i));
+    const loomResult_t res =
+        loomReduceScatterV(send.data(), recv.data(), counts.data(), dt, op, comm, nullptr);
+    if (res != loomSuccess)
+        return std::string("returned ") + loomGetErrorString(res);
+    Expected(want.data(), dt, op, n, seed, first, mine);
+    const std::string diff = loomtest::CompareElements(recv.data(), want.data(), mine, dt);
+    return diff.empty() ? "" : "not in rank order: " + diff;
+}
+
 // Every reducing call's trace line says it added in rank order; returns how many there were.
 int CountRankOrder(const std::string &path, std::string *bad)
 {
@@ -125,6 +152,7 @@ int CountRankOrder(const std::string &path, std::string *bad)
         for (loomCollective_t c : kReducing)
             reducing |= line.find(std::string(" ") + loomtest::CollSpelling(c) + " seq ") !=
                         std::string::npos;
+        reducing |= line.find(" reducescatterv seq ") != std::string::npos;
         if (!reducing)
             continue;
         if (line.find(" order rank ") == std::string::npos && bad->empty())
@@ -156,6 +184,19 @@ void RunCases(int rank, int n, loomComm_t comm)
         run(coll, loomFloat32, loomSum, kLongCount);
         run(coll, loomBfloat16, loomAvg, kLongCount);
     }
+    auto run_v = [&](loomDataType_t dt, loomRedOp_t op, size_t unit) {
+        seed = loomtest::Mix64(seed);
+        const std::string what = RunOneV(dt, op, unit, seed, rank, n, comm);
+        calls++;
+        if (!what.empty() && failures++ < 12)
+            fprintf(stderr, "rank %d: FAIL reducescatterv %s %s unit %zu: %s\n", rank,
+                    loomtest::TypeName(dt), loomtest::OpName(op), unit, what.c_str());
+    };
+    for (loomDataType_t dt : kTypes)
+        for (loomRedOp_t op : kOps)
+            for (size_t unit : kCounts)
+                run_v(dt, op, unit);
+    run_v(loomFloat32, loomSum, kLongCount / 2);
     std::string bad;
     const int traced =
         CountRankOrder(loomtest::RunDir() + "/trace" + std::to_string(rank) + ".log", &bad);
@@ -243,7 +284,8 @@ std::vector<Param> AllParams()
     return params;
 }
 
-std::string AlgoSpec(const Layout &s, size_t run)
+// The three collectives' LOOM_ALGO (the test's name).
+std::string BaseSpec(const Layout &s, size_t run)
 {
     std::string spec;
     for (size_t c = 0; c < 3; c++) {
@@ -254,11 +296,19 @@ std::string AlgoSpec(const Layout &s, size_t run)
     return spec;
 }
 
+// ReduceScatterV runs ReduceScatter's algorithm where it has one of that name, else direct.
+std::string AlgoSpec(const Layout &s, size_t run)
+{
+    const std::string rs = s.algos[1][std::min(run, s.algos[1].size() - 1)];
+    const bool has = rs == "direct" || rs == "ring" || rs.rfind("shm", 0) == 0;
+    return BaseSpec(s, run) + ",reducescatterv:" + (has ? rs : std::string("direct"));
+}
+
 std::string ParamName(const Param &p)
 {
     const Layout s = Layouts()[p.setup];
     std::string name = std::string(s.name) + "_";
-    for (char ch : AlgoSpec(s, p.run))
+    for (char ch : BaseSpec(s, p.run))
         name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
     return name;
 }

@@ -2,14 +2,16 @@
 //
 // test_coll_v.cc - the uneven collectives loomAllGatherV and loomReduceScatterV through the
 // public API on forked ranks. The grid: each of the two x rank count {1,2,3,4,5,8} x transport
-// {shm, tcp} loops over count patterns (uneven, zeros on some ranks, all zero, one rank only,
-// equal), every datatype and op, in and out of place, checking each result bit for bit against
-// tests/harness/verify.h (rank order), the send buffer unchanged, the gaps between AllGatherV's
-// blocks and the guard bytes untouched; with equal counts the result must equal
-// loomAllGather / loomReduceScatter's bit for bit. Then each algorithm forced (LOOM_ALGO), the
-// calls in a group and on a stream with the caller's count arrays freed before they run, the
-// algorithm in LOOM_COLL_TRACE, and every bad argument refused with InvalidArgument on the
-// calling rank alone. Run by meson's 'coll' suite.
+// {shm, tcp} (and hosts of two ranks, shm inside and tcp between, at 3 and 5; ucx at 2 and 3
+// where it is built) loops over count
+// patterns (uneven, zeros on some ranks, all zero, one rank only, equal), every datatype and op, in
+// and out of place, checking each result bit for bit against tests/harness/verify.h (rank order),
+// the send buffer unchanged, the gaps between AllGatherV's blocks and the guard bytes untouched;
+// with equal counts the result must equal loomAllGather / loomReduceScatter's bit for bit. Then
+// each algorithm forced (LOOM_ALGO), the calls in a group and on a stream with the caller's count
+// arrays freed before they run, the algorithm in LOOM_COLL_TRACE, and every bad argument refused
+// with InvalidArgument on the calling rank alone. Each algorithm also runs on two modelled hosts
+// with the ranks dealt round-robin. Run by meson's 'coll' suite.
 
 #include <cstring>
 #include <fstream>
@@ -303,7 +305,35 @@ std::vector<GridParam> AllParams()
         for (const char *net : {"shm", "tcp"})
             for (int nranks : {1, 2, 3, 4, 5, 8})
                 params.push_back({k, nranks, net});
+    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV}) {
+        for (int nranks : {3, 5})
+            params.push_back({k, nranks, "mixed"});
+#ifdef LOOM_HAVE_UCX
+        for (int nranks : {2, 3})
+            params.push_back({k, nranks, "ucx"});
+#endif
+    }
     return params;
+}
+
+// net: "shm" and "tcp" force one transport (LOOM_NET); "mixed" models hosts of two ranks each
+// (LOOM_HOST_ID, ranks in blocks), "cyclic" two hosts with the ranks dealt round-robin, where
+// the ring runs in host order.
+loomtest::RunOptions NetOptions(const char *net)
+{
+    loomtest::RunOptions opts;
+    const std::string n = net;
+    if (n == "mixed")
+        opts.rank_env = [](int rank) {
+            return loomtest::EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank / 2)}};
+        };
+    else if (n == "cyclic")
+        opts.rank_env = [](int rank) {
+            return loomtest::EnvList{{"LOOM_HOST_ID", "host" + std::to_string(rank % 2)}};
+        };
+    else
+        opts.env = {{"LOOM_NET", net}};
+    return opts;
 }
 
 class VGrid : public ::testing::TestWithParam<GridParam> {};
@@ -311,8 +341,7 @@ class VGrid : public ::testing::TestWithParam<GridParam> {};
 TEST_P(VGrid, AllCases)
 {
     const GridParam p = GetParam();
-    loomtest::RunOptions opts;
-    opts.env = {{"LOOM_NET", p.net}};
+    loomtest::RunOptions opts = NetOptions(p.net);
     opts.deadline_s = 90;
     XT_ASSERT_RUN(loomtest::RunRanks(
         p.nranks, [&](int rank, int n, loomComm_t comm) { RunGrid(p.kind, rank, n, comm, false); },
@@ -324,8 +353,7 @@ INSTANTIATE_TEST_SUITE_P(Coll, VGrid, ::testing::ValuesIn(AllParams()),
                              return ParamName(info.param);
                          });
 
-// ---- Each algorithm forced
-// -----------------------------------------------------------------------
+// ---- Each algorithm forced ----------------------------------------------------------------------
 
 struct AlgoParam {
     Kind kind;
@@ -348,27 +376,36 @@ void PrintTo(const AlgoParam &p, std::ostream *os)
 std::vector<AlgoParam> AlgoParams()
 {
     std::vector<AlgoParam> params;
-    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV})
+    for (Kind k : {Kind::kAllGatherV, Kind::kReduceScatterV}) {
         for (const char *algo : {"direct", "ring"})
             for (const char *net : {"shm", "tcp"})
                 for (int nranks : {2, 3, 5})
                     params.push_back({k, algo, nranks, net});
+        for (const char *algo : {"shm_cico", "shm_cma"})
+            for (int nranks : {2, 3, 5})
+                params.push_back({k, algo, nranks, "shm"});
+        for (const char *algo : {"direct", "ring"})
+            params.push_back({k, algo, 4, "cyclic"});
+    }
     return params;
 }
 
 class VAlgo : public ::testing::TestWithParam<AlgoParam> {};
 
 // The ring adds in an order of its own from 3 ranks: LOOM_DETERMINISTIC=0 lets it run (the
-// inputs make every order exact, verify.h). Small chunks make many rounds of uneven blocks.
+// inputs make every order exact, verify.h). Small chunks and arena slots make many rounds of
+// uneven blocks; the arena's single copy is forced where the machine allows it (shm_cma falls
+// back to shm_cico where it does not, which the trace would show as cico).
 TEST_P(VAlgo, AllCases)
 {
     const AlgoParam p = GetParam();
-    loomtest::RunOptions opts;
+    loomtest::RunOptions opts = NetOptions(p.net);
     const std::string spell = p.kind == Kind::kAllGatherV ? "allgatherv:" : "reducescatterv:";
-    opts.env = {{"LOOM_NET", p.net},
-                {"LOOM_ALGO", spell + p.algo},
-                {"LOOM_DETERMINISTIC", "0"},
-                {"LOOM_CHUNK_BYTES", "4096"}};
+    opts.env.insert(opts.env.end(), {{"LOOM_ALGO", spell + p.algo},
+                                     {"LOOM_DETERMINISTIC", "0"},
+                                     {"LOOM_CHUNK_BYTES", "4096"},
+                                     {"LOOM_SHM_COLL_BYTES", "16384"},
+                                     {"LOOM_SHM_COLL_CMA", "2"}});
     opts.deadline_s = 90;
     XT_ASSERT_RUN(loomtest::RunRanks(
         p.nranks, [&](int rank, int n, loomComm_t comm) { RunGrid(p.kind, rank, n, comm, true); },
@@ -380,8 +417,7 @@ INSTANTIATE_TEST_SUITE_P(Coll, VAlgo, ::testing::ValuesIn(AlgoParams()),
                              return AlgoName(info.param);
                          });
 
-// ---- Groups and streams: the count arrays are the library's copies
-// -------------------------------
+// ---- Groups and streams: the count arrays are the library's copies ------------------------------
 
 // Two V calls (and their equal-count checks) recorded in one group or queued on a stream, the
 // caller's arrays overwritten with nonsense before they run.
@@ -444,8 +480,7 @@ TEST(CollV, OnAStream)
         3, [](int rank, int n, loomComm_t comm) { GroupedOrQueued(rank, n, comm, true); }));
 }
 
-// ---- LOOM_COLL_TRACE names the algorithm
-// ---------------------------------------------------------
+// ---- LOOM_COLL_TRACE names the algorithm --------------------------------------------------------
 
 std::string TracePath(int rank)
 {

@@ -2,7 +2,9 @@
  *
  * smoke.c - a small C program that touches each kind of library resource once, for memory
  * checkers: the world communicator from the launcher's environment, a stream (worker thread), a
- * group of Send/Recv, an AllToAllv, one split destroyed and one aborted. Every result is
+ * group of Send/Recv, an AllToAllv, an AllGatherV and a ReduceScatterV queued on a stream whose
+ * count arrays are freed before they run (the library's copies), one split destroyed and one
+ * aborted. Every result is
  * checked; exit 0 on success. Coverage is the coll suite's job, not this one's. Run as
  * `loomrun -n 2 [valgrind ...] loom_smoke`: by meson's 'hygiene' suite, under valgrind by .ci/run.
  */
@@ -87,6 +89,41 @@ static void alltoallv(loomComm_t comm, int rank, int n)
     free(v);
 }
 
+/* Rank r's block r + 1 elements; the caller's counts freed while the calls are queued. */
+static void stream_v(loomComm_t comm, int rank, int n)
+{
+    size_t *v = malloc(2 * (size_t)n * sizeof(size_t)), total = 0;
+    EXPECT(v != NULL);
+    for (int p = 0; p < n; p++) {
+        v[p] = (size_t)p + 1;
+        v[n + p] = total;
+        total += v[p];
+    }
+    const size_t mine = v[rank], at = v[n + rank];
+    float *all = malloc(total * sizeof(float)), *in = malloc(total * sizeof(float));
+    float *part = malloc(mine * sizeof(float)), block[64];
+    EXPECT(all != NULL && in != NULL && part != NULL && mine <= 64);
+    for (size_t i = 0; i < total; i++)
+        in[i] = (float)(rank + 1) * (float)i;
+    for (size_t i = 0; i < mine; i++)
+        block[i] = (float)(rank * 100) + (float)i;
+    loomStream_t s;
+    CHECK(loomStreamCreate(&s));
+    CHECK(loomAllGatherV(block, mine, all, v, v + n, loomFloat32, comm, s));
+    CHECK(loomReduceScatterV(in, part, v, loomFloat32, loomSum, comm, s));
+    free(v);
+    CHECK(loomStreamSynchronize(s));
+    CHECK(loomStreamDestroy(s));
+    for (int p = 0, k = 0; p < n; p++)
+        for (int i = 0; i <= p; i++, k++)
+            EXPECT(all[k] == (float)(p * 100 + i));
+    for (size_t i = 0; i < mine; i++)
+        EXPECT(part[i] == (float)(n * (n + 1) / 2) * (float)(at + i));
+    free(all);
+    free(in);
+    free(part);
+}
+
 int main(void)
 {
     loomComm_t world, sub;
@@ -97,6 +134,7 @@ int main(void)
     stream_allreduce(world, rank, n);
     group_ring(world, rank, n);
     alltoallv(world, rank, n);
+    stream_v(world, rank, n);
 
     CHECK(loomCommSplit(world, 0, -rank, &sub, NULL));
     int subrank;

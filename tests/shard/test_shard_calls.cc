@@ -2,7 +2,8 @@
 //
 // test_shard_calls.cc - the shard calls on forked ranks beyond whole-model steps: ReduceGrads
 // and GatherParams of every layout against the rank-order sum (sum and avg, in place and on
-// packed shards); S13 buckets
+// packed shards); S7 the core's count of calls unchanged by Owner and Replicated steps given a
+// communicator, and one per matrix or bucket for Rows; S13 buckets
 // (ReduceGrads per bucket in reverse order on a stream, Step per bucket, GatherParams per
 // bucket on the stream: bitwise the whole-model calls, and each bucket's bytes the S6 formula
 // on its own elements); loomShardScaleRows where each layout holds the rows, in place and on
@@ -24,6 +25,8 @@
 #include "shard_run.h"
 
 using namespace shardtest;
+
+extern "C" uint64_t shardtest_comm_tickets(loomComm_t comm);
 
 namespace {
 
@@ -243,6 +246,45 @@ void Exchanges(int rank, int n, loomComm_t comm)
 TEST_P(ShardCalls, ReduceGradsAndGatherParamsExact)
 {
     Run(Exchanges);
+}
+
+// S7 with a communicator at hand: Owner and Replicated steps take no ticket on it (the core's
+// count of calls) and count no step collective; Rows takes one per matrix, or one per bucket
+// holding matrices when bucketed, and counts the same.
+void StepCollectives(int rank, int n, loomComm_t comm)
+{
+    const auto list = GptTiny();
+    for (int layout = 0; layout < 3; layout++)
+        for (int bucketed = 0; bucketed < 2; bucketed++) {
+            loomtest::SetContext("layout " + std::to_string(layout) + " bucketed " +
+                                 std::to_string(bucketed));
+            Held h;
+            loomShardConfig_t c = LOOM_SHARD_CONFIG_INITIALIZER;
+            c.layout = (loomShardLayout_t)layout;
+            c.rows_bucketed = bucketed;
+            XT_CHECK_LOOM(loomShardPlanCreate(&h.plan, list.data(), (int)list.size(), n, &c));
+            h.params = InitParams(list);
+            h.grads = Grads(list, 1, rank, true);
+            h.state.assign(loomShardStateElems(h.plan, rank), 0.0f);
+            loomMuonConfig_t cfg = MuonConfig();
+            const uint64_t t0 = shardtest_comm_tickets(comm);
+            XT_CHECK_LOOM(
+                loomShardStep(h.plan, rank, -1, h.params.data(), h.grads.data(), h.state.data(),
+                              LOOM_SHARD_PARAMS_FULL | LOOM_SHARD_GRADS_FULL, &cfg, comm, nullptr));
+            const uint64_t taken = shardtest_comm_tickets(comm) - t0;
+            loomShardCounters_t k;
+            XT_CHECK_LOOM(loomShardGetCounters(h.plan, &k, 0));
+            const uint64_t want = layout != loomShardRows ? 0
+                                  : bucketed              ? 4
+                                                          : 16; // 4 layers of 4 matrices
+            XT_CHECK_EQ(taken, want);
+            XT_CHECK_EQ(k.step_collectives, want);
+        }
+}
+
+TEST_P(ShardCalls, S7StepCollectivesCounted)
+{
+    Run(StepCollectives);
 }
 
 double Seconds(std::chrono::steady_clock::time_point since)

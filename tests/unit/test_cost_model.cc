@@ -399,6 +399,40 @@ TEST(CostModel, OneRankCostsNothing)
     }
 }
 
+// AllGatherV and ReduceScatterV: with equal blocks (max_block S/n, or 0 for "even") they cost
+// what AllGather and ReduceScatter cost; one rank holding everything makes direct's busiest
+// rank send (n-1) S, so the ring, whose links carry (n-1)/n S whatever the imbalance, wins.
+TEST(CostModel, UnevenCollectivesPriceTheLargestBlock)
+{
+    const loom_link_cost_t tcp = loom_link_cost_builtin(LOOM_LINK_TCP);
+    for (const loom_link_cost_t &l : {tcp, loom_link_cost_builtin(LOOM_LINK_SHM)})
+        for (int n = 2; n <= 8; n++)
+            for (double S : {64.0 * n, 65536.0 * n, 16777216.0 * n}) {
+                loom_cost_call_t c = Call(n, S, 2.0);
+                for (double mb : {0.0, S / n}) {
+                    c.max_block = mb;
+                    EXPECT_EQ(loom_cost_allgatherv_direct(&c, &l),
+                              loom_cost_allgather_direct(&c, &l));
+                    EXPECT_EQ(loom_cost_allgatherv_ring(&c, &l), loom_cost_allgather_ring(&c, &l));
+                    EXPECT_EQ(loom_cost_reduce_scatterv_direct(&c, &l),
+                              loom_cost_reduce_scatter_direct(&c, &l));
+                    EXPECT_EQ(loom_cost_reduce_scatterv_ring(&c, &l),
+                              loom_cost_reduce_scatter_ring(&c, &l));
+                }
+            }
+    for (int n : {4, 8}) {
+        const double S = 64.0 * (1 << 20);
+        loom_cost_call_t c = Call(n, S);
+        c.max_block = S / n;
+        EXPECT_EQ(PickName(LOOM_COLL_ALLGATHERV, c, tcp), "direct") << n;
+        c.max_block = S;
+        EXPECT_EQ(PickName(LOOM_COLL_ALLGATHERV, c, tcp), "ring") << n;
+        EXPECT_EQ(PickName(LOOM_COLL_REDUCE_SCATTERV, c, tcp), "ring") << n;
+        c.rank_order = 1; // the ring adds in its own order: only direct may run
+        EXPECT_EQ(PickName(LOOM_COLL_REDUCE_SCATTERV, c, tcp), "direct") << n;
+    }
+}
+
 TEST(CostModel, HierarchyOnlyAcrossHostsOfEqualSize)
 {
     const loom_link_cost_t tcp = loom_link_cost_builtin(LOOM_LINK_TCP);

@@ -122,7 +122,7 @@ void loom_shm_describe(shm_call_t *c, uint32_t algo)
 {
     const loom_coll_args_t *a = c->a;
     const int reduces = a->kind == LOOM_COLL_ALLREDUCE || a->kind == LOOM_COLL_REDUCE ||
-                        a->kind == LOOM_COLL_REDUCE_SCATTER;
+                        a->kind == LOOM_COLL_REDUCE_SCATTER || a->kind == LOOM_COLL_REDUCE_SCATTERV;
     const int rooted = a->kind == LOOM_COLL_BCAST || a->kind == LOOM_COLL_REDUCE;
     memset(&c->desc, 0, sizeof(c->desc));
     c->desc.seq = c->seq;

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * shm_move.c - the shm collectives that only move data: AllGather, Broadcast
- * and AllToAll, plus Barrier, over the communicator's arena (shm_coll.h).
- * B = one rank's block (AllGather, AllToAll per peer) or the vector
- * (Broadcast); H = one slot half.
+ * shm_move.c - the shm collectives that only move data: AllGather (and
+ * AllGatherV), Broadcast and AllToAll, plus Barrier, over the communicator's
+ * arena (shm_coll.h). B = one rank's block (AllGather, AllToAll per peer) or
+ * the vector (Broadcast); H = one slot half. AllGatherV runs AllGather's
+ * variants with each rank's block of its own size at its displacement: the
+ * cico rounds follow the largest block (a shorter one has no part in the
+ * later rounds), and single copy reads each peer's block whole.
  *
  * cico, in rounds over halves that alternate (a writer reuses a half only
  * after every reader posted a flag past the round that used it):
@@ -45,11 +48,28 @@ static size_t sub_index(int j, int writer)
     return (size_t)(j < writer ? j : j - 1);
 }
 
+/* Rank r's block of recvbuff in an AllGather (bytes each) or AllGatherV (its count at its
+ * displacement): its length and where it starts, in bytes. */
+static size_t block_len(const shm_call_t *c, int r, size_t bytes)
+{
+    return c->a->kind == LOOM_COLL_ALLGATHERV ? c->a->recvcounts[r] * c->es : bytes;
+}
+static size_t block_at(const shm_call_t *c, int r, size_t bytes)
+{
+    return c->a->kind == LOOM_COLL_ALLGATHERV ? c->a->rdispls[r] * c->es : (size_t)r * bytes;
+}
+
+/* Bytes [lo, lo + part) of a block of len bytes: how many there are. */
+static size_t part_of(size_t len, size_t lo, size_t part)
+{
+    return lo >= len ? 0 : min_sz(part, len - lo);
+}
+
 /* The cico rounds of AllGather and AllToAll: round k moves bytes [k part,
- * (k+1) part) of every block. AllGather copies its own block in once, and
- * every peer reads it from the start of the half; AllToAll copies one
- * sub-block per destination j to sub_index(j) part, and each peer reads its
- * own. */
+ * (k+1) part) of every block (bytes: the largest). AllGather copies its own
+ * block in once, and every peer reads it from the start of the half; AllToAll
+ * copies one sub-block per destination j to sub_index(j) part, and each peer
+ * reads its own. */
 static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t *recv, size_t bytes,
                                     size_t part, int per_peer)
 {
@@ -59,8 +79,9 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
         const unsigned h = loom_arena_next_half(c->ar);
         LOOM_CHECK(loom_arena_half_acquire(c->ar, h));
         uint8_t *mine = loom_arena_half(c->ar, c->me, h);
-        if (!per_peer)
-            loom_shm_copy_in(c, mine, send + lo, len);
+        const size_t own = per_peer ? 0 : part_of(block_len(c, c->me, bytes), lo, part);
+        if (own > 0)
+            loom_shm_copy_in(c, mine, send + lo, own);
         for (int j = 0; per_peer && j < c->n; j++)
             if (j != c->me)
                 loom_shm_copy_in(c, mine + sub_index(j, c->me) * part,
@@ -72,8 +93,10 @@ static loomResult_t exchange_rounds(shm_call_t *c, const uint8_t *send, uint8_t 
         for (int i = 1; i < c->n; i++) {
             int r = (c->me + i) % c->n;
             const size_t at = per_peer ? sub_index(c->me, r) * part : 0;
-            loom_shm_copy_out(c, recv + (size_t)r * bytes + lo, loom_arena_half(c->ar, r, h) + at,
-                              len);
+            const size_t n = per_peer ? len : part_of(block_len(c, r, bytes), lo, part);
+            if (n > 0)
+                loom_shm_copy_out(c, recv + block_at(c, r, bytes) + lo,
+                                  loom_arena_half(c->ar, r, h) + at, n);
         }
         loom_arena_half_release(c->ar, h, shm_flag(c, k + 2));
     }
@@ -94,23 +117,38 @@ static int half_rounds(loom_coll_ctx_t *ctx, size_t bytes, unsigned per_round, s
 
 // ---- AllGather -----------------------------------------------------------------------
 
+/* A rank's block in AllGather; the largest one in AllGatherV (0: nothing to move). */
+static size_t gather_block(const loom_coll_args_t *a, int n)
+{
+    const size_t es = loom_dtype_size(a->dt);
+    if (a->kind != LOOM_COLL_ALLGATHERV)
+        return a->count * es;
+    size_t m = 0;
+    for (int r = 0; r < n && a->count > 0; r++)
+        m = a->recvcounts[r] > m ? a->recvcounts[r] : m;
+    return m * es;
+}
+
 loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    const size_t bytes = gather_block(a, ctx->nranks);
     if (bytes == 0)
         return loomSuccess;
     size_t hb, rounds;
     if (!half_rounds(ctx, bytes, 1, &hb, &rounds))
-        return loom_allgather_direct(ctx, a);
+        return a->kind == LOOM_COLL_ALLGATHERV ? loom_allgatherv_direct(ctx, a)
+                                               : loom_allgather_direct(ctx, a);
     shm_call_t c;
     LOOM_CHECK(loom_shm_begin(&c, ctx, a, SHM_ALGO_CICO));
     uint8_t *recv = a->recvbuff;
     const uint8_t *send = a->sendbuff;
+    const size_t own = block_len(&c, c.me, bytes), at = block_at(&c, c.me, bytes);
+    const size_t total = a->kind == LOOM_COLL_ALLGATHERV ? a->count * c.es : (size_t)c.n * bytes;
     /* The other blocks of recvbuff are only written: streamed when large. */
-    shm_nt_out_if(&c, (size_t)(c.n - 1) * bytes, 0);
-    shm_nt_in_if(&c, bytes);
-    if (send != recv + (size_t)c.me * bytes)
-        loom_shm_copy(recv + (size_t)c.me * bytes, send, bytes, c.nt_out);
+    shm_nt_out_if(&c, total - own, 0);
+    shm_nt_in_if(&c, own);
+    if (own > 0 && send != recv + at)
+        loom_shm_copy(recv + at, send, own, c.nt_out);
     return exchange_rounds(&c, send, recv, bytes, hb, 0);
 }
 
@@ -120,7 +158,7 @@ loomResult_t loom_allgather_shm_cico(loom_coll_ctx_t *ctx, const loom_coll_args_
 static loomResult_t read_blocks_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                                     loom_algo_fn_t cico, int alltoall)
 {
-    const size_t bytes = a->count * loom_dtype_size(a->dt);
+    const size_t bytes = gather_block(a, ctx->nranks);
     if (bytes == 0)
         return loomSuccess;
     if (!loom_shm_single_copy_agreed(ctx))
@@ -133,13 +171,16 @@ static loomResult_t read_blocks_cma(loom_coll_ctx_t *ctx, const loom_coll_args_t
     LOOM_CHECK(loom_arena_wait(c.ar, -1, shm_flag(&c, SHM_STEP_ARRIVE)));
     LOOM_CHECK(loom_shm_check(&c, -1));
     const uint8_t *own = (const uint8_t *)a->sendbuff + off;
-    if (own != recv + (size_t)c.me * bytes)
-        memcpy(recv + (size_t)c.me * bytes, own, bytes);
+    const size_t mine = block_len(&c, c.me, bytes);
+    if (mine > 0 && own != recv + block_at(&c, c.me, bytes))
+        memcpy(recv + block_at(&c, c.me, bytes), own, mine);
     for (int i = 1; i < c.n; i++) {
         int r = (c.me + i) % c.n;
         loom_arena_desc_t d;
         loom_arena_peer_desc(c.ar, r, &d);
-        LOOM_CHECK(loom_arena_read(c.ar, r, recv + (size_t)r * bytes, d.send + off, bytes));
+        if (block_len(&c, r, bytes) > 0)
+            LOOM_CHECK(loom_arena_read(c.ar, r, recv + block_at(&c, r, bytes), d.send + off,
+                                       block_len(&c, r, bytes)));
     }
     return loom_shm_finish_single_copy(&c);
 }

@@ -136,6 +136,7 @@ static int single_copy_pays(loom_coll_kind_t kind, size_t bytes, int n, const lo
         *why = "single copy: the readers skip the root's copy in";
         return 1;
     case LOOM_COLL_ALLGATHER:
+    case LOOM_COLL_ALLGATHERV:
     case LOOM_COLL_ALLTOALL:
         if (received >= loom_shm_nt_threshold(m, n)) {
             *why = "through the arena: a rank receives past the streaming threshold";
@@ -151,9 +152,11 @@ static int single_copy_pays(loom_coll_kind_t kind, size_t bytes, int n, const lo
 
 int loom_shm_is_tiny(loom_coll_kind_t kind, size_t bytes, int n)
 {
-    /* A rank's input: the whole vector, but one block of an all-gather. */
+    /* A rank's input: the whole vector, but one block of an all-gather. The uneven
+     * collectives have no tiny form (their blocks would need their counts in the cell). */
     const size_t input = kind == LOOM_COLL_ALLGATHER && n > 0 ? bytes / (size_t)n : bytes;
-    return kind != LOOM_COLL_BARRIER && input > 0 && input <= LOOM_ARENA_CELL_BYTES;
+    return kind != LOOM_COLL_BARRIER && kind != LOOM_COLL_ALLGATHERV &&
+           kind != LOOM_COLL_REDUCE_SCATTERV && input > 0 && input <= LOOM_ARENA_CELL_BYTES;
 }
 
 void loom_shm_plan(loom_coll_kind_t kind, size_t bytes, int n, const loom_shm_machine_t *m,

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * shm_reduce.c - the reducing shm collectives: AllReduce, ReduceScatter and
- * Reduce over the communicator's arena (shm_coll.h, p2p.h).
+ * shm_reduce.c - the reducing shm collectives: AllReduce, ReduceScatter
+ * (and ReduceScatterV) and Reduce over the communicator's arena (shm_coll.h,
+ * p2p.h).
  *
- * All three are "reduce to owners": owner o reduces, in rank order, one span
+ * All are "reduce to owners": owner o reduces, in rank order, one span
  * of elements (AllReduce and Reduce: the vector split in n slices;
- * ReduceScatter: block o), and the results go to every rank (AllReduce), to
+ * ReduceScatter: block o; ReduceScatterV: block o of recvcounts[o] elements
+ * at their prefix sum, the rounds following the longest, so ReduceScatter's
+ * entry points run it as they are), and the results go to every rank (AllReduce), to
  * the owner (ReduceScatter) or to the root (Reduce). H = one slot half.
  *
  * flat (AllReduce, S <= H): copy the vector into this rank's half, post step
@@ -82,7 +85,10 @@ static loomResult_t plan_init(plan_t *p, loom_coll_ctx_t *ctx, const loom_coll_a
         return loomSystemError;
     }
     for (int o = 0; o < n; o++) {
-        if (mode == OUT_OWNER) {
+        if (a->kind == LOOM_COLL_REDUCE_SCATTERV) {
+            p->spans[o].off = a->rdispls[o];
+            p->spans[o].len = a->recvcounts[o];
+        } else if (mode == OUT_OWNER) {
             p->spans[o].off = (size_t)o * a->count;
             p->spans[o].len = a->count;
         } else {
@@ -315,16 +321,43 @@ static loomResult_t cico_round(plan_t *p, size_t k, size_t e, const void **srcs,
  * ranks for a half, or more rounds than flag steps); every rank sees this alike. */
 static loomResult_t fallback(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
+    if (a->kind == LOOM_COLL_REDUCE_SCATTERV)
+        return loom_reduce_scatterv_direct(ctx, a);
     return mode == OUT_ALL     ? loom_allreduce_direct(ctx, a)
            : mode == OUT_OWNER ? loom_reduce_scatter_direct(ctx, a)
                                : loom_reduce_direct(ctx, a);
+}
+
+/* Elements of a call's sendbuff: n blocks of count for ReduceScatter, count (the sum of the
+ * counts for ReduceScatterV) otherwise. */
+static size_t send_elems(const loom_coll_args_t *a, int n, int mode)
+{
+    return a->count * (mode == OUT_OWNER && a->kind != LOOM_COLL_REDUCE_SCATTERV ? (size_t)n : 1);
+}
+
+/* Elements this rank writes to recvbuff: its block (ReduceScatter and V), else count. */
+static size_t out_elems(const loom_coll_args_t *a, int me)
+{
+    return a->kind == LOOM_COLL_REDUCE_SCATTERV ? a->recvcounts[me] : a->count;
+}
+
+/* The longest span of a call's plan (the owner's blocks), before the plan is made. */
+static size_t longest_span(const loom_coll_args_t *a, int n, int mode)
+{
+    size_t m = 0;
+    if (a->kind == LOOM_COLL_REDUCE_SCATTERV) {
+        for (int o = 0; o < n; o++)
+            m = a->recvcounts[o] > m ? a->recvcounts[o] : m;
+        return m;
+    }
+    return mode == OUT_OWNER ? a->count : (a->count + (size_t)n - 1) / (size_t)n;
 }
 
 /* 1 if recvbuff lies in sendbuff (NCCL's in-place layouts). */
 static int in_place(const shm_call_t *c, int mode)
 {
     const loom_coll_args_t *a = c->a;
-    const size_t send_bytes = a->count * c->es * (mode == OUT_OWNER ? (size_t)c->n : 1);
+    const size_t send_bytes = send_elems(a, c->n, mode) * c->es;
     const uint8_t *s = a->sendbuff, *r = a->recvbuff;
     return r >= s && r < s + send_bytes;
 }
@@ -332,8 +365,7 @@ static int in_place(const shm_call_t *c, int mode)
 static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, int mode)
 {
     const size_t e = cico_elems(loom_shm_arena(ctx), ctx->nranks, loom_dtype_size(a->dt));
-    const size_t span =
-        mode == OUT_OWNER ? a->count : (a->count + (size_t)ctx->nranks - 1) / (size_t)ctx->nranks;
+    const size_t span = longest_span(a, ctx->nranks, mode);
     if (e == 0 || !shm_rounds_fit((span + e - 1) / e, 2))
         return fallback(ctx, a, mode);
     plan_t p;
@@ -349,9 +381,9 @@ static loomResult_t run_cico(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, in
     LOOM_CHECK_GOTO(loom_shm_begin(&p.c, ctx, a, SHM_ALGO_CICO), res, out);
     LOOM_CHECK_GOTO(loom_shm_scratch(&p.c, &acc, &tmp), res, out);
     /* In place the destination of a copy out was read by this round's copy in. */
-    shm_nt_out_if(&p.c, a->count * p.c.es, in_place(&p.c, mode));
+    shm_nt_out_if(&p.c, out_elems(a, ctx->rank) * p.c.es, in_place(&p.c, mode));
     /* Every rank copies (n-1)/n of its input in (ReduceScatter: of n blocks). */
-    const size_t in_bytes = a->count * p.c.es * (mode == OUT_OWNER ? (size_t)ctx->nranks : 1);
+    const size_t in_bytes = send_elems(a, ctx->nranks, mode) * p.c.es;
     shm_nt_in_if(&p.c, in_bytes - in_bytes / (size_t)ctx->nranks);
     const size_t rounds = (p.maxlen + e - 1) / e;
     for (size_t k = 0; k < rounds; k++)
