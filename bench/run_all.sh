@@ -9,7 +9,8 @@ build=${1:-build}
 n=${2:-4}
 [ $# -ge 2 ] && shift 2 || shift $#
 status=0
-for b in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv; do
+for b in all_reduce all_gather all_gatherv reduce_scatter reduce_scatterv alltoall alltoallv \
+    broadcast reduce sendrecv; do
     "$build/tools/loomrun" -n "$n" "$build/bench/${b}_perf" -b 8 -e 64M -f 2 "$@" || status=1
 done
 exit $status
