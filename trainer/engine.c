@@ -69,7 +69,7 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->params = falloc(e->pn);
     e->grads = falloc(e->gn);
     e->m = falloc(e->on);
-    e->v = e->vn ? falloc(e->vn) : NULL;
+    e->v = falloc(e->vn); /* never NULL, so that a checkpoint may write its 0 floats */
     if (e->gsn)
         e->gshard = falloc(e->gsn);
     int nu = e->lay.nu;
