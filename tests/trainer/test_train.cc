@@ -52,17 +52,7 @@ TEST_P(Equivalence, SameLossesAndParametersAsOneProcess)
     ASSERT_TRUE(Complete(ref));
     TrainRun r = Train(m.name, m.ranks, m.args);
     ASSERT_TRUE(Complete(r));
-    Diff d = Compare(r, ref);
-    printf("[ measured ] %-10s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", m.name,
-           d.loss_rel, d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
-    if (m.split_batch) {
-        EXPECT_EQ(memcmp(&r.losses[0], &ref.losses[0], sizeof(double)), 0)
-            << m.name << " first loss " << Exact(r.losses[0]) << ", one process "
-            << Exact(ref.losses[0]);
-    }
-    EXPECT_LE(d.loss_rel, 1e-5);
-    EXPECT_LE(d.param_rel, 1e-5);
-    EXPECT_LE(d.param_abs, 1e-5);
+    ExpectAsOneProcess(r, ref, m.name, m.split_batch);
     // Training moved the parameters: the comparison is not between two initialisations.
     static const TrainRun init = Train("init", 1, "--steps 0");
     ASSERT_EQ(init.rc, 0) << init.log;
@@ -186,12 +176,7 @@ TEST_P(MoeEquivalence, SameLossesAndParametersAsOneProcess)
     ASSERT_TRUE(Complete(ref, MoeFloats()));
     TrainRun r = Train(m.name, m.ranks, kMoe + m.args);
     ASSERT_TRUE(Complete(r, MoeFloats()));
-    Diff d = Compare(r, ref);
-    printf("[ measured ] %-10s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", m.name,
-           d.loss_rel, d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
-    EXPECT_LE(d.loss_rel, 1e-5);
-    EXPECT_LE(d.param_rel, 1e-5);
-    EXPECT_LE(d.param_abs, 1e-5);
+    ExpectAsOneProcess(r, ref, m.name, false);
     static const TrainRun init = Train("moe-init", 1, kMoe + "--steps 0");
     ASSERT_EQ(init.rc, 0) << init.log;
     EXPECT_GT(Compare(r, init).param_rel, 1e-3);

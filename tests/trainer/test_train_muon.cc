@@ -25,39 +25,11 @@ size_t ElementwiseFloats()
     return GlobalFloats() - MatrixFloats();
 }
 
-const TrainRun &MuonReference(int micro)
-{
-    static std::map<int, TrainRun> refs;
-    if (!refs.count(micro))
-        refs[micro] = Train("muon-ref" + std::to_string(micro), 1,
-                            kMuon + "--micro " + std::to_string(micro));
-    return refs[micro];
-}
-
 // Per rank, from the summary: {bytes sent, bytes received, step collectives, state floats,
 // Newton-Schulz multiply-adds per step}.
 std::vector<std::vector<double>> ShardFigures(const TrainRun &r)
 {
-    std::vector<std::vector<double>> out;
-    size_t p = r.summary.find("\"shard_figures\":[");
-    if (p == std::string::npos)
-        return out;
-    const char *s = r.summary.c_str() + p + 17;
-    while (*s == '[' || *s == ',') {
-        if (*s == ',') {
-            s++;
-            continue;
-        }
-        s++;
-        std::vector<double> row;
-        char *end;
-        for (int i = 0; i < 5; i++) {
-            row.push_back(strtod(s, &end));
-            s = end + 1;
-        }
-        out.push_back(row);
-    }
-    return out;
+    return SummaryRows(r, "shard_figures", 5);
 }
 
 struct MuonMode {
@@ -76,19 +48,11 @@ class MuonEquivalence : public ::testing::TestWithParam<MuonMode> {};
 TEST_P(MuonEquivalence, SameLossesAndParametersAsOneProcessMuon)
 {
     const MuonMode &m = GetParam();
-    const TrainRun &ref = MuonReference(m.ref_micro);
+    const TrainRun &ref = Reference(m.ref_micro, kMuon);
     ASSERT_TRUE(Complete(ref));
     TrainRun r = Train(m.name, m.ranks, kMuon + m.args);
     ASSERT_TRUE(Complete(r));
-    Diff d = Compare(r, ref);
-    printf("[ measured ] %-14s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", m.name,
-           d.loss_rel, d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
-    EXPECT_EQ(memcmp(&r.losses[0], &ref.losses[0], sizeof(double)), 0)
-        << m.name << " first loss " << Exact(r.losses[0]) << ", one process "
-        << Exact(ref.losses[0]);
-    EXPECT_LE(d.loss_rel, 1e-5);
-    EXPECT_LE(d.param_rel, 1e-5);
-    EXPECT_LE(d.param_abs, 1e-5);
+    ExpectAsOneProcess(r, ref, m.name, true);
     // Muon is not AdamW: the same run with AdamW ends elsewhere.
     EXPECT_GT(Compare(r, Reference(m.ref_micro)).param_rel, 1e-3);
 }

@@ -100,14 +100,16 @@ inline std::pair<double, double> Comm(const TrainRun &r, const std::string &key)
     return {calls, bytes};
 }
 
-// Per rank: {params, grads, optimizer, peak temporaries, activations (bytes), local floats}.
-inline std::vector<std::vector<double>> Mem(const TrainRun &r)
+// The summary's array of per-rank rows under key, `width` numbers a row.
+inline std::vector<std::vector<double>> SummaryRows(const TrainRun &r, const std::string &key,
+                                                    int width)
 {
     std::vector<std::vector<double>> out;
-    size_t p = r.summary.find("\"mem\":[");
+    const std::string tag = "\"" + key + "\":[";
+    size_t p = r.summary.find(tag);
     if (p == std::string::npos)
         return out;
-    const char *s = r.summary.c_str() + p + 7;
+    const char *s = r.summary.c_str() + p + tag.size();
     while (*s == '[' || *s == ',') {
         if (*s == ',') {
             s++;
@@ -116,13 +118,19 @@ inline std::vector<std::vector<double>> Mem(const TrainRun &r)
         s++;
         std::vector<double> row;
         char *end;
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < width; i++) {
             row.push_back(strtod(s, &end));
             s = end + 1;
         }
         out.push_back(row);
     }
     return out;
+}
+
+// Per rank: {params, grads, optimizer, peak temporaries, activations (bytes), local floats}.
+inline std::vector<std::vector<double>> Mem(const TrainRun &r)
+{
+    return SummaryRows(r, "mem", 6);
 }
 
 inline TrainRun Train(const std::string &name, int nranks, const std::string &args,
@@ -157,13 +165,17 @@ inline TrainRun Train(const std::string &name, int nranks, const std::string &ar
     return r;
 }
 
-// The single-process run every mode is compared with (and one with matching accumulation).
-inline const TrainRun &Reference(int micro = 1)
+// The single-process run every mode is compared with (and one with matching accumulation), with
+// the options `opts` (e.g. another optimizer) besides.
+inline const TrainRun &Reference(int micro = 1, const std::string &opts = "")
 {
-    static std::map<int, TrainRun> refs;
-    if (!refs.count(micro))
-        refs[micro] = Train("ref" + std::to_string(micro), 1, "--micro " + std::to_string(micro));
-    return refs[micro];
+    static std::map<std::string, TrainRun> refs;
+    const std::string key = opts + "--micro " + std::to_string(micro);
+    if (!refs.count(key))
+        refs[key] = Train("ref" + std::to_string(micro) +
+                              (opts.empty() ? "" : "-" + std::to_string(refs.size())),
+                          1, key);
+    return refs[key];
 }
 
 struct Diff {
@@ -201,6 +213,24 @@ inline std::string Exact(double x)
 }
 
 // The run finished and produced every step and the full parameter vector (of `floats` floats).
+// Run r against the single-process ref: prints the differences, checks them against the 1e-5
+// bound of trainer/README.md and, when first_bitwise, that the first loss is bitwise equal.
+inline void ExpectAsOneProcess(const TrainRun &r, const TrainRun &ref, const char *name,
+                               bool first_bitwise)
+{
+    Diff d = Compare(r, ref);
+    printf("[ measured ] %-14s loss rel %.2e  params rel %.2e  max abs %.2e%s\n", name, d.loss_rel,
+           d.param_rel, d.param_abs, d.bitwise ? "  (bitwise)" : "");
+    if (first_bitwise) {
+        EXPECT_EQ(memcmp(&r.losses[0], &ref.losses[0], sizeof(double)), 0)
+            << name << " first loss " << Exact(r.losses[0]) << ", one process "
+            << Exact(ref.losses[0]);
+    }
+    EXPECT_LE(d.loss_rel, 1e-5);
+    EXPECT_LE(d.param_rel, 1e-5);
+    EXPECT_LE(d.param_abs, 1e-5);
+}
+
 inline ::testing::AssertionResult Complete(const TrainRun &r, size_t floats = GlobalFloats())
 {
     if (r.rc != 0)
