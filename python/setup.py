@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # setup.py - builds loom_torch's _C module with the project's meson build (in
-# a temporary directory: `meson setup`, then ninja for that one target) and
-# puts it into the wheel with the libloom it links, which it finds next to
-# itself (rpath $ORIGIN).
+# a temporary directory: `meson setup`, then ninja for that one target), takes
+# it from `meson install --tags python-runtime` (which gives it the rpath
+# $ORIGIN) and puts it into the wheel with the libloom it links, beside it.
 import glob
 import os
 import shutil
@@ -27,7 +27,11 @@ class MesonBuildExt(build_ext):
             subprocess.check_call(["meson", "setup", build, ROOT, "-Dtorch=enabled",
                                    "--buildtype=release", "-Dtests=false"])
             subprocess.check_call(["ninja", "-C", build, "python/loom_torch/" + module])
-            shutil.copyfile(os.path.join(build, "python", "loom_torch", module), dest)
+            stage = os.path.join(build, "stage")
+            subprocess.check_call(["meson", "install", "-C", build, "--no-rebuild", "--destdir",
+                                   stage, "--tags", "python-runtime"])
+            shutil.copyfile(glob.glob(os.path.join(stage, "**", "loom_torch", module),
+                                      recursive=True)[0], dest)
             # the module's NEEDED entry is libloom's soname
             libs = [p for p in glob.glob(os.path.join(build, "src", "libloom.so.*"))
                     if not os.path.islink(p)]
