@@ -292,6 +292,39 @@ class Grid:
                                            in_splits if uneven else None, group=self.og)
                     self.chk.eq(what + " vs gloo", out, g)
 
+    def large(self):
+        """Messages of megabytes, past any eager size and over many chunks."""
+        n = (1 << 20) + 3
+        for dtype in [torch.float32, torch.bfloat16, torch.int64]:
+            mode, layout = self.next_style()
+            if covered("sum", dtype, reduces=True):
+                ins = [oracle.values(r, 70, n, dtype) for r in self.members]
+                v = ins[self.idx].clone()
+                oracle.start(lambda a: dist.all_reduce(v, group=self.pg, async_op=a), mode)
+                self.chk.eq(self.name("large all_reduce", dtype, mode), v, oracle.reduce_ref(ins, "sum", dtype))
+            if covered("reduce_scatter", dtype):
+                full = torch.cat([oracle.values(self.me, 71 + j, n, dtype) for j in range(self.gs)])
+                out = torch.zeros(n, dtype=dtype)
+                oracle.start(lambda a: dist.reduce_scatter_tensor(out, full, group=self.pg, async_op=a), mode)
+                want = oracle.reduce_ref([oracle.values(r, 71 + self.idx, n, dtype) for r in self.members],
+                                         "sum", dtype)
+                self.chk.eq(self.name("large reduce_scatter_tensor", dtype, mode), out, want)
+            if covered("broadcast", dtype):
+                src = self.members[0]
+                b = oracle.values(self.me, 72, n, dtype)
+                oracle.start(lambda a: dist.broadcast(b, src, group=self.pg, async_op=a), mode)
+                self.chk.eq(self.name("large broadcast", dtype, mode), b, oracle.values(src, 72, n, dtype))
+            if covered("all_to_all_single", dtype):
+                ins_ = [self.split(self.idx, j) * 100003 for j in range(self.gs)]
+                outs_ = [self.split(j, self.idx) * 100003 for j in range(self.gs)]
+                x = torch.cat([oracle.values(self.me, 73 + j, c, dtype) for j, c in enumerate(ins_)])
+                out = torch.zeros(sum(outs_), dtype=dtype)
+                oracle.start(lambda a: dist.all_to_all_single(out, x, outs_, ins_, group=self.pg,
+                                                              async_op=a), mode)
+                want = torch.cat([oracle.values(r, 73 + self.idx, c, dtype)
+                                  for r, c in zip(self.members, outs_)])
+                self.chk.eq(self.name("large all_to_all_single", dtype, mode), out, want)
+
     def barrier(self):
         for mode in MODES:
             oracle.start(lambda a: dist.barrier(group=self.pg, async_op=a), mode)
@@ -300,7 +333,8 @@ class Grid:
         self.scope = scope
         for step in [self.all_reduce, self.all_reduce_coalesced, self.broadcast, self.reduce,
                      self.all_gather, self.all_gather_into_tensor, self.all_gather_coalesced,
-                     self.gather_scatter, self.reduce_scatter, self.all_to_all, self.barrier]:
+                     self.gather_scatter, self.reduce_scatter, self.all_to_all, self.large,
+                     self.barrier]:
             step()
 
 

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # Bad input on every rank alike: an unsupported dtype, reduce ops loom does not
-# have, and sizes that do not fit together. Each must raise a RuntimeError with
-# a message that says what is wrong, never crash or hang, and leave the group
-# usable: an all_reduce after all of them still gives the right sum.
+# have, tags, and sizes that do not fit together. Each must raise a RuntimeError
+# with a message that says what is wrong, never crash or hang, and leave the
+# group usable: an all_reduce after all of them still gives the right sum.
+# Ranks that disagree (an all_reduce of a different count on each) must all
+# get a RuntimeError that names the counts, then one for every later call on
+# the broken group, and destroy_process_group() must still return.
 import re
+import time
 
 import pytest
 import torch
@@ -46,6 +50,9 @@ def cases(world):
          lambda: dist.reduce_scatter_tensor(torch.zeros(8), torch.ones(8 * world - 1)), r"size|numel|element"),
         ("reduce_scatter list of the wrong length",
          lambda: dist.reduce_scatter(torch.zeros(8), [t] * (world + 1)), r"size|list|number|length|element"),
+        ("a tag other than 0", lambda: dist.send(t, dst=1, tag=1) if dist.get_rank() == 0
+         else dist.recv(torch.zeros(8), src=0, tag=1) if dist.get_rank() == 1
+         else dist.send(t, dst=0, tag=2), r"tag"),
         ("reduce_scatter of mismatched sizes",
          lambda: dist.reduce_scatter(torch.zeros(8), [torch.ones(9)] * world), r"size|shape|numel|element"),
     ]
@@ -75,3 +82,29 @@ def bad_input(rank, world, port):
 def test_bad_input(world):
     failures = sum(ranks.run(bad_input, world, timeout=30, env={"LOOM_NET": "shm"}), [])
     assert not failures, "\n".join(failures)
+
+
+def mismatch(rank, world, port):
+    ranks.init_env(rank, world, port)
+    out = []
+    for what, call in [("all_reduce of 10 + 2 x rank elements",
+                        lambda: dist.all_reduce(torch.ones(10 + 2 * rank))),
+                       ("the next all_reduce", lambda: dist.all_reduce(torch.ones(4)))]:
+        start = time.monotonic()
+        try:
+            call()
+            out.append((what, None, 0.0))
+        except RuntimeError as e:
+            out.append((what, str(e), time.monotonic() - start))
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.skipif(not ranks.IS_LOOM, reason="Gloo does not check that ranks agree")
+def test_ranks_that_disagree():
+    for rank, res in enumerate(ranks.run(mismatch, 3, timeout=30, env={"LOOM_NET": "shm"})):
+        (first, msg, took), (second, msg2, _) = res
+        assert msg, f"rank {rank}: {first}: no error"
+        assert re.search(r"mismatch|differ", msg) and "count" in msg, f"rank {rank}: {first}: {msg}"
+        assert took < 5, f"rank {rank}: {first}: the error took {took:.1f} s"
+        assert msg2, f"rank {rank}: {second} on the broken group: no error"

@@ -2,7 +2,8 @@
 # A rank of three SIGKILLs itself while the other two wait in a large async
 # all_reduce it never joins: each survivor's wait() must raise a RuntimeError
 # that names the dead rank, within DETECT_S of the kill (measured from the
-# victim's clock reading just before the signal; printed by -s or on failure).
+# victim's clock reading just before the signal; printed by -s or on failure),
+# and destroy_process_group() must then return.
 import os
 import re
 import signal
@@ -33,7 +34,10 @@ def victim_and_survivors(rank, world, port, killed_at, net):
     try:
         work.wait()
     except RuntimeError as e:
-        return time.time(), str(e)
+        raised_at = time.time()
+        # The survivors can still take the group down.
+        dist.destroy_process_group()
+        return raised_at, str(e)
     return None, "wait() returned without an error"
 
 
