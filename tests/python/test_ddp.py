@@ -62,9 +62,9 @@ def ddp_run(rank, world, port):
     return got, want, buckets
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_ddp_matches_gloo(world):
-    res = ranks.run(ddp_run, world, timeout=120, env={"LOOM_NET": "shm"})
+@pytest.mark.parametrize("world,net", [(2, "shm"), (3, "tcp")])
+def test_ddp_matches_gloo(world, net):
+    res = ranks.run(ddp_run, world, timeout=120, env={"LOOM_NET": net})
     for rank, (got, want, buckets) in enumerate(res):
         assert buckets > 2, f"rank {rank}: {buckets} gradient bucket(s), want several"
         for step, (g, w) in enumerate(zip(got, want)):
