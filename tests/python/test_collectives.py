@@ -6,8 +6,6 @@
 # or dtype (AVG, reduce_scatter, all_gather_into_tensor, the list all_to_all,
 # bfloat16, bool) the local reference in oracle.py is the oracle; where Gloo
 # has it, the reference is checked too.
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -364,6 +362,3 @@ def test_grid(world, net):
     assert sum(c for c, _ in results) > 100 * world
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:40])
 
-
-if __name__ == "__main__":
-    os.sys.exit(pytest.main([__file__, "-v"]))
