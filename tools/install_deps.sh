@@ -19,3 +19,9 @@ if [ -n "$need" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
+# expecttest: PyTorch's own distributed tests import it (tests/python, torch-upstream); Debian has
+# no package for it. Debian's python3 (the one its python3-torch is for) takes it from PyPI.
+if ! /usr/bin/python3 -c 'import expecttest' >/dev/null 2>&1; then
+    $SUDO /usr/bin/python3 -m pip install -q --break-system-packages expecttest ||
+        echo "install_deps.sh: expecttest not installed: the torch-upstream test will skip" >&2
+fi
