@@ -229,7 +229,7 @@ ProcessGroupLoom::~ProcessGroupLoom()
 c10::intrusive_ptr<LoomWork> ProcessGroupLoom::newWork(OpType type, std::vector<at::Tensor> outputs)
 {
     bool p2p = type == OpType::SEND || type == OpType::RECV;
-    return c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs), p2p ? channel_ : nullptr);
+    return c10::make_intrusive<LoomWork>(rank_, type, std::move(outputs), channel_, p2p);
 }
 
 c10::intrusive_ptr<WorkBase> ProcessGroupLoom::broadcast(std::vector<at::Tensor> &tensors,

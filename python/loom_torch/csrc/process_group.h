@@ -11,6 +11,7 @@
 #ifndef LOOM_TORCH_PROCESS_GROUP_H
 #define LOOM_TORCH_PROCESS_GROUP_H
 
+#include "completion_thread.h"
 #include "torch_compat.h"
 
 #include <loom.h>
@@ -31,8 +32,9 @@ class Channel;
  * finished well (copy-out, fix-ups); then the work and its future complete. */
 class LoomWork : public WorkBase {
   public:
+    /* p2p: a send or receive, which waits in the channel's pending batch. */
     LoomWork(int rank, OpType type, std::vector<at::Tensor> outputs,
-             std::shared_ptr<Channel> channel);
+             std::shared_ptr<Channel> channel, bool p2p);
     ~LoomWork() override;
 
     bool isCompleted() override;
@@ -53,7 +55,14 @@ class LoomWork : public WorkBase {
 
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
-    std::shared_ptr<Channel> channel_; /* set for sends and receives only */
+    std::shared_ptr<Channel> channel_;
+    bool p2p_;
+    /* Whether getFuture handed the future out: then callbacks may be attached
+     * to it, and it is completed on the channel's completion thread, unless
+     * the operation was issued from that thread (a callback may wait for it). */
+    std::mutex futureMu_;
+    bool futureHanded_ = false;
+    bool fromCompletion_;
 };
 
 /* A communicator and its stream, shared by the process group and its pending
@@ -85,6 +94,10 @@ class Channel {
     {
         failed_ = true;
     }
+    CompletionThread &completions()
+    {
+        return completions_;
+    }
 
   private:
     struct P2P {
@@ -114,6 +127,7 @@ class Channel {
     loomStream_t stream_;
     std::vector<P2P> pending_;
     std::atomic<bool> failed_{false};
+    CompletionThread completions_;
 };
 
 class ProcessGroupLoom : public BackendBase {

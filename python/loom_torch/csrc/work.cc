@@ -47,9 +47,9 @@ void setBlockingWrapper(void (*wrap)(const std::function<void()> &fn))
 }
 
 LoomWork::LoomWork(int rank, OpType type, std::vector<at::Tensor> outputs,
-                   std::shared_ptr<Channel> channel)
+                   std::shared_ptr<Channel> channel, bool p2p)
     : WorkBase(rank, type), outputs_(std::move(outputs)), future_(makeTensorListFuture()),
-      channel_(std::move(channel))
+      channel_(std::move(channel)), p2p_(p2p), fromCompletion_(CompletionThread::current())
 {
 }
 
@@ -57,7 +57,7 @@ LoomWork::~LoomWork() = default;
 
 void LoomWork::flushIfPending()
 {
-    if (channel_ && !issued.load())
+    if (p2p_ && !issued.load())
         channel_->flush();
 }
 
@@ -84,8 +84,23 @@ bool LoomWork::wait(std::chrono::milliseconds timeout)
 c10::intrusive_ptr<c10::ivalue::Future> LoomWork::getFuture()
 {
     flushIfPending();
+    std::lock_guard<std::mutex> lock(futureMu_);
+    futureHanded_ = true;
     return future_;
 }
+
+namespace {
+
+void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future> &future,
+                    const std::exception_ptr &error, const std::vector<at::Tensor> &outputs)
+{
+    if (error)
+        future->setError(error);
+    else
+        future->markCompleted(c10::IValue(outputs));
+}
+
+} // namespace
 
 void LoomWork::complete(loomResult_t status, const std::string &message)
 {
@@ -105,10 +120,18 @@ void LoomWork::complete(loomResult_t status, const std::string &message)
     post.clear();
     keep.clear();
     finish(error);
-    if (error)
-        future_->setError(error);
-    else
-        future_->markCompleted(c10::IValue(outputs_));
+    /* A future nobody asked for has no callbacks, and cannot get one before
+     * it is complete (getFuture waits for the lock): complete it here. So is
+     * one issued by a callback on the completion thread, which may be waiting
+     * for it there. */
+    std::unique_lock<std::mutex> lock(futureMu_);
+    if (!futureHanded_ || fromCompletion_) {
+        completeFuture(future_, error, outputs_);
+        return;
+    }
+    lock.unlock();
+    channel_->completions().submit(
+        [future = future_, error, outputs = outputs_] { completeFuture(future, error, outputs); });
 }
 
 std::string Channel::lastError(loomResult_t r) const
@@ -253,6 +276,8 @@ void Channel::shutdown()
         loomStreamDestroy(stream);
         if (!abort)
             loomCommDestroy(comm);
+        /* After the stream: its last host functions may still hand completions over. */
+        completions_.stop();
     });
     std::lock_guard<std::mutex> lock(mu_);
     comm_ = nullptr;
