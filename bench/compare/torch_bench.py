@@ -11,7 +11,7 @@
 # that the cost of the torch layer shows. Writes torch_results.json,
 # torch_table.md (ratios gloo time / loom time: > 1 means loom is faster, and
 # the targets) and torch_perf.png. Timing and checks are bench/peers/
-# gloo_bench.py's; sizes, iterations, medians and the plot bench/compare's.
+# gloo_bench.py's; sizes, iterations and medians bench/compare's; the plot torch_plot.py's.
 # Run it under flock /tmp/loom-bench.lock on a shared machine.
 #   /usr/bin/python3 bench/compare/torch_bench.py [--quick] [--build DIR] [--out DIR]
 #   PYTHONPATH=build/python must reach loom_torch (or give --backends gloo)
@@ -31,11 +31,12 @@ import gloo_bench  # noqa: E402
 import impls  # noqa: E402
 import report  # noqa: E402
 import sysinfo  # noqa: E402
+import torch_plot  # noqa: E402
 
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
 BACKENDS = ["loom", "gloo"]
 C_KEY = "loom-c"  # loom's own all_reduce_perf
-LABELS = {"loom": "loom (torch)", "gloo": "Gloo (torch)", C_KEY: "loom all_reduce_perf"}
+LABELS = {k: style[0] for k, style in torch_plot.STYLE.items()}
 C_MIN_BYTES = 1 << 20
 WARMUP = 5  # bench/compare's warm-up calls per size
 FULL = {"ranks": "2,4", "sizes": "8,64,512,4K,32K,64K,256K,1M,2M,16M,128M", "reps": 3,
@@ -372,12 +373,11 @@ def main(argv):
     with open(os.path.join(cfg.out, "torch_table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    why_not = report.plot(rows, keys, LABELS, a.ranks, a.colls, {}, "shm",
-                          os.path.join(cfg.out, "torch_perf.png"))
-    if why_not:
-        say(f"# no plot: {why_not}")
     with open(os.path.join(cfg.out, "torch_results.json"), "w") as f:
         json.dump(doc, f, indent=1)
+    why_not = torch_plot.plot(doc, os.path.join(cfg.out, "torch_perf.png"))
+    if why_not:
+        say(f"# no plot: {why_not}")
     for fl in doc["failures"]:
         say(f"# FAILED {fl['impl']}: {fl['error'][:300]}")
     status = "FAILED" if doc["failures"] else "OK"
