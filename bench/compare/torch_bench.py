@@ -7,11 +7,12 @@
 # usable CPU, one intra-op thread), interleaved per size (loom and gloo take
 # turns, the first of them alternating by repetition), median of the
 # repetitions; the DDP step of python/examples/ddp_train.py's model over both;
-# and loom's own bench/all_reduce_perf (-z 2, through loomrun) from 1 MiB, so
-# that the cost of the torch layer shows. Writes torch_results.json,
-# torch_table.md (ratios gloo time / loom time: > 1 means loom is faster, and
-# the targets) and torch_perf.png. Timing and checks are bench/peers/
-# gloo_bench.py's; sizes, iterations and medians bench/compare's; the plot torch_plot.py's.
+# and loom's own bench/all_reduce_perf (through loomrun, on a stream as
+# loom_torch's calls are, -z 0, in place) from 1 MiB, so that the cost of the
+# torch layer shows. Writes torch_results.json, torch_table.md (ratios gloo
+# time / loom time: > 1 means loom is faster, and the targets) and
+# torch_perf.png. Timing and checks are bench/peers/gloo_bench.py's; sizes,
+# iterations and medians bench/compare's; the plot torch_plot.py's.
 # Run it under flock /tmp/loom-bench.lock on a shared machine.
 #   /usr/bin/python3 bench/compare/torch_bench.py [--quick] [--build DIR] [--out DIR]
 #   PYTHONPATH=build/python must reach loom_torch (or give --backends gloo)
@@ -25,7 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, os.path.join(ROOT, "bench", "peers"), os.path.join(ROOT, "python", "examples")]
+sys.path[:0] = [HERE, os.path.join(ROOT, "bench", "peers"),
+                os.path.join(ROOT, "python", "examples")]
 import compare  # noqa: E402
 import gloo_bench  # noqa: E402
 import impls  # noqa: E402
@@ -44,9 +46,9 @@ FULL = {"ranks": "2,4", "sizes": "8,64,512,4K,32K,64K,256K,1M,2M,16M,128M", "rep
 QUICK = {"ranks": "2", "sizes": "8,64K,4M", "reps": 1, "ddp_steps": 8, "timeout": 120}
 # (name, collective, smallest size, largest size, statistic, bound): every row in range must pass
 TARGETS = [
-    ("AllReduce 8 B-64 KiB: Gloo/loom >= 5", "all_reduce", 8, 64 << 10, "ratio", 5.0),
-    ("AllReduce >= 1 MiB: Gloo/loom >= 2", "all_reduce", 1 << 20, 1 << 62, "ratio", 2.0),
-    ("DDP step: Gloo/loom >= 1.3", "ddp", 0, 0, "ratio", 1.3),
+    ("AllReduce 8 B-64 KiB: Gloo/loom >= 5", "all_reduce", 8, 64 << 10, "gloo_over_loom", 5.0),
+    ("AllReduce >= 1 MiB: Gloo/loom >= 2", "all_reduce", 1 << 20, 1 << 62, "gloo_over_loom", 2.0),
+    ("DDP step: Gloo/loom >= 1.3", "ddp", 0, 0, "gloo_over_loom", 1.3),
     ("AllReduce >= 1 MiB: torch loom / loom all_reduce_perf <= 1.3", "all_reduce", 1 << 20,
      1 << 62, "torch_over_c", 1.3),
 ]
@@ -159,6 +161,17 @@ def parse_args(argv):
     return a
 
 
+class StreamLoom(impls.Loom):
+    """loom's all_reduce_perf on a stream (-z 0), the path loom_torch's calls take
+    (bench/compare's -z 2 blocks on the calling thread instead); its in-place
+    column is compared, since torch's all_reduce is in place."""
+
+    def command(self, coll, nranks, sweep, iters, warmup, check, json_path):
+        cmd = super().command(coll, nranks, sweep, iters, warmup, check, json_path)
+        cmd[cmd.index("-z") + 1] = "0"
+        return cmd
+
+
 class Config:
     """What impls.Loom needs to run all_reduce_perf."""
 
@@ -172,12 +185,12 @@ class Config:
 
 def record(doc, key, coll, n, rep, rows):
     for r in rows:
-        o = r["out_of_place"]
+        o = r["in_place" if key == C_KEY else "out_of_place"]
         doc["measurements"].append({
             "impl": key, "coll": coll, "nranks": n, "rep": rep, "size": r["size"],
             "count": r["count"], "iters": r.get("actual_iterations"), "time_us": o["time"],
             "algbw": o["alg_bw"], "busbw": o["bus_bw"], "nwrong": o["nwrong"],
-            "call": r.get("call", "loomAllReduce -z 2")})
+            "call": r.get("call", "all_reduce_perf -z 0, in place")})
         if o["nwrong"]:
             doc["failures"].append({"impl": key, "coll": coll, "nranks": n, "rep": rep,
                                     "error": f"{o['nwrong']} wrong elements at {r['size']} bytes"})
@@ -287,10 +300,10 @@ def fmt(v, spec):
 def markdown(doc, rows, ddp, tgts):
     """The table of torch_table.md (and docs/PERFORMANCE.md)."""
     m = doc["machine"]
-    lines = [f"CPU: {sysinfo.machine_text(m)}; torch {doc['torch']}; loom {doc['loom']['commit']}; "
-             f"median of {doc['reps']} interleaved repetition(s); time per call in µs; "
+    lines = [f"CPU: {sysinfo.machine_text(m)}; torch {doc['torch']}; "
+             f"loom {doc['loom']['commit']}; median of {doc['reps']} interleaved repetition(s); time per call in µs; "
              "Gloo/loom = Gloo's time / loom's (> 1: loom faster); torch/C = loom through torch "
-             "/ loom's all_reduce_perf -z 2", "",
+             "/ loom's all_reduce_perf on a stream (-z 0, in place)", "",
              "| collective | ranks | size | loom µs | Gloo µs | Gloo/loom | C loom µs | torch/C |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -354,7 +367,7 @@ def main(argv):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     cloom = None
     if "loom" in a.backends and not a.no_c and "all_reduce" in a.colls:
-        cloom = impls.Loom(cfg)
+        cloom = StreamLoom(cfg)
         if not os.access(os.path.join(cfg.build, "bench", "all_reduce_perf"), os.X_OK):
             cloom.reason = f"{cfg.build}/bench/all_reduce_perf is missing: ninja -C {cfg.build}"
         if not cloom.available():

@@ -53,8 +53,10 @@ class SummaryTest(unittest.TestCase):
 
 class TargetTest(unittest.TestCase):
     def row(self, size, ratio, torch_over_c=None, coll="all_reduce"):
+        # report.summarize's "ratio" is against the best of Gloo and all_reduce_perf: not
+        # what the targets hold
         return {"coll": coll, "nranks": 2, "size": size, "gloo_over_loom": ratio,
-                "ratio": ratio, "torch_over_c": torch_over_c}
+                "ratio": 0.1, "torch_over_c": torch_over_c}
 
     def test_each_target_covers_its_rows(self):
         rows = [self.row(8, 6.0), self.row(64 << 10, 4.9), self.row(128 << 10, 1.0),
