@@ -38,6 +38,7 @@ import torch_plot  # noqa: E402
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
 BACKENDS = ["loom", "gloo"]
 C_KEY = "loom-c"  # loom's own all_reduce_perf
+NO_COMM = "none"  # the DDP example's step without DDP: what no backend can beat
 LABELS = {k: style[0] for k, style in torch_plot.STYLE.items()}
 C_MIN_BYTES = 1 << 20
 WARMUP = 5  # bench/compare's warm-up calls per size
@@ -111,13 +112,15 @@ class TorchRank(gloo_bench.Rank):
         return rows
 
     def ddp(self, opts):
-        """opts["steps"] steps of ddp_train.py's model under DDP; the median step
-        time (warm-up steps left out) averaged over ranks."""
+        """opts["steps"] steps of ddp_train.py's model under DDP, or with opts["comm"]
+        false the same model alone on every rank at once (the step without its
+        all-reduces); the median step time (warm-up steps left out) averaged over ranks."""
         import ddp_train
         from torch.nn.parallel import DistributedDataParallel
         args = ddp_train.parse_args([f"--steps={opts['steps']}", f"--batch={opts['batch']}"])
-        model = DistributedDataParallel(ddp_train.make_model(args.dim, args.hidden, args.layers,
-                                                             args.outputs, args.seed))
+        model = ddp_train.make_model(args.dim, args.hidden, args.layers, args.outputs, args.seed)
+        if opts.get("comm", True):
+            model = DistributedDataParallel(model)
         losses, secs = ddp_train.train(model, args, self.rank, log=None)
         ms = self.torch.tensor([ddp_train.median_ms(secs)], dtype=self.torch.float64)
         self.dist.all_reduce(ms)
@@ -233,24 +236,26 @@ def run_ranks(a, cfg, n, doc, cloom):
                            "check": 1 if rep == 1 else 0}
                     rows = ask(doc, groups, b, n, coll, cmd)
                     record(doc, b, coll, n, rep, [r for r in rows or [] if r["size"]])
-            if coll == "all_reduce" and cloom:
-                big = [s for s in a.sizes if s >= C_MIN_BYTES]
-                o = cloom.run("all_reduce", n, compare.make_bands(big), rep,
-                              1 if rep == 1 else 0) if big else None
-                if o and o.error:
-                    doc["failures"].append({"impl": C_KEY, "coll": coll, "nranks": n,
-                                            "rep": rep, "error": o.error})
-                elif o:
-                    record(doc, C_KEY, coll, n, rep, o.rows)
+                if coll == "all_reduce" and cloom and size >= C_MIN_BYTES:
+                    o = cloom.run("all_reduce", n, [band], rep, 1 if rep == 1 else 0)
+                    if o.error:
+                        doc["failures"].append({"impl": C_KEY, "coll": coll, "nranks": n,
+                                                "rep": rep, "error": o.error})
+                    else:
+                        record(doc, C_KEY, coll, n, rep, o.rows)
             say(f"[{n} ranks {report.NAMES[coll]:<14} rep {rep}/{a.reps}] "
                 f"{time.monotonic() - t0:.1f}s")
     for rep in range(1, a.reps + 1 if a.ddp_steps else 1):
         order = a.backends if rep % 2 else a.backends[::-1]
-        for b in [b for b in order if b in groups]:
-            got = ask(doc, groups, b, n, "ddp",
-                      {"ddp": {"steps": a.ddp_steps, "batch": a.ddp_batch}})
+        # NO_COMM: the same ranks training alone, in the first backend's group
+        for b, key in [(b, b) for b in order if b in groups] + [(order[0], NO_COMM)]:
+            if b not in groups:
+                continue
+            got = ask(doc, groups, b, n, "ddp", {"ddp": {"steps": a.ddp_steps,
+                                                         "batch": a.ddp_batch,
+                                                         "comm": key != NO_COMM}})
             for r in got or []:
-                doc["ddp"].append(dict(r, impl=b, nranks=n, rep=rep))
+                doc["ddp"].append(dict(r, impl=key, nranks=n, rep=rep))
         say(f"[{n} ranks DDP step rep {rep}/{a.reps}] done")
     for g in groups.values():
         g.close()
@@ -269,11 +274,14 @@ def summarize(doc, keys):
     for n in sorted({d["nranks"] for d in doc["ddp"]}):
         med = {b: statistics.median(d["step_ms"] for d in doc["ddp"]
                                     if d["nranks"] == n and d["impl"] == b)
-               for b in BACKENDS if any(d["nranks"] == n and d["impl"] == b for d in doc["ddp"])}
+               for b in BACKENDS + [NO_COMM]
+               if any(d["nranks"] == n and d["impl"] == b for d in doc["ddp"])}
         some = next(d for d in doc["ddp"] if d["nranks"] == n)
-        ratio = med["gloo"] / med["loom"] if len(med) == 2 else None
+        ratio = med["gloo"] / med["loom"] if "gloo" in med and "loom" in med else None
+        bound = med["gloo"] / med[NO_COMM] if "gloo" in med and NO_COMM in med else None
         ddp.append({"nranks": n, "step_ms": med, "gloo_over_loom": ratio,
-                    "params": some["params"], "batch": some["batch"], "steps": some["steps"]})
+                    "gloo_over_no_comm": bound, "params": some["params"],
+                    "batch": some["batch"], "steps": some["steps"]})
     return rows, ddp
 
 
@@ -320,12 +328,16 @@ def markdown(doc, rows, ddp, tgts):
               f"ranks): n/a ({u['why'][:120]})" for u in doc["unsupported"]]
     if ddp:
         lines += ["", "| DDP step (ddp_train.py) | ranks | params | batch per rank | loom ms "
-                  "| Gloo ms | Gloo/loom |", "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| Gloo ms | Gloo/loom | no DDP ms | Gloo/no DDP |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for d in ddp:
+            ms = d["step_ms"]
             lines.append(f"| MLP, {d['steps']} steps | {d['nranks']} | {d['params']} | "
-                         f"{d['batch']} | {fmt(d['step_ms'].get('loom'), '.2f')} | "
-                         f"{fmt(d['step_ms'].get('gloo'), '.2f')} | "
-                         f"{fmt(d['gloo_over_loom'], '.2f')} |")
+                         f"{d['batch']} | {fmt(ms.get('loom'), '.2f')} | "
+                         f"{fmt(ms.get('gloo'), '.2f')} | {fmt(d['gloo_over_loom'], '.2f')} | "
+                         f"{fmt(ms.get(NO_COMM), '.2f')} | {fmt(d['gloo_over_no_comm'], '.2f')} |")
+        lines.append("- no DDP: every rank trains the same model alone at the same time, "
+                     "no all-reduce; Gloo/no DDP bounds the Gloo/loom any backend can reach")
     lines += ["", "| target | worst row | met |", "|---|---:|---|"]
     for t in tgts:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]

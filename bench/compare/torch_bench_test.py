@@ -34,13 +34,15 @@ class SummaryTest(unittest.TestCase):
                + [meas("gloo", 1 << 20, t, r) for r, t in ((1, 900), (2, 500), (3, 600))]
                + [meas("loom-c", 1 << 20, t, r) for r, t in ((1, 160), (2, 150), (3, 170))],
                "ddp": [ddp("loom", 10, 1), ddp("gloo", 30, 1), ddp("loom", 20, 2),
-                       ddp("gloo", 20, 2), ddp("loom", 12, 3), ddp("gloo", 24, 3)]}
+                       ddp("gloo", 20, 2), ddp("loom", 12, 3), ddp("gloo", 24, 3),
+                       ddp("none", 10, 1), ddp("none", 16, 2), ddp("none", 12, 3)]}
         rows, dd = torch_bench.summarize(doc, ["loom", "gloo", "loom-c"])
         self.assertEqual(len(rows), 1)
         self.assertAlmostEqual(rows[0]["gloo_over_loom"], 600 / 200)
         self.assertAlmostEqual(rows[0]["torch_over_c"], 200 / 160)
-        self.assertEqual(dd[0]["step_ms"], {"loom": 12, "gloo": 24})
+        self.assertEqual(dd[0]["step_ms"], {"loom": 12, "gloo": 24, "none": 12})
         self.assertAlmostEqual(dd[0]["gloo_over_loom"], 2.0)
+        self.assertAlmostEqual(dd[0]["gloo_over_no_comm"], 2.0)
 
     def test_one_backend_leaves_ratios_empty(self):
         doc = {"measurements": [meas("gloo", 8, 50)], "ddp": [ddp("gloo", 30)]}
@@ -48,6 +50,7 @@ class SummaryTest(unittest.TestCase):
         self.assertIsNone(rows[0]["gloo_over_loom"])
         self.assertIsNone(rows[0]["torch_over_c"])
         self.assertIsNone(dd[0]["gloo_over_loom"])
+        self.assertIsNone(dd[0]["gloo_over_no_comm"])
         self.assertTrue(all(t["met"] is None for t in torch_bench.targets(rows, dd)))
 
 
