@@ -5,7 +5,7 @@
 # synthetic data (float32, fixed seed), over the loom or the gloo backend of
 # torch.distributed: the same program either way, the backend is one flag.
 # Rank 0 prints the loss of every step and, at the end, one JSON line with the
-# median step time. It starts under loomrun (LOOM_* variables), under
+# median step time; every rank fails if the replicas' parameters then differ. It starts under loomrun (LOOM_* variables), under
 # torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 # MASTER_PORT), or forks its own ranks with --spawn N. bench/compare's
 # torch_bench.py imports make_model, make_batch and train from here to time
@@ -108,19 +108,33 @@ def init_rank(args):
     return rank, world
 
 
+def replicas_equal(model):
+    """Whether every rank holds rank 0's parameters bit for bit, as DDP promises."""
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    theirs = mine.clone()
+    dist.broadcast(theirs, 0)
+    differ = torch.tensor([int(not torch.equal(mine, theirs))])
+    dist.all_reduce(differ)
+    return int(differ.item()) == 0
+
+
 def run_rank(args):
     rank, world = init_rank(args)
     model = DistributedDataParallel(
         make_model(args.dim, args.hidden, args.layers, args.outputs, args.seed))
     losses, secs = train(model, args, rank, log=print if rank == 0 else None)
+    equal = replicas_equal(model)
     if rank == 0:
         nparams = sum(p.numel() for p in model.parameters())
         print(json.dumps({"backend": args.backend, "world_size": world, "steps": args.steps,
                           "batch": args.batch, "params": nparams,
                           "median_step_ms": round(median_ms(secs), 3),
-                          "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4)}),
-              flush=True)
+                          "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
+                          "replicas_equal": equal}), flush=True)
     dist.destroy_process_group()
+    if not equal:
+        sys.exit(f"ddp_train.py: rank {rank}: the ranks' parameters differ after "
+                 f"{args.steps} steps")
 
 
 def spawned(rank, rank_fn, args):
