@@ -198,6 +198,21 @@ LOOM_API loomResult_t loomStreamSynchronize(loomStream_t stream);
 /* Non-blocking: Success if the stream is idle, InProgress if it still has
  * work, or the error of a failed operation. */
 LOOM_API loomResult_t loomStreamQuery(loomStream_t stream);
+/* A host function queued on a stream (loomStreamLaunchHostFunc). status is
+ * Success, or the first error among the operations queued on the stream
+ * since the previous host function; inside fn, loomGetLastError(NULL) has
+ * its text. */
+typedef void (*loomHostFn_t)(void *userData, loomResult_t status);
+/* Queues fn(userData, status) after everything queued on the stream so far,
+ * as cudaLaunchHostFunc does: it runs on the stream's worker thread, and what
+ * is queued after it waits for it. It is how a caller learns that one batch
+ * of operations finished, and with what result, without synchronizing the
+ * whole stream. fn must not synchronize, destroy or queue on this stream.
+ * Errors: InvalidArgument (fn or stream not valid), InvalidUsage (inside an
+ * open group, whose operations are queued only at loomGroupEnd), SystemError
+ * (out of memory). */
+LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t stream, loomHostFn_t fn,
+                                               void *userData);
 
 /* ---- Collectives (NCCL argument order) ---------------------------------
  * Every call: blocking when stream is NULL, otherwise queued on the stream.

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main():
     clang_format = sys.argv[1] if len(sys.argv) > 1 else "clang-format"
     files = []
-    for top in ("include", "src", "tools", "bench", "tests", "examples"):
+    for top in ("include", "src", "tools", "bench", "tests", "examples", "python"):
         for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
             files += [os.path.join(dirpath, n) for n in names if n.endswith((".c", ".h", ".cc"))]
     bad = []

@@ -80,7 +80,9 @@ typedef struct loom_task {
     uint64_t ticket;
     loomStream_t stream;    /* NULL: run by the issuing thread */
     struct loom_task *next; /* stream queue / group list */
-    loom_op_t first;        /* storage of a one-operation task (no second allocation) */
+    loomHostFn_t host_fn;   /* a host function's task (comm NULL, no ops) */
+    void *host_arg;
+    loom_op_t first; /* storage of a one-operation task (no second allocation) */
 } loom_task_t;
 
 /* The live communicators (init.c). */
@@ -97,6 +99,8 @@ loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn);
  * that runs now (stream NULL) or is queued on the stream. Takes ownership of
  * op's owned arrays. */
 loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream);
+/* Whether the calling thread has a group open (loomGroupStart not yet ended). */
+int loom_group_is_open(void);
 /* Executes a task on the calling thread in its turn; frees nothing. */
 loomResult_t loom_task_execute(loom_task_t *task);
 void loom_task_free(loom_task_t *task);

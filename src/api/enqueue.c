@@ -262,6 +262,11 @@ loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
     return res;
 }
 
+int loom_group_is_open(void)
+{
+    return group.depth > 0;
+}
+
 LOOM_API loomResult_t loomGroupStart(void)
 {
     group.depth++;

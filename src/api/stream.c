@@ -5,10 +5,11 @@
  * order (each in its communicator's ticket order). A failure is kept for
  * loomStreamSynchronize/Query, which also hand its message to the caller's
  * loomGetLastError, and is recorded on the communicator for
- * loomCommGetAsyncError. A handle is used only under a reference taken from
- * the registry of live streams (registry.h); loomStreamDestroy takes it out
- * of the registry, refuses further tasks, lets the worker run what is queued
- * and drops the user's reference; the last reference frees the stream.
+ * loomCommGetAsyncError, and handed to the next host function
+ * (loomStreamLaunchHostFunc: a task with no communicator). A handle is used only under a reference
+ * taken from the registry of live streams (registry.h); loomStreamDestroy takes it out of the
+ * registry, refuses further tasks, lets the worker run what is queued and drops the user's
+ * reference; the last reference frees the stream.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -49,6 +50,8 @@ struct loomStream {
     int stop; /* the destroy has begun: tasks are refused, the worker leaves once none is queued */
     loomResult_t error;
     char error_msg[512];
+    loomResult_t fn_error; /* the first failure since the last host function ran */
+    char fn_msg[512];
 };
 
 /* Before sleeping: yields the CPU in a loop, for up to the stream's spin time,
@@ -84,6 +87,21 @@ static int yield_for(struct loomStream *s, int want_work)
  * the spares of earlier ones: a task allocated by the caller's thread and
  * freed by the worker cost more in malloc than a small collective. */
 #define QUEUE_MAX 256
+
+/* Runs a host function's task with the failure recorded since the previous
+ * one (then forgotten), its text as the thread's last error. */
+static void run_host_fn(struct loomStream *s, loom_task_t *t)
+{
+    pthread_mutex_lock(&s->lock);
+    const loomResult_t status = s->fn_error;
+    if (status != loomSuccess)
+        loom_set_last_error("%s", s->fn_msg);
+    s->fn_error = loomSuccess;
+    pthread_mutex_unlock(&s->lock);
+    t->host_fn(t->host_arg, status);
+    loom_clear_last_error();
+}
+
 static void *stream_main(void *arg)
 {
     struct loomStream *s = arg;
@@ -107,17 +125,22 @@ static void *stream_main(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
 
-        __atomic_store_n(&s->spin_ns, t->comm->spin_ns, __ATOMIC_RELAXED);
         loom_clear_last_error();
         /* The clock only matters to a synchronizer asleep (one that falls asleep
          * meanwhile is woken when the queue drains). */
         const int timed = __atomic_load_n(&s->sync_sleeps, __ATOMIC_RELAXED) > 0;
         const uint64_t t0 = timed ? loom_now_ns() : 0;
-        loomResult_t res = loom_task_execute(t);
+        loomResult_t res = loomSuccess;
+        if (t->comm == NULL) {
+            run_host_fn(s, t);
+        } else {
+            __atomic_store_n(&s->spin_ns, t->comm->spin_ns, __ATOMIC_RELAXED);
+            res = loom_task_execute(t);
+            if (res != loomSuccess)
+                loom_comm_set_async_error(t->comm, res, loom_last_error());
+            loom_task_release(t);
+        }
         const int long_task = timed && loom_now_ns() - t0 >= LONG_TASK_NS;
-        if (res != loomSuccess)
-            loom_comm_set_async_error(t->comm, res, loom_last_error());
-        loom_task_release(t);
 
         pthread_mutex_lock(&s->lock);
         if (s->nspare < QUEUE_MAX) {
@@ -129,6 +152,10 @@ static void *stream_main(void *arg)
         if (res != loomSuccess && s->error == loomSuccess) {
             s->error = res;
             snprintf(s->error_msg, sizeof(s->error_msg), "%s", loom_last_error());
+        }
+        if (res != loomSuccess && s->fn_error == loomSuccess) {
+            s->fn_error = res;
+            snprintf(s->fn_msg, sizeof(s->fn_msg), "%s", loom_last_error());
         }
         const int left = __atomic_sub_fetch(&s->pending, 1, __ATOMIC_RELEASE);
         if ((left == 0 || long_task) && s->sync_sleeps > 0)
@@ -246,9 +273,12 @@ static void warn_stopped(struct loomStream *s)
               (void *)s);
 }
 
-loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const loom_op_t *op)
+/* Takes a reference on s and its lock, waits for room and gives a zeroed
+ * task (a spare or a new one) with the lock held; on failure the lock and
+ * the reference are dropped. */
+static loomResult_t task_alloc_locked(struct loomStream *s, const char *fn, loom_task_t **t_p)
 {
-    LOOM_CHECK(loom_registry_acquire(&streams, s, "stream argument"));
+    LOOM_CHECK(loom_registry_acquire(&streams, s, fn));
     pthread_mutex_lock(&s->lock);
     if (!wait_room_locked(s)) {
         pthread_mutex_unlock(&s->lock);
@@ -267,6 +297,40 @@ loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const lo
         loom_stream_release(s);
         return loomSystemError;
     }
+    *t_p = t;
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t s, loomHostFn_t fn, void *userData)
+{
+    if (fn == NULL) {
+        LOOM_WARN("loomStreamLaunchHostFunc: fn is NULL");
+        return loomInvalidArgument;
+    }
+    if (s == NULL) {
+        LOOM_WARN("loomStreamLaunchHostFunc: stream is NULL (a host function needs a stream)");
+        return loomInvalidArgument;
+    }
+    if (loom_group_is_open()) {
+        LOOM_WARN("loomStreamLaunchHostFunc: called inside a group, whose operations are queued "
+                  "only at loomGroupEnd: call it after loomGroupEnd");
+        return loomInvalidUsage;
+    }
+    loom_task_t *t;
+    LOOM_CHECK(task_alloc_locked(s, "loomStreamLaunchHostFunc", &t));
+    t->stream = s;
+    t->host_fn = fn;
+    t->host_arg = userData;
+    append_locked(s, t);
+    pthread_mutex_unlock(&s->lock);
+    loom_stream_release(s);
+    return loomSuccess;
+}
+
+loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const loom_op_t *op)
+{
+    loom_task_t *t;
+    LOOM_CHECK(task_alloc_locked(s, "stream argument", &t));
     t->comm = comm;
     t->stream = s;
     t->first = *op;

@@ -3,8 +3,10 @@
 // test_coll_streams.cc - loomStream_t: collectives queued on a stream complete in order with
 // exact results, also many more than the stream's queue holds; a queued operation returns before it
 // completes (checked by construction, not by timing: the peer does not join until the caller has
-// seen loomInProgress); stream and blocking calls on one communicator run in issue order; and a
-// failed operation surfaces at loomStreamSynchronize and through loomCommGetAsyncError. Polling
+// seen loomInProgress); stream and blocking calls on one communicator run in issue order; a
+// failed operation surfaces at loomStreamSynchronize and through loomCommGetAsyncError; and host
+// functions (loomStreamLaunchHostFunc) run in queue order, each seeing the results of what was
+// queued before it and the failure of its own batch only. Polling
 // loops spin on loomStreamQuery; the harness deadline bounds them. Run by meson's 'coll' suite.
 
 #include <sched.h>
@@ -238,6 +240,114 @@ TEST(Streams, QueryReportsAnErrorWithoutClearingIt)
         }
         XT_CHECK_LOOM(loomStreamDestroy(s));
     }));
+}
+
+// A host function runs after every operation queued before it and before any queued after it:
+// each snapshot of the buffer taken by a host function holds the result of the AllReduce queued
+// just before it, although the next AllReduce overwrites the buffer. 300 rounds: more than the
+// stream's queue holds, so host functions also come from the spare tasks of operations.
+struct HostSnap {
+    const std::vector<int32_t> *buf;
+    std::vector<std::vector<int32_t>> snaps;
+    std::vector<loomResult_t> status;
+};
+
+void SnapHostFn(void *arg, loomResult_t status)
+{
+    auto *h = static_cast<HostSnap *>(arg);
+    h->snaps.push_back(*h->buf);
+    h->status.push_back(status);
+}
+
+TEST(Streams, HostFunctionsRunInQueueOrderAfterTheirOperations)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(2, [](int rank, int n, loomComm_t comm) {
+        loomStream_t s = nullptr;
+        XT_CHECK_LOOM(loomStreamCreate(&s));
+        const int rounds = 300;
+        std::vector<std::vector<int32_t>> in(rounds, std::vector<int32_t>(16));
+        std::vector<int32_t> out(16);
+        HostSnap h{&out, {}, {}};
+        for (int i = 0; i < rounds; i++) {
+            for (int j = 0; j < 16; j++)
+                in[i][j] = (rank + 1) * (i * 16 + j);
+            XT_CHECK_LOOM(loomAllReduce(in[i].data(), out.data(), 16, loomInt32, loomSum, comm, s));
+            XT_CHECK_LOOM(loomStreamLaunchHostFunc(s, SnapHostFn, &h));
+        }
+        XT_CHECK_LOOM(loomStreamSynchronize(s));
+        XT_CHECK_EQ(h.snaps.size(), (size_t)rounds);
+        const int32_t factor = n * (n + 1) / 2;
+        for (int i = 0; i < rounds && i < (int)h.snaps.size(); i++) {
+            XT_CHECK_EQ(h.status[i], loomSuccess);
+            for (int j = 0; j < 16; j++)
+                XT_CHECK_EQ(h.snaps[i][j], factor * (i * 16 + j));
+        }
+        XT_CHECK_LOOM(loomStreamDestroy(s));
+    }));
+}
+
+struct HostStatus {
+    std::vector<loomResult_t> status;
+    std::vector<std::string> msg;
+};
+
+void StatusHostFn(void *arg, loomResult_t status)
+{
+    auto *h = static_cast<HostStatus *>(arg);
+    h->status.push_back(status);
+    h->msg.push_back(loomGetLastError(nullptr));
+}
+
+// The failure of an operation reaches the next host function with its message, and only that one:
+// a host function queued right after it sees Success. The stream keeps its own error for
+// loomStreamSynchronize independently.
+TEST(Streams, HostFunctionGetsTheFailureOfItsOwnBatch)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(2, [](int rank, int, loomComm_t comm) {
+        loomStream_t s = nullptr;
+        XT_CHECK_LOOM(loomStreamCreate(&s));
+        HostStatus h;
+        uint8_t buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        XT_CHECK_LOOM(loomStreamLaunchHostFunc(s, StatusHostFn, &h)); // nothing before it
+        if (rank == 0)
+            XT_CHECK_LOOM(loomSend(buf, 8, loomUint8, 1, comm, s));
+        else
+            XT_CHECK_LOOM(loomRecv(buf, 4, loomUint8, 0, comm, s)); // too small: fails
+        XT_CHECK_LOOM(loomStreamLaunchHostFunc(s, StatusHostFn, &h));
+        XT_CHECK_LOOM(loomStreamLaunchHostFunc(s, StatusHostFn, &h));
+        const loomResult_t sync = loomStreamSynchronize(s);
+        XT_CHECK_EQ(h.status.size(), (size_t)3);
+        if (h.status.size() == 3) {
+            XT_CHECK_EQ(h.status[0], loomSuccess);
+            XT_CHECK_EQ(h.status[2], loomSuccess);
+            XT_CHECK_MSG(h.msg[2].empty(), h.msg[2]);
+            if (rank == 1) {
+                XT_CHECK(h.status[1] != loomSuccess);
+                XT_CHECK_EQ(h.status[1], sync); // the same failure, also kept for Synchronize
+                XT_CHECK_MSG(!h.msg[1].empty(), "no message for the failed receive");
+                fprintf(stderr, "rank 1: the host function saw %s: %s\n",
+                        loomtest::Show(h.status[1]).c_str(), h.msg[1].c_str());
+            }
+        }
+        XT_CHECK_LOOM(loomStreamDestroy(s));
+    }));
+}
+
+void NoopHostFn(void *, loomResult_t) {}
+
+TEST(Streams, HostFunctionArgumentsAreChecked)
+{
+    loomStream_t s = nullptr;
+    ASSERT_EQ(loomStreamCreate(&s), loomSuccess);
+    EXPECT_EQ(loomStreamLaunchHostFunc(s, nullptr, nullptr), loomInvalidArgument);
+    EXPECT_EQ(loomStreamLaunchHostFunc(nullptr, NoopHostFn, nullptr), loomInvalidArgument);
+    ASSERT_EQ(loomGroupStart(), loomSuccess);
+    EXPECT_EQ(loomStreamLaunchHostFunc(s, NoopHostFn, nullptr), loomInvalidUsage);
+    EXPECT_NE(std::string(loomGetLastError(nullptr)).find("group"), std::string::npos);
+    ASSERT_EQ(loomGroupEnd(), loomSuccess);
+    EXPECT_EQ(loomStreamLaunchHostFunc(s, NoopHostFn, nullptr), loomSuccess);
+    ASSERT_EQ(loomStreamDestroy(s), loomSuccess);
+    EXPECT_EQ(loomStreamLaunchHostFunc(s, NoopHostFn, nullptr), loomInvalidArgument);
 }
 
 } // namespace
