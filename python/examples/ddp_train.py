@@ -131,6 +131,11 @@ def run_rank(args):
                           "median_step_ms": round(median_ms(secs), 3),
                           "first_loss": round(losses[0], 4), "last_loss": round(losses[-1], 4),
                           "replicas_equal": equal}), flush=True)
+    # torch 1.13: a gloo group whose last reference is DDP's reducer is destroyed at
+    # interpreter exit, joining its threads while one of them waits for the GIL to free a
+    # tensor; so the reducer goes first and the barrier lets those threads finish
+    del model
+    dist.barrier()
     dist.destroy_process_group()
     if not equal:
         sys.exit(f"ddp_train.py: rank {rank}: the ranks' parameters differ after "
