@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Draws torch_bench.py's torch_results.json as a PNG: per rank count, the time per call of each
 collective against size (log-log) through torch over loom and over Gloo (and loom's own
-all_reduce_perf beside AllReduce), then the DDP step per backend. torch_bench.py calls it after
+all_reduce_perf beside AllReduce), then the DDP step per backend and without DDP. torch_bench.py calls it after
 a run; alone it redraws a kept result. Needs matplotlib (the benchmark itself does not).
 
     bench/compare/torch_plot.py -o docs/perf/torch_perf.png build/compare/torch/torch_results.json
@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
 STYLE = {"loom": ("loom (torch)", "C0", "o-"), "gloo": ("Gloo (torch)", "C1", "s-"),
-         "loom-c": ("loom all_reduce_perf", "C2", "^--")}
+         "loom-c": ("loom all_reduce_perf", "C2", "^--"), "none": ("no DDP", "C7", None)}
 
 
 def plot(doc, path):
@@ -38,6 +38,8 @@ def plot(doc, path):
         for j, coll in enumerate(colls):
             ax = axes[i][j]
             for key, (label, color, fmt) in STYLE.items():
+                if fmt is None:
+                    continue  # a bar of the DDP panel only
                 pts = sorted((r["size"], r["impls"][key]["time_us"]) for r in rows
                              if r["coll"] == coll and r["nranks"] == n and key in r["impls"])
                 if pts:
@@ -47,7 +49,7 @@ def plot(doc, path):
                              "time per call (us)" if j == 0 else None, i == len(ranks) - 1)
         ax = axes[i][len(colls)]
         step = next((d["step_ms"] for d in doc["ddp_summary"] if d["nranks"] == n), {})
-        keys = [k for k in ("loom", "gloo") if k in step]
+        keys = [k for k in ("loom", "gloo", "none") if k in step]
         ax.bar([STYLE[k][0] for k in keys], [step[k] for k in keys],
                color=[STYLE[k][1] for k in keys])
         ax.set_title(f"DDP step (ddp_train.py), {n} ranks", fontsize=9)
