@@ -248,7 +248,6 @@ def plot(rows, impls, labels, ranks, colls, limits, net, path):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import matplotlib.ticker
     except ImportError as e:
         return f"matplotlib not importable ({e}); install python3-matplotlib"
     fig, axes = plt.subplots(len(ranks), len(colls), squeeze=False,
@@ -269,27 +268,39 @@ def plot(rows, impls, labels, ranks, colls, limits, net, path):
             elif ref:  # drawn, it would squash the data: say it instead
                 ax.text(0.02, 0.97, f"{ref[0]}: {ref[1]:.2f} GB/s", transform=ax.transAxes,
                         fontsize=6, va="top", color="grey")
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-                lambda x, _: short_size(int(round(x)))))
-            ax.set_title(f"{NAMES.get(coll, coll)}, {n} ranks", fontsize=9)
-            ax.tick_params(labelsize=7)
-            ax.grid(True, alpha=0.3)
-            if j == 0:
-                ax.set_ylabel("busbw (GB/s)", fontsize=8)
-            if i == len(ranks) - 1:
-                ax.set_xlabel("size (bytes)", fontsize=8)
-    seen = {}
-    for ax in axes.flat:
-        for h, label in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(label, h)
-    handles, names = list(seen.values()), list(seen)
-    if handles:
-        fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8)
+            size_axis(ax, f"{NAMES.get(coll, coll)}, {n} ranks",
+                      "busbw (GB/s)" if j == 0 else None, i == len(ranks) - 1)
+    one_legend(fig, axes)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def size_axis(ax, title, ylabel, xlabel):
+    """A panel with size (log 2, labelled 8, 32K, 2M) across: also torch_plot.py's."""
+    import matplotlib.ticker
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda x, _: short_size(int(round(x)))))
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    if ylabel:
+        ax.set_ylabel(ylabel, fontsize=8)
+    if xlabel:
+        ax.set_xlabel("size (bytes)", fontsize=8)
+
+
+def one_legend(fig, axes):
+    """One legend above the figure with every label of every panel once."""
+    seen = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=len(seen),
+                   fontsize=8)
 
 
 def reference_line(limits, net):

@@ -216,20 +216,22 @@ class Rank:
         return rows
 
 
-def rank_main(rank, nranks, cpus, port, timeout_s, conn):
+def rank_main(rank, nranks, cpus, port, timeout_s, conn, backend, rank_cls):
     """A rank: bind, join the group, then run the commands that arrive on conn."""
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        if backend != "gloo":
+            importlib.import_module(f"{backend}_torch")  # registers the backend
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=nranks, timeout=timedelta(seconds=timeout_s))
     except Exception as e:  # noqa: BLE001 - reported to the parent, which decides
         conn.send({"ok": False, "error": f"rank {rank}: init: {e}"})
         return
     conn.send({"ok": True, "cpu": os.sched_getaffinity(0).pop()})
-    me = Rank(torch, dist, rank, nranks)
+    me = rank_cls(torch, dist, rank, nranks)
     while True:
         cmd = conn.recv()
         if cmd is None:
@@ -248,9 +250,11 @@ def rank_main(rank, nranks, cpus, port, timeout_s, conn):
 
 
 class Group:
-    """The ranks of one process group, started by fork and driven by pipes."""
+    """The ranks of one process group, started by fork and driven by pipes.
+    bench/compare/torch_bench.py also starts one of backend loom (whose module,
+    loom_torch, registers it) with its own Rank class."""
 
-    def __init__(self, nranks, timeout_s):
+    def __init__(self, nranks, timeout_s, backend="gloo", rank_cls=Rank):
         importlib.import_module("torch")  # once here, so that the forked ranks share it
 
         self.timeout_s = timeout_s
@@ -262,8 +266,8 @@ class Group:
         self.conns, self.procs = [], []
         for r in range(nranks):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=rank_main, args=(r, nranks, cpus, port, timeout_s, theirs),
-                            daemon=True)
+            p = ctx.Process(target=rank_main, daemon=True,
+                            args=(r, nranks, cpus, port, timeout_s, theirs, backend, rank_cls))
             p.start()
             self.conns.append(mine)
             self.procs.append(p)
