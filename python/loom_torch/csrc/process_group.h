@@ -4,8 +4,9 @@
  * one loom communicator and one loom stream per process group. Every
  * operation is queued on the stream and returns a LoomWork at once; a host
  * function queued after it (loomStreamLaunchHostFunc) copies results out of
- * staging buffers and completes the work on the stream's worker thread, the
- * only thread the backend uses. Sends and receives wait in a pending batch
+ * staging buffers and completes the work on the stream's worker thread (a
+ * future handed out completes on the completion thread, completion_thread.h).
+ * Sends and receives wait in a pending batch
  * and run as one loom group (see Channel::flush).
  */
 #ifndef LOOM_TORCH_PROCESS_GROUP_H
