@@ -5,9 +5,11 @@
 # group usable: an all_reduce after all of them still gives the right sum.
 # Ranks that disagree (an all_reduce of a different count on each) must all
 # get a RuntimeError that names the counts, then one for every later call on
-# the broken group, and destroy_process_group() must still return.
+# the broken group, and destroy_process_group() must still return. A monitored
+# barrier that some ranks miss names them, and leaves the group usable.
 import re
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -108,3 +110,44 @@ def test_ranks_that_disagree():
         assert re.search(r"mismatch|differ", msg) and "count" in msg, f"rank {rank}: {first}: {msg}"
         assert took < 5, f"rank {rank}: {first}: the error took {took:.1f} s"
         assert msg2, f"rank {rank}: {second} on the broken group: no error"
+
+
+def monitored(rank, world, port):
+    ranks.init_env(rank, world, port)
+    # torch 1.13's dist.monitored_barrier refuses every backend but Gloo; the process group's
+    # own method is what it calls.
+    pg = dist.distributed_c10d._get_default_group()
+    pg.monitored_barrier(timedelta(seconds=60))  # every rank arrives: passes
+    out = {"err": None, "secs": 0.0}
+    if rank >= 2:
+        time.sleep(3)  # misses the next monitored barrier
+    else:
+        start = time.monotonic()
+        try:
+            pg.monitored_barrier(timedelta(seconds=1), wait_all_ranks=True)
+        except RuntimeError as e:
+            out["err"] = str(e)
+        out["secs"] = time.monotonic() - start
+    dist.barrier()  # together again: the group still works
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    out["sum"] = t[0].item()
+    dist.destroy_process_group()
+    return out
+
+
+# monitored_barrier as Gloo's: rank 0 names every rank that did not arrive within the timeout
+# (wait_all_ranks), the others time out waiting for rank 0, and the group still works after.
+@pytest.mark.skipif(not ranks.IS_LOOM, reason="a failed Gloo monitoredBarrier closes the group's "
+                    "connections, so the group does not work after it")
+def test_monitored_barrier_names_the_missing_ranks():
+    res = ranks.run(monitored, 4, timeout=60, env={"LOOM_NET": "shm"})
+    zero, one = res[0], res[1]
+    assert zero["err"] and re.search(r"Ranks 2, 3 failed to pass monitoredBarrier", zero["err"]), \
+        f"rank 0: {zero['err']}"
+    assert one["err"] and re.search(r"monitoredBarrier|timed out|timeout", one["err"], re.I), \
+        f"rank 1: {one['err']}"
+    for rank in (0, 1):
+        assert res[rank]["secs"] < 10, f"rank {rank}: monitored_barrier took {res[rank]['secs']:.1f} s"
+    for rank, r in enumerate(res):
+        assert r["sum"] == 4.0, f"rank {rank}: all_reduce afterwards gave {r['sum']}"

@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -192,7 +194,7 @@ loomDataType_t loomDtype(const at::Tensor &t, const char *op)
 
 ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<Store> &store, int rank, int size,
                                    std::chrono::milliseconds timeout)
-    : BackendBase(rank, size)
+    : BackendBase(rank, size), store_(store), timeout_(timeout)
 {
     loomUniqueId id;
     if (rank == 0) {
@@ -649,10 +651,51 @@ c10::intrusive_ptr<WorkBase> ProcessGroupLoom::barrier(const BarrierOptions &)
     return work;
 }
 
-void ProcessGroupLoom::monitoredBarrier(const BarrierOptions &opts, bool)
+/* As Gloo's: rank 0 waits for every other rank to arrive, up to the timeout,
+ * and names the ranks that did not (the first, or all with waitAllRanks);
+ * the others wait for rank 0 to release them. Through the group's store, not
+ * the communicator: a rank that never arrives must not break it, and loom's
+ * waits end only at the communicator's own timeout. */
+void ProcessGroupLoom::monitoredBarrier(const BarrierOptions &opts, bool waitAllRanks)
 {
-    auto work = barrier(opts);
-    work->wait(opts.timeout == c10d::kUnsetTimeout ? kNoTimeout : opts.timeout);
+    using std::chrono::milliseconds;
+    const milliseconds timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    const std::string key = "loom_monitored_barrier/" + std::to_string(monitoredCalls_++) + "/";
+    const std::string released = key + "released";
+    if (rank_ != 0) {
+        store_->set(key + std::to_string(rank_), std::vector<uint8_t>{1});
+        try {
+            store_->wait({released}, timeout);
+        } catch (const std::exception &) {
+            TORCH_CHECK(false, "loom: rank ", rank_, " timed out in monitoredBarrier after ",
+                        timeout.count(),
+                        " ms: rank 0 did not release it (it names the ranks "
+                        "that did not arrive)");
+        }
+        return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<int> missing;
+    for (int r = 1; r < size_; r++) {
+        auto left =
+            std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+        try {
+            store_->wait({key + std::to_string(r)}, std::max(left, milliseconds(1)));
+        } catch (const std::exception &) {
+            missing.push_back(r);
+            if (!waitAllRanks)
+                break;
+        }
+    }
+    if (missing.empty()) {
+        store_->set(released, std::vector<uint8_t>{1});
+        return;
+    }
+    std::string list;
+    for (size_t i = 0; i < missing.size(); i++)
+        list += (i ? ", " : "") + std::to_string(missing[i]);
+    TORCH_CHECK(false, "loom: ", missing.size() > 1 ? "Ranks " : "Rank ", list,
+                " failed to pass monitoredBarrier in ", timeout.count(), " ms");
 }
 
 c10::intrusive_ptr<WorkBase> ProcessGroupLoom::echoAllReduce(at::Tensor &tensor,

@@ -200,6 +200,11 @@ class ProcessGroupLoom : public BackendBase {
                                      bool isSend);
 
     std::shared_ptr<Channel> channel_;
+    /* monitoredBarrier's: the group's store, its timeout, and a count of its
+     * calls, the same on every rank, that keys each call's arrivals. */
+    c10::intrusive_ptr<Store> store_;
+    std::chrono::milliseconds timeout_;
+    uint64_t monitoredCalls_ = 0;
 };
 
 /* Runs fn without Python's global lock when the caller holds it: set by the
