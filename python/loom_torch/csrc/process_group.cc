@@ -160,6 +160,21 @@ loomResult_t grouped(size_t n, const std::function<loomResult_t(size_t)> &each)
     return first != loomSuccess ? first : end;
 }
 
+/* gather (the root receives) and scatter (the root sends): the root moves
+ * rankBufs[r] with every other rank r, in one group; the others move mine
+ * with the root. */
+loomResult_t rootExchange(bool rootSends, int rank, int root, const at::Tensor &mine,
+                          const std::vector<at::Tensor> &rankBufs, loomDataType_t dt,
+                          loomComm_t comm, loomStream_t stream)
+{
+    if (rank != root)
+        return sendOrRecv(!rootSends, mine, dt, root, comm, stream);
+    return grouped(rankBufs.size(), [&](size_t r) {
+        return (int)r == rank ? loomSuccess
+                              : sendOrRecv(rootSends, rankBufs[r], dt, (int)r, comm, stream);
+    });
+}
+
 std::atomic<int> g_groups{0};
 
 } // namespace
@@ -425,15 +440,7 @@ c10::intrusive_ptr<WorkBase> ProcessGroupLoom::gather(std::vector<std::vector<at
     if (rank_ == root)
         work->post.insert(work->post.begin(), [out = outs[root], inbuf] { out.copy_(inbuf); });
     channel_->run(work, [&] {
-        if (rank_ != root)
-            return loomSend(inbuf.data_ptr(), (size_t)inbuf.numel(), dt, root, comm(),
-                            channel_->stream());
-        return grouped(bufs.size(), [&](size_t r) {
-            if ((int)r == rank_)
-                return loomSuccess;
-            return loomRecv(bufs[r].data_ptr(), (size_t)bufs[r].numel(), dt, (int)r, comm(),
-                            channel_->stream());
-        });
+        return rootExchange(false, rank_, root, inbuf, bufs, dt, comm(), channel_->stream());
     });
     return work;
 }
@@ -465,15 +472,7 @@ c10::intrusive_ptr<WorkBase> ProcessGroupLoom::scatter(std::vector<at::Tensor> &
                     "loom: scatter takes input tensors on the root only");
     }
     channel_->run(work, [&] {
-        if (rank_ != root)
-            return loomRecv(outbuf.data_ptr(), (size_t)outbuf.numel(), dt, root, comm(),
-                            channel_->stream());
-        return grouped(ins.size(), [&](size_t r) {
-            if ((int)r == rank_)
-                return loomSuccess;
-            return loomSend(ins[r].data_ptr(), (size_t)ins[r].numel(), dt, (int)r, comm(),
-                            channel_->stream());
-        });
+        return rootExchange(true, rank_, root, outbuf, ins, dt, comm(), channel_->stream());
     });
     return work;
 }

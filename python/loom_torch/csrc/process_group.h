@@ -212,6 +212,13 @@ class ProcessGroupLoom : public BackendBase {
  * completions may run Python callbacks. */
 void setBlockingWrapper(void (*wrap)(const std::function<void()> &fn));
 
+/* loomSend (isSend) or loomRecv of buf's elements with peer. */
+loomResult_t sendOrRecv(bool isSend, const at::Tensor &buf, loomDataType_t dtype, int peer,
+                        loomComm_t comm, loomStream_t stream);
+
+/* "loom: <result's text>: <the last error's message>" (comm may be NULL). */
+std::string loomMessage(loomResult_t r, loomComm_t comm);
+
 /* Maps a tensor's dtype to loom's, or throws naming the dtype. */
 loomDataType_t loomDtype(const at::Tensor &t, const char *op);
 

@@ -32,8 +32,7 @@ void hostDone(void *userData, loomResult_t status)
     std::string message;
     if (status != loomSuccess) {
         batch->channel->noteFailure();
-        message =
-            std::string("loom: ") + loomGetErrorString(status) + ": " + loomGetLastError(nullptr);
+        message = loomMessage(status, nullptr);
     }
     for (auto &w : batch->works)
         w->complete(status, message);
@@ -134,9 +133,22 @@ void LoomWork::complete(loomResult_t status, const std::string &message)
         [future = future_, error, outputs = outputs_] { completeFuture(future, error, outputs); });
 }
 
+std::string loomMessage(loomResult_t r, loomComm_t comm)
+{
+    return std::string("loom: ") + loomGetErrorString(r) + ": " + loomGetLastError(comm);
+}
+
+loomResult_t sendOrRecv(bool isSend, const at::Tensor &buf, loomDataType_t dtype, int peer,
+                        loomComm_t comm, loomStream_t stream)
+{
+    size_t n = (size_t)buf.numel();
+    return isSend ? loomSend(buf.data_ptr(), n, dtype, peer, comm, stream)
+                  : loomRecv(buf.data_ptr(), n, dtype, peer, comm, stream);
+}
+
 std::string Channel::lastError(loomResult_t r) const
 {
-    return std::string("loom: ") + loomGetErrorString(r) + ": " + loomGetLastError(comm_);
+    return loomMessage(r, comm_);
 }
 
 void Channel::completeAll(std::vector<Failure> &failed)
@@ -228,9 +240,7 @@ void Channel::flushLocked(std::vector<Failure> &failed)
         works.push_back(p.work);
         if (first != loomSuccess)
             continue;
-        size_t n = (size_t)p.buf.numel();
-        loomResult_t r = p.isSend ? loomSend(p.buf.data_ptr(), n, p.dtype, p.peer, comm_, stream_)
-                                  : loomRecv(p.buf.data_ptr(), n, p.dtype, p.peer, comm_, stream_);
+        loomResult_t r = sendOrRecv(p.isSend, p.buf, p.dtype, p.peer, comm_, stream_);
         if (r != loomSuccess) {
             first = r;
             message = lastError(r);
