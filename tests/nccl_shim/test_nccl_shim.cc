@@ -343,15 +343,15 @@ TEST(ForwardNoLibrary, ALibraryThatIsNotNcclIsRefused)
 
 TEST(ForwardOldLibrary, AFunctionTheRealLibraryLacksIsInvalidUsage)
 {
-    std::string fake = env_or_empty("FAKE_NCCL");
-    ProbeRun r = probe({"allreduce"}, {"LOOM_NCCL_MODE=forward", "LOOM_NCCL_LIBRARY=" + fake});
+    std::string old = env_or_empty("OLD_NCCL");
+    ProbeRun r = probe({"allreduce"}, {"LOOM_NCCL_MODE=forward", "LOOM_NCCL_LIBRARY=" + old});
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.kv["allreduce_result"], std::to_string(ncclInvalidUsage));
-    EXPECT_EQ(r.kv["last"], "ncclAllReduce: the real NCCL library " + fake +
+    EXPECT_EQ(r.kv["last"], "ncclAllReduce: the real NCCL library " + old +
                                 " (version 2700) does not export pncclAllReduce");
-    ProbeRun v = probe({"basics"}, with(kTrace, "LOOM_NCCL_LIBRARY=" + fake));
+    ProbeRun v = probe({"basics"}, with(kTrace, "LOOM_NCCL_LIBRARY=" + old));
     EXPECT_EQ(v.kv["version"], "2700");
-    EXPECT_TRUE(contains(v.err, "real NCCL 2.7.0 (2700) from " + fake)) << v.err;
+    EXPECT_TRUE(contains(v.err, "real NCCL 2.7.0 (2700) from " + old)) << v.err;
 }
 
 TEST(Modes, NcclTwoTwentyNineFunctionsAreRefusedInEveryMode)

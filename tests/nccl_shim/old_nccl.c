@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * fake_nccl.c - a library that looks like a much older NCCL to the shim: it
+ * old_nccl.c - a library that looks like a much older NCCL to the shim: it
  * has pncclGetVersion and nothing else, so every other forwarded call meets a
  * function the "real" library lacks.
  */
