@@ -190,9 +190,27 @@ ncclResult_t shim_loom(loomResult_t res)
 
 ncclResult_t shim_real_result(ncclResult_t res)
 {
-    if (res != ncclSuccess && res != ncclInProgress)
+    if (res != ncclSuccess && res != ncclInProgress) {
         last_failure_real = 1;
+        shim_clear_last_error(); /* the real library's text is the one that counts */
+    }
     return res;
+}
+
+ncclResult_t shim_real_missing(const char *name)
+{
+    const shim_real_t *real = shim_real();
+    return shim_fail(ncclInvalidUsage,
+                     "nccl%s: the real NCCL library %s (version %d) does not "
+                     "export it",
+                     name, real ? real->path : "(none)", real ? real->version : 0);
+}
+
+void shim_real_abort(ncclComm_t comm)
+{
+    const shim_real_t *real = shim_real();
+    if (real != NULL && real->CommAbort != NULL && comm != NULL)
+        (void)real->CommAbort(comm);
 }
 
 int shim_last_failure_real(void)

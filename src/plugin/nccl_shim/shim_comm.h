@@ -88,6 +88,15 @@ ncclResult_t shim_loom(loomResult_t res);
 /* A result of the real library: a failure marks the last failure as the real
  * library's (ncclGetLastError then asks it). Returns res. */
 ncclResult_t shim_real_result(ncclResult_t res);
+/* InvalidUsage: the real library does not export nccl<name> (an older NCCL). */
+ncclResult_t shim_real_missing(const char *name);
+/* Calls the real library's ncclResult_t function `name` with `args` (route
+ * mode: shim_real() is not NULL), or fails if it lacks it. */
+#define SHIM_REAL(name, args)                                                                      \
+    (shim_real()->name != NULL ? shim_real_result(shim_real()->name args)                          \
+                               : shim_real_missing(#name))
+/* ncclCommAbort on a real communicator, for cleanup (its result is not the caller's). */
+void shim_real_abort(ncclComm_t comm);
 /* Whether the calling thread's last failure came from the real library. */
 int shim_last_failure_real(void);
 

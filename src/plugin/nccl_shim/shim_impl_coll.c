@@ -88,47 +88,37 @@ static int is_rooted(shim_coll_t coll)
 
 static ncclResult_t real_call(const shim_op_t *o, ncclComm_t h)
 {
-    const shim_real_t *real = shim_real();
     const ncclRedOp_t op = (ncclRedOp_t)o->op;
-    ncclResult_t r = ncclInternalError;
+    const void *sb = o->sendbuff;
+    void *rb = o->recvbuff;
+    const size_t n = o->count;
+    const ncclDataType_t dt = o->datatype;
+    cudaStream_t s = o->stream;
     switch (o->coll) {
     case SHIM_COLL_ALLREDUCE:
-        r = real->AllReduce(o->sendbuff, o->recvbuff, o->count, o->datatype, op, h, o->stream);
-        break;
+        return SHIM_REAL(AllReduce, (sb, rb, n, dt, op, h, s));
     case SHIM_COLL_ALLGATHER:
-        r = real->AllGather(o->sendbuff, o->recvbuff, o->count, o->datatype, h, o->stream);
-        break;
+        return SHIM_REAL(AllGather, (sb, rb, n, dt, h, s));
     case SHIM_COLL_REDUCESCATTER:
-        r = real->ReduceScatter(o->sendbuff, o->recvbuff, o->count, o->datatype, op, h, o->stream);
-        break;
+        return SHIM_REAL(ReduceScatter, (sb, rb, n, dt, op, h, s));
     case SHIM_COLL_BROADCAST:
-        r = o->bcast ? real->Bcast(o->recvbuff, o->count, o->datatype, o->root, h, o->stream)
-                     : real->Broadcast(o->sendbuff, o->recvbuff, o->count, o->datatype, o->root, h,
-                                       o->stream);
-        break;
+        return o->bcast ? SHIM_REAL(Bcast, (rb, n, dt, o->root, h, s))
+                        : SHIM_REAL(Broadcast, (sb, rb, n, dt, o->root, h, s));
     case SHIM_COLL_REDUCE:
-        r = real->Reduce(o->sendbuff, o->recvbuff, o->count, o->datatype, op, o->root, h,
-                         o->stream);
-        break;
+        return SHIM_REAL(Reduce, (sb, rb, n, dt, op, o->root, h, s));
     case SHIM_COLL_ALLTOALL:
-        r = real->AlltoAll(o->sendbuff, o->recvbuff, o->count, o->datatype, h, o->stream);
-        break;
+        return SHIM_REAL(AlltoAll, (sb, rb, n, dt, h, s));
     case SHIM_COLL_GATHER:
-        r = real->Gather(o->sendbuff, o->recvbuff, o->count, o->datatype, o->root, h, o->stream);
-        break;
+        return SHIM_REAL(Gather, (sb, rb, n, dt, o->root, h, s));
     case SHIM_COLL_SCATTER:
-        r = real->Scatter(o->sendbuff, o->recvbuff, o->count, o->datatype, o->root, h, o->stream);
-        break;
+        return SHIM_REAL(Scatter, (sb, rb, n, dt, o->root, h, s));
     case SHIM_COLL_SEND:
-        r = real->Send(o->sendbuff, o->count, o->datatype, o->peer, h, o->stream);
-        break;
+        return SHIM_REAL(Send, (sb, n, dt, o->peer, h, s));
     case SHIM_COLL_RECV:
-        r = real->Recv(o->recvbuff, o->count, o->datatype, o->peer, h, o->stream);
-        break;
+        return SHIM_REAL(Recv, (rb, n, dt, o->peer, h, s));
     default:
-        break;
+        return shim_fail(ncclInternalError, "%s: unknown collective %d", o->fn, (int)o->coll);
     }
-    return shim_real_result(r);
 }
 
 /* ---- work around a loom call: host functions and the group's after-list ------ */
@@ -455,8 +445,9 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
     if (shim_trace_enabled()) {
         char opn[32];
         op_name(call.op, opn, sizeof(opn));
-        shim_log(SHIM_LOG_INFO, "%s comm=%d/%d count=%zu dtype=%s op=%s -> %s (%s)", o->fn, c->rank,
-                 c->nranks, o->count, dtype_name(o->datatype), opn, shim_target_name(t), why);
+        shim_log(SHIM_LOG_TRACE, "%s comm=%d/%d count=%zu dtype=%s op=%s -> %s (%s)", o->fn,
+                 c->rank, c->nranks, o->count, dtype_name(o->datatype), opn, shim_target_name(t),
+                 why);
     }
     if (t == SHIM_TO_NCCL)
         return real_call(o, h);

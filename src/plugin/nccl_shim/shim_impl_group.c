@@ -129,7 +129,7 @@ static void take(deferred_t **jobs, int *njobs, shim_op_t **ops, int *nops)
 ncclResult_t shim_impl_GroupStart(void)
 {
     if (shim_paired()) {
-        ncclResult_t r = shim_real_result(shim_real()->GroupStart());
+        ncclResult_t r = SHIM_REAL(GroupStart, ());
         if (r != ncclSuccess)
             return r;
     }
@@ -142,8 +142,7 @@ static ncclResult_t group_end(ncclSimInfo_t *sim, const char *fn)
 {
     const int paired = shim_paired();
     if (paired) {
-        const shim_real_t *real = shim_real();
-        ncclResult_t r = shim_real_result(sim ? real->GroupSimulateEnd(sim) : real->GroupEnd());
+        ncclResult_t r = sim ? SHIM_REAL(GroupSimulateEnd, (sim)) : SHIM_REAL(GroupEnd, ());
         if (g.depth == 0)
             return r; /* not a group of the shim's: the real library's own answer */
         if (r != ncclSuccess && r != ncclInProgress)

@@ -50,7 +50,7 @@ ncclResult_t shim_impl_GetUniqueId(ncclUniqueId *uniqueId)
     ncclUniqueId out;
     memset(&out, 0, sizeof(out));
     if (shim_paired()) {
-        ncclResult_t r = shim_real_result(shim_real()->GetUniqueId(&out));
+        ncclResult_t r = SHIM_REAL(GetUniqueId, (&out));
         if (r != ncclSuccess)
             return r;
         for (int i = ID_HALF; i < NCCL_UNIQUE_ID_BYTES; i++)
@@ -136,7 +136,7 @@ static ncclResult_t launch(shim_comm_t *c, shim_job_t *job, int blocking)
     if (r != ncclSuccess && r != ncclInProgress && blocking) {
         shim_comm_t *listed = c->handle != NULL ? shim_comm_unlist(c->handle) : NULL;
         if (c->real != NULL)
-            (void)shim_real()->CommAbort(c->real);
+            shim_real_abort(c->real);
         shim_comm_release(listed);
     }
     shim_comm_release(c);
@@ -162,19 +162,18 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     ncclComm_t real = NULL;
     ncclResult_t real_res = ncclSuccess;
     if (paired) {
-        const shim_real_t *rl = shim_real();
         switch (a->how) {
         case REAL_INIT_RANK:
-            real_res = rl->CommInitRank(&real, nranks, id, rank);
+            real_res = SHIM_REAL(CommInitRank, (&real, nranks, id, rank));
             break;
         case REAL_INIT_CONFIG:
-            real_res = rl->CommInitRankConfig(&real, nranks, id, rank, a->config);
+            real_res = SHIM_REAL(CommInitRankConfig, (&real, nranks, id, rank, a->config));
             break;
         case REAL_INIT_SCALABLE:
-            real_res = rl->CommInitRankScalable(&real, nranks, rank, a->nId, a->commIds, a->config);
+            real_res = SHIM_REAL(CommInitRankScalable,
+                                 (&real, nranks, rank, a->nId, a->commIds, a->config));
             break;
         }
-        real_res = shim_real_result(real_res);
         if (real_res != ncclSuccess && real_res != ncclInProgress) {
             *comm = real;
             return real_res;
@@ -196,7 +195,7 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     shim_comm_t *c = shim_comm_new(rank, nranks, cfg.blocking, cfg.name);
     if (c == NULL) {
         if (real != NULL)
-            (void)shim_real()->CommAbort(real);
+            shim_real_abort(real);
         return shim_fail(ncclSystemError, "%s: out of memory", fn);
     }
     c->real = real;
@@ -210,7 +209,7 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
         shim_comm_release(shim_comm_unlist(c->handle));
         shim_comm_release(c);
         if (real != NULL)
-            (void)shim_real()->CommAbort(real);
+            shim_real_abort(real);
         return r;
     }
     *comm = c->handle;
@@ -255,7 +254,7 @@ ncclResult_t shim_impl_CommInitAll(ncclComm_t *comms, int ndev, const int *devli
         return shim_fail(ncclInvalidArgument, "ncclCommInitAll: ndev %d is below 1", ndev);
     const int paired = shim_paired();
     if (paired) {
-        ncclResult_t r = shim_real_result(shim_real()->CommInitAll(comms, ndev, devlist));
+        ncclResult_t r = SHIM_REAL(CommInitAll, (comms, ndev, devlist));
         if (r != ncclSuccess)
             return r;
     }
@@ -268,8 +267,7 @@ ncclResult_t shim_impl_CommInitAll(ncclComm_t *comms, int ndev, const int *devli
     int made = 0;
     for (; res == ncclSuccess && made < ndev; made++) {
         int rank = made;
-        if (paired &&
-            shim_real_result(shim_real()->CommUserRank(comms[made], &rank)) != ncclSuccess)
+        if (paired && SHIM_REAL(CommUserRank, (comms[made], &rank)) != ncclSuccess)
             rank = made;
         shim_comm_t *c = shim_comm_new(rank, ndev, 1, NULL);
         if (c == NULL) {
@@ -312,7 +310,7 @@ ncclResult_t shim_impl_CommInitAll(ncclComm_t *comms, int ndev, const int *devli
     }
     if (res != ncclSuccess && paired)
         for (int i = 0; i < ndev; i++)
-            (void)shim_real()->CommAbort(comms[i]);
+            shim_real_abort(comms[i]);
     free(cs);
     free(jobs);
     return res;
@@ -335,7 +333,7 @@ ncclResult_t shim_impl_CommSplit(ncclComm_t comm, int color, int key, ncclComm_t
     const int paired = shim_paired();
     shim_comm_t *p = shim_comm_find(comm);
     if (p == NULL)
-        return paired ? shim_real_result(shim_real()->CommSplit(comm, color, key, newcomm, config))
+        return paired ? SHIM_REAL(CommSplit, (comm, color, key, newcomm, config))
                       : not_ours(comm, fn);
     ncclResult_t r = ncclSuccess;
     loomComm_t pl = NULL;
@@ -356,7 +354,7 @@ ncclResult_t shim_impl_CommSplit(ncclComm_t comm, int color, int key, ncclComm_t
     ncclResult_t real_res = ncclSuccess;
     if (paired) {
         *newcomm = NULL; /* the real library may write it only later (non-blocking) */
-        real_res = shim_real_result(shim_real()->CommSplit(p->real, color, key, newcomm, config));
+        real_res = SHIM_REAL(CommSplit, (p->real, color, key, newcomm, config));
         if (real_res != ncclSuccess && real_res != ncclInProgress) {
             shim_comm_release(p);
             return real_res;
@@ -416,8 +414,8 @@ ncclResult_t shim_impl_CommShrink(ncclComm_t comm, int *excludeRanksList, int ex
 {
     if (shim_paired())
         /* The child is the real library's alone: not in the table, its calls pass through. */
-        return shim_real_result(shim_real()->CommShrink(comm, excludeRanksList, excludeRanksCount,
-                                                        newcomm, config, shrinkFlags));
+        return SHIM_REAL(CommShrink,
+                         (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
         return not_ours(comm, "ncclCommShrink");
@@ -430,7 +428,7 @@ ncclResult_t shim_impl_CommShrink(ncclComm_t comm, int *excludeRanksList, int ex
 ncclResult_t shim_impl_CommRevoke(ncclComm_t comm, int revokeFlags)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->CommRevoke(comm, revokeFlags));
+        return SHIM_REAL(CommRevoke, (comm, revokeFlags));
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
         return not_ours(comm, "ncclCommRevoke");
@@ -467,8 +465,7 @@ ncclResult_t shim_impl_CommFinalize(ncclComm_t comm)
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->CommFinalize(comm))
-                      : not_ours(comm, "ncclCommFinalize");
+        return paired ? SHIM_REAL(CommFinalize, (comm)) : not_ours(comm, "ncclCommFinalize");
     ncclResult_t r = ncclSuccess;
     if (job_deferred(c))
         r = shim_fail(ncclInvalidUsage,
@@ -478,7 +475,7 @@ ncclResult_t shim_impl_CommFinalize(ncclComm_t comm)
     else
         shim_job_wait(c); /* loom's calls without a stream are over when they return */
     if (r == ncclSuccess && paired)
-        r = shim_real_result(shim_real()->CommFinalize(c->real));
+        r = SHIM_REAL(CommFinalize, (c->real));
     shim_comm_release(c);
     return r;
 }
@@ -490,14 +487,13 @@ ncclResult_t shim_impl_CommDestroy(ncclComm_t comm)
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_unlist(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->CommDestroy(comm))
-                      : not_ours(comm, "ncclCommDestroy");
+        return paired ? SHIM_REAL(CommDestroy, (comm)) : not_ours(comm, "ncclCommDestroy");
     if (!job_deferred(c))
         shim_job_wait(c);
     loomComm_t l = close_obj(c);
     ncclResult_t r = l != NULL ? shim_loom(loomCommDestroy(l)) : ncclSuccess;
     if (paired) {
-        ncclResult_t rr = shim_real_result(shim_real()->CommDestroy(c->real));
+        ncclResult_t rr = SHIM_REAL(CommDestroy, (c->real));
         if (r == ncclSuccess)
             r = rr;
     }
@@ -512,14 +508,13 @@ ncclResult_t shim_impl_CommAbort(ncclComm_t comm)
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_unlist(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->CommAbort(comm))
-                      : not_ours(comm, "ncclCommAbort");
+        return paired ? SHIM_REAL(CommAbort, (comm)) : not_ours(comm, "ncclCommAbort");
     /* A pending init is not waited for: its job sees `closing` and aborts what it makes. */
     loomComm_t l = close_obj(c);
     if (l != NULL)
         (void)loomCommAbort(l); /* unblocks this communicator's calls on other threads */
     if (paired)
-        (void)shim_real_result(shim_real()->CommAbort(c->real));
+        (void)SHIM_REAL(CommAbort, (c->real));
     shim_comm_release(c);
     return ncclSuccess;
 }
@@ -531,7 +526,7 @@ ncclResult_t shim_impl_CommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncErr
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->CommGetAsyncError(comm, asyncError))
+        return paired ? SHIM_REAL(CommGetAsyncError, (comm, asyncError))
                       : not_ours(comm, "ncclCommGetAsyncError");
     ncclResult_t r = ncclSuccess;
     if (asyncError == NULL) {
@@ -556,7 +551,7 @@ ncclResult_t shim_impl_CommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncErr
         else
             *asyncError = ncclSuccess;
         if (*asyncError == ncclSuccess && paired)
-            r = shim_real_result(shim_real()->CommGetAsyncError(c->real, asyncError));
+            r = SHIM_REAL(CommGetAsyncError, (c->real, asyncError));
     }
     shim_comm_release(c);
     return r;
@@ -568,12 +563,10 @@ static ncclResult_t query(ncclComm_t comm, int *out, query_t q, const char *fn)
 {
     const int paired = shim_paired();
     shim_comm_t *c = paired ? NULL : shim_comm_find(comm);
-    if (paired) {
-        const shim_real_t *rl = shim_real();
-        return shim_real_result(q == Q_COUNT  ? rl->CommCount(comm, out)
-                                : q == Q_RANK ? rl->CommUserRank(comm, out)
-                                              : rl->CommCuDevice(comm, out));
-    }
+    if (paired)
+        return q == Q_COUNT  ? SHIM_REAL(CommCount, (comm, out))
+               : q == Q_RANK ? SHIM_REAL(CommUserRank, (comm, out))
+                             : SHIM_REAL(CommCuDevice, (comm, out));
     if (c == NULL)
         return not_ours(comm, fn);
     loomComm_t l;

@@ -26,7 +26,7 @@ ncclResult_t shim_impl_GetVersion(int *version)
     if (version == NULL)
         return shim_fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
     if (shim_paired())
-        return shim_real_result(shim_real()->GetVersion(version));
+        return SHIM_REAL(GetVersion, (version));
     *version = NCCL_VERSION_CODE; /* the API this library implements */
     return ncclSuccess;
 }
@@ -38,7 +38,7 @@ const char *shim_impl_GetErrorString(ncclResult_t result)
 
 const char *shim_impl_GetLastError(ncclComm_t comm)
 {
-    if (shim_paired() && shim_last_failure_real())
+    if (shim_paired() && shim_last_failure_real() && shim_real()->GetLastError != NULL)
         return shim_real()->GetLastError(comm);
     return shim_last_error();
 }
@@ -66,7 +66,7 @@ static int mem_n, mem_cap;
 ncclResult_t shim_impl_MemAlloc(void **ptr, size_t size)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->MemAlloc(ptr, size));
+        return SHIM_REAL(MemAlloc, (ptr, size));
     if (ptr == NULL)
         return shim_fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
     long page = sysconf(_SC_PAGESIZE);
@@ -97,7 +97,7 @@ ncclResult_t shim_impl_MemAlloc(void **ptr, size_t size)
 ncclResult_t shim_impl_MemFree(void *ptr)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->MemFree(ptr));
+        return SHIM_REAL(MemFree, (ptr));
     if (ptr == NULL)
         return ncclSuccess;
     pthread_mutex_lock(&mem_lock);
@@ -193,14 +193,14 @@ static ncclResult_t token_remove(ncclComm_t comm, shim_token_kind_t kind, const 
 ncclResult_t shim_impl_CommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->CommRegister(comm, buff, size, handle));
+        return SHIM_REAL(CommRegister, (comm, buff, size, handle));
     return token_add(comm, SHIM_TOKEN_REGISTER, buff, size, 0, handle, "ncclCommRegister");
 }
 
 ncclResult_t shim_impl_CommDeregister(const ncclComm_t comm, void *handle)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->CommDeregister(comm, handle));
+        return SHIM_REAL(CommDeregister, (comm, handle));
     return token_remove(comm, SHIM_TOKEN_REGISTER, handle, "ncclCommDeregister");
 }
 
@@ -208,7 +208,7 @@ ncclResult_t shim_impl_CommWindowRegister(ncclComm_t comm, void *buff, size_t si
                                           ncclWindow_t *win, int winFlags)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->CommWindowRegister(comm, buff, size, win, winFlags));
+        return SHIM_REAL(CommWindowRegister, (comm, buff, size, win, winFlags));
     void *t = NULL;
     ncclResult_t r = token_add(comm, SHIM_TOKEN_WINDOW, buff, size, winFlags,
                                win != NULL ? &t : NULL, "ncclCommWindowRegister");
@@ -220,7 +220,7 @@ ncclResult_t shim_impl_CommWindowRegister(ncclComm_t comm, void *buff, size_t si
 ncclResult_t shim_impl_CommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 {
     if (shim_paired())
-        return shim_real_result(shim_real()->CommWindowDeregister(comm, win));
+        return SHIM_REAL(CommWindowDeregister, (comm, win));
     return token_remove(comm, SHIM_TOKEN_WINDOW, (const void *)win, "ncclCommWindowDeregister");
 }
 
@@ -233,8 +233,7 @@ ncclResult_t shim_impl_RedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclD
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->RedOpCreatePreMulSum(op, scalar, datatype,
-                                                                           residence, comm))
+        return paired ? SHIM_REAL(RedOpCreatePreMulSum, (op, scalar, datatype, residence, comm))
                       : not_ours(comm, fn);
     ncclResult_t r = ncclSuccess;
     if (op == NULL || scalar == NULL)
@@ -247,14 +246,13 @@ ncclResult_t shim_impl_RedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclD
     if (r == ncclSuccess && paired) {
         /* Both backends must know the op by one id: the real library's. */
         ncclRedOp_t real_op;
-        r = shim_real_result(
-            shim_real()->RedOpCreatePreMulSum(&real_op, scalar, datatype, residence, c->real));
+        r = SHIM_REAL(RedOpCreatePreMulSum, (&real_op, scalar, datatype, residence, c->real));
         id = (int)real_op;
     }
     if (r == ncclSuccess) {
         r = shim_premul_create(c, id, scalar, datatype, residence, op);
         if (r != ncclSuccess && paired)
-            (void)shim_real()->RedOpDestroy((ncclRedOp_t)id, c->real);
+            (void)SHIM_REAL(RedOpDestroy, ((ncclRedOp_t)id, c->real));
     }
     shim_comm_release(c);
     return r;
@@ -265,11 +263,10 @@ ncclResult_t shim_impl_RedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
-        return paired ? shim_real_result(shim_real()->RedOpDestroy(op, comm))
-                      : not_ours(comm, "ncclRedOpDestroy");
+        return paired ? SHIM_REAL(RedOpDestroy, (op, comm)) : not_ours(comm, "ncclRedOpDestroy");
     ncclResult_t r = shim_premul_destroy(c, op);
     if (r == ncclSuccess && paired)
-        r = shim_real_result(shim_real()->RedOpDestroy(op, c->real));
+        r = SHIM_REAL(RedOpDestroy, (op, c->real));
     shim_comm_release(c);
     return r;
 }

@@ -173,9 +173,9 @@ static void job_finish(shim_job_t *j, ncclResult_t res, const char *msg, loomCom
  * handle only once the parent leaves InProgress; list the child under it. */
 static ncclResult_t adopt_real_child(shim_job_t *j, char *msg, size_t msglen)
 {
-    const shim_real_t *real = shim_real();
     ncclResult_t st = ncclInProgress;
-    while (real->CommGetAsyncError(j->owner->real, &st) == ncclSuccess && st == ncclInProgress) {
+    while (SHIM_REAL(CommGetAsyncError, (j->owner->real, &st)) == ncclSuccess &&
+           st == ncclInProgress) {
         const struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
