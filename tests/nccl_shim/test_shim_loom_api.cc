@@ -6,12 +6,15 @@
 // init/destroy cycles (blocking, non-blocking, and non-blocking aborted while pending) leave the
 // threads, descriptors and /dev/shm of before, and no leak under LeakSanitizer; loom streams
 // passed as cudaStream_t queue the call (PreMulSum and Gather's own copy in stream order too);
+// with a CUDA driver loaded (tests/nccl_shim/fake_cuda.c) device buffers and captured streams
+// are refused, a CUDA stream is synchronized first, and ncclCommCuDevice is the current device;
 // an init and a collective on it in one group; grouped calls on two communicators; a
 // non-blocking split; Echo through the default rules equals loomEchoAllReduce bit for bit;
 // ncclGroupSimulateEnd estimates without running; route mode without a real library behaves
 // as loom mode; and everything loom mode refuses, with the text ncclGetLastError gives.
 // Run by meson's 'nccl_shim' suite.
 
+#include <dlfcn.h>
 #include <nccl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -389,6 +392,48 @@ TEST(ShimLoom, EchoThroughTheDefaultRulesEqualsLoomsEcho)
             XT_CHECK(std::memcmp(via_nccl.data(), via_loom.data(), count * 2) == 0);
         },
         LoomMode({{"LOOM_NCCL_ECHO", "1"}})));
+}
+
+// ---- with a CUDA driver in the process ---------------------------------------------------------
+
+TEST(ShimLoom, CudaDriverLoadedDeviceBuffersAndStreams)
+{
+    const char *fake = std::getenv("LOOM_FAKE_CUDA");
+    ASSERT_NE(fake, nullptr) << "LOOM_FAKE_CUDA names libfake-cuda.so";
+    const std::string path = fake;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [&](int rank, int n, loomComm_t) {
+            void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+            XT_CHECK_MSG(h != nullptr, dlerror());
+            auto set_range = reinterpret_cast<void (*)(const void *, size_t)>(
+                dlsym(h, "fakeCudaSetDeviceRange"));
+            auto syncs = reinterpret_cast<int (*)()>(dlsym(h, "fakeCudaSyncCount"));
+            XT_CHECK(set_range != nullptr && syncs != nullptr);
+            ncclComm_t comm = NcclComm(rank, n);
+            int dev = -1;
+            XT_NCCL(ncclCommCuDevice(comm, &dev));
+            XT_CHECK_EQ(dev, 3); // the driver's current device when the communicator was made
+
+            std::vector<float> host(16, 1.0f), device(16, 0.0f);
+            set_range(device.data(), device.size() * sizeof(float));
+            XT_NCCL_REFUSED(
+                ncclAllReduce(host.data(), device.data(), 16, ncclFloat32, ncclSum, comm, nullptr),
+                ncclInvalidUsage, "device buffers need loom's GPU path");
+            auto stream = [](uintptr_t v) { return reinterpret_cast<cudaStream_t>(v); };
+            XT_NCCL_REFUSED(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm,
+                                          stream(0x1000)),
+                            ncclInvalidUsage, "captured into a CUDA graph");
+            XT_NCCL_REFUSED(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm,
+                                          stream(0x3000)),
+                            ncclInvalidArgument, "nor a stream the CUDA driver knows");
+            // A CUDA stream with host buffers: synchronized, then run before returning.
+            const int before = syncs();
+            CheckSum(comm, n, rank, 16, stream(0x2000));
+            XT_CHECK_EQ(syncs(), before + 1);
+            XT_NCCL(ncclCommDestroy(comm));
+        },
+        LoomMode()));
 }
 
 // ---- what loom mode refuses ----------------------------------------------------------------
