@@ -443,7 +443,11 @@ TEST(ShimLoom, RefusalsAndQueries)
     XT_ASSERT_RUN(loomtest::RunRanks(
         1,
         [](int rank, int n, loomComm_t) {
-            ncclComm_t comm = NcclComm(rank, n);
+            // One id for everything: the refused inits below fail before they would reach its
+            // rendezvous, and a second id's rendezvous would wait for ranks until loom's timeout.
+            const ncclUniqueId id = SharedId();
+            ncclComm_t comm = nullptr;
+            XT_NCCL(ncclCommInitRank(&comm, n, id, rank));
             int v = -1;
             XT_NCCL(ncclGetVersion(&v));
             XT_CHECK_EQ(v, NCCL_VERSION_CODE);
@@ -468,7 +472,6 @@ TEST(ShimLoom, RefusalsAndQueries)
             XT_NCCL_REFUSED(ncclCommInitRank(&c2, 1, zero, 0), ncclInvalidArgument, "no loom id");
             ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
             bad.magic = 0;
-            const ncclUniqueId id = SharedId();
             XT_NCCL_REFUSED(ncclCommInitRankConfig(&c2, 1, id, 0, &bad), ncclInvalidArgument,
                             "NCCL_CONFIG_INITIALIZER");
             ncclConfig_t bad_blocking = NCCL_CONFIG_INITIALIZER;

@@ -70,16 +70,19 @@ ncclResult_t shim_group_record(const shim_op_t *op)
     return ncclSuccess;
 }
 
-/* Whether a deferred job may still run: its object was not destroyed or
- * aborted meanwhile (then it is dropped). Marks it started under the lock the
- * destroy and abort take. */
+/* Whether a deferred job may still run: neither the object it makes nor its
+ * owner was destroyed or aborted meanwhile (then it is dropped). */
+static int closing(shim_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    const int is = c->closing;
+    pthread_mutex_unlock(&c->lock);
+    return is;
+}
+
 static int claim(shim_job_t *job)
 {
-    shim_comm_t *c = job->child != NULL ? job->child : job->owner;
-    pthread_mutex_lock(&c->lock);
-    const int closing = c->closing;
-    pthread_mutex_unlock(&c->lock);
-    if (closing || job->owner->closing) {
+    if ((job->child != NULL && closing(job->child)) || closing(job->owner)) {
         shim_job_drop(job);
         return 0;
     }
