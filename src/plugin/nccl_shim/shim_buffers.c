@@ -6,7 +6,9 @@
  * library must load and run where CUDA is not installed at all.
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shim_buffers.h"
@@ -35,15 +37,38 @@ static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuda_api_t cuda_api;
 static int cuda_found; /* atomic: set once every function was found */
 
-/* The driver's functions if the process has loaded it. Asked again on every
- * call until found: CUDA is loaded lazily, often after the first collective
- * of a framework's warm-up. The handle taken once found is kept for the life
- * of the process (the driver is never unloaded under a running program). */
+/* The loader's count of objects loaded so far (0 if it does not say). */
+static int adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    const size_t need = offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds);
+    *(unsigned long long *)data = size >= need ? info->dlpi_adds : 0;
+    return 1; /* the first object says it */
+}
+
+static unsigned long long load_count(void)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(adds_cb, &adds);
+    return adds;
+}
+
+static unsigned long long looked_at; /* load_count() when the driver was last looked for */
+
+/* The driver's functions if the process has loaded it. Looked for again
+ * whenever something was loaded since the last look: CUDA is loaded lazily,
+ * often after a framework's first collective. (A dlopen with RTLD_NOLOAD of a
+ * bare name searches the library path, a dozen failed opens, so it is not
+ * made per call.) The handle taken once found is kept for the life of the
+ * process: the driver is never unloaded under a running program. */
 static const cuda_api_t *cuda(void)
 {
     if (__atomic_load_n(&cuda_found, __ATOMIC_ACQUIRE))
         return &cuda_api;
+    const unsigned long long adds = load_count();
+    if (adds != 0 && adds == __atomic_load_n(&looked_at, __ATOMIC_ACQUIRE))
+        return NULL;
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    __atomic_store_n(&looked_at, adds, __ATOMIC_RELEASE);
     if (h == NULL)
         return NULL;
     pthread_mutex_lock(&cuda_lock);

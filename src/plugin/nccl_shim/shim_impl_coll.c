@@ -466,8 +466,14 @@ static ncclResult_t coll_entry(shim_op_t *o, ncclComm_t h)
     const int paired = shim_paired();
     shim_comm_t *c = shim_comm_find(h);
     if (c == NULL) {
-        if (paired)
+        if (paired) {
+            if (shim_trace_enabled())
+                shim_log(SHIM_LOG_TRACE,
+                         "%s count=%zu -> nccl (not a communicator of this "
+                         "library: passed through)",
+                         o->fn, o->count);
             return real_call(o, h);
+        }
         return shim_fail(ncclInvalidArgument,
                          "%s: %p is not a communicator of this library (destroyed, never "
                          "created, or made by another library)",
