@@ -37,6 +37,11 @@ enum {
 };
 enum { NCCL_PROTO_LL, NCCL_PROTO_LL128, NCCL_PROTO_SIMPLE, NCCL_PROTOS };
 #define NCCL_ALGO_PROTO_IGNORE (-1.0f)
+/* NCCL ignores every negative entry, not only -1: it multiplies a whole Ring row by 1024 for fp8
+ * on more than 8 ranks (to rank the lossy ring reduction last), which turns a -1 into -1024. */
+
+/* The links of NCCL's hop latencies (hwLatencies' first index). */
+enum { NCCL_HW_NVLINK, NCCL_HW_PCI, NCCL_HW_NET, NCCL_HW_LINKS };
 
 typedef void (*nccl_logger_t)(int level, unsigned long flags, const char *file, int line,
                               const char *fmt, ...);
@@ -48,12 +53,12 @@ typedef struct {
     int nNvlDomains, minRanksPerNvlDomain, maxRanksPerNvlDomain;
 } nccl_nvl_domain_info_v5_t;
 
-/* NCCL's model constants (v5): NCCL passes them to init before it builds its own model. loom's
- * tuner reads none of them and changes none; the layout is here so that the pointer's target is
- * described, 1152 bytes of doubles. */
+/* NCCL's model constants (v5): NCCL passes them to init before it builds its own model, 1152
+ * bytes of doubles. loom's tuner reads the Tree and Ring latencies (microseconds) and changes
+ * nothing. */
 typedef struct {
-    double baseLatencies[7][3];
-    double hwLatencies[3][7][3];
+    double baseLatencies[NCCL_ALGOS][NCCL_PROTOS];
+    double hwLatencies[NCCL_HW_LINKS][NCCL_ALGOS][NCCL_PROTOS];
     double llMaxBws[4][3];
     double perChMaxRingLL128Bws[4][3];
     double perChMaxTreeLL128Bws[4][3];
@@ -61,6 +66,7 @@ typedef struct {
     double perChMaxNVLSTreeBws[4][3];
 } nccl_tuner_constants_v5_t;
 
+/* getCollInfo of v4 and v5 (and of v6 in later releases): no version passes the datatype. */
 typedef nccl_result_t (*nccl_get_coll_info_fn_t)(void *ctx, int collType, size_t nBytes,
                                                  int numPipeOps, float **collCostTable, int numAlgo,
                                                  int numProto, int regBuff, int *nChannels);

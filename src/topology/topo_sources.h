@@ -3,14 +3,23 @@
  * topo_sources.h - the detection sources beside sysfs: hwloc (topo_hwloc.c), libibverbs
  * (topo_ibv.c) and NVML (topo_nvml.c). Each fills part of a host record and says whether it
  * could; topo_detect.c alone decides which ones run and falls back to sysfs for the rest. The
- * first two exist only when the build found their library (topo_config.h says which); NVML is
- * always built, because it is loaded at run time.
+ * first two exist only when the build found their library (topo_config.h says which) and the
+ * build is not the sysfs-only one (LOOM_TOPO_SYSFS_ONLY: the NCCL tuner plugin's copy, which
+ * must load where neither library is installed); NVML is always built, because it is loaded at
+ * run time.
  */
 #ifndef LOOM_TOPOLOGY_TOPO_SOURCES_H
 #define LOOM_TOPOLOGY_TOPO_SOURCES_H
 
 #include "topo.h"
 #include "topo_config.h"
+
+#ifdef LOOM_TOPO_SYSFS_ONLY
+#undef LOOM_HAVE_HWLOC
+#define LOOM_HAVE_HWLOC 0
+#undef LOOM_HAVE_IBVERBS
+#define LOOM_HAVE_IBVERBS 0
+#endif
 
 #if LOOM_HAVE_HWLOC
 /* Fills packages, cores, cpus, l1d_kb, l2_kb, l3_kb and numa[] from hwloc, and the NUMA node of
