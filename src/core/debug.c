@@ -50,6 +50,7 @@ static const struct {
     {"TOPO", LOOM_LOG_TOPO},
     {"ECHO", LOOM_LOG_ECHO},
     {"QUANT", LOOM_LOG_QUANT},
+    {"SHIM", LOOM_LOG_SHIM},
     {"ALL", LOOM_LOG_ALL},
 };
 #define NSUBSYS (sizeof(subsys_names) / sizeof(subsys_names[0]))

@@ -58,6 +58,9 @@ const char *shim_error_string(ncclResult_t result);
 void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The calling thread's last-error text; "" if none. */
 const char *shim_last_error(void);
+/* Empties it: a call that failed inside the real library makes the real
+ * library's text the one ncclGetLastError should return. */
+void shim_clear_last_error(void);
 /* Maps a loom result to NCCL's (loomTimeout -> ncclRemoteError) and, when it
  * is a failure, copies loomGetLastError(NULL) into the last-error text. */
 ncclResult_t shim_from_loom(loomResult_t result);
