@@ -24,6 +24,20 @@ NCCL_SHIM = [
      "absolute path of the real libnccl.so.2 (never the shim itself); empty: looked for in "
      "$NCCL_HOME/lib, $CUDA_HOME/lib64, $CUDA_HOME/lib, $CUDA_PATH/lib64, $CUDA_PATH/lib, "
      "/usr/local/cuda/lib64, /usr/local/cuda/lib and the system library directories"),
+    ("LOOM_NCCL_ROUTE", "(empty)",
+     "route mode: the rules that send each call to loom, to Echo or to the real NCCL, e.g. "
+     "`coll=allreduce dtype=bf16 bytes>=1M -> echo; * -> nccl` (docs/nccl-plugins.md, Routing "
+     "rules); the first rule that matches decides, a call no rule matches goes to NCCL (in loom "
+     "mode: to loom); device buffers, captured streams, Send/Recv and calls inside a group always "
+     "go to NCCL. Empty: the default rules, which send a bf16 or fp16 sum AllReduce of at least "
+     "1 MiB on a one-host communicator of 2 to 8 ranks to loom (to Echo with LOOM_NCCL_ECHO=1). A "
+     "malformed list makes every collective and Send/Recv fail with ncclInvalidArgument, "
+     "ncclGetLastError naming the rule and the offending text. Must be the same on every rank"),
+    ("LOOM_NCCL_ECHO", "0",
+     "1: the default rules (LOOM_NCCL_ROUTE empty) send the calls they take to Echo, loom's 4-bit "
+     "AllReduce, without error feedback (docs/echo.md: within its error bounds, not bit for bit); "
+     "another value: to loom's exact AllReduce. Ignored when LOOM_NCCL_ROUTE is set, whose rules "
+     "name echo themselves. Must be the same on every rank"),
 ]
 
 

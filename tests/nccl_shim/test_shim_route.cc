@@ -1,0 +1,923 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_shim_route.cc - the routing rules of the drop-in NCCL library (shim_route.c): the grammar
+ * of LOOM_NCCL_ROUTE key by key, its error messages, the canonical text, the default rules, the
+ * fixed constraints that win over every rule, and a randomized check against a reference model
+ * of the test's own: random rule lists written in random spellings must decide every random call
+ * as the model does, identically when parsed twice, from their canonical text, from copies of
+ * the call and from several threads.
+ */
+#include <gtest/gtest.h>
+#include <nccl.h> /* outside extern "C": it includes CUDA's C++ headers */
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" { /* shim_route.h has no guards of its own */
+#include "shim_route.h"
+}
+
+namespace {
+
+struct RulesDeleter {
+    void operator()(shim_rules_t *r) const
+    {
+        shim_rules_free(r);
+    }
+};
+using Rules = std::unique_ptr<shim_rules_t, RulesDeleter>;
+
+Rules Parse(const std::string &text)
+{
+    shim_rules_t *r = nullptr;
+    char err[512];
+    ncclResult_t rc = shim_rules_parse(text.c_str(), &r, err, sizeof(err));
+    EXPECT_EQ(rc, ncclSuccess) << "text: " << text << "\nerror: " << err;
+    return Rules(r);
+}
+
+/* The error message of a text that must not parse. */
+std::string ParseError(const std::string &text)
+{
+    shim_rules_t *r = reinterpret_cast<shim_rules_t *>(0x1);
+    char err[512];
+    ncclResult_t rc = shim_rules_parse(text.c_str(), &r, err, sizeof(err));
+    EXPECT_EQ(rc, ncclInvalidArgument) << "text: " << text;
+    EXPECT_EQ(r, nullptr) << "text: " << text;
+    if (rc == ncclSuccess)
+        shim_rules_free(r);
+    return err;
+}
+
+shim_call_t Call(shim_coll_t coll = SHIM_COLL_ALLREDUCE, ncclDataType_t dt = ncclBfloat16,
+                 int op = ncclSum, size_t bytes = 4 << 20, int nranks = 4, int hosts = 1)
+{
+    shim_call_t c;
+    memset(&c, 0, sizeof(c));
+    c.coll = coll;
+    c.datatype = dt;
+    c.op = op;
+    c.bytes = bytes;
+    c.nranks = nranks;
+    c.hosts = hosts;
+    c.name = nullptr;
+    return c;
+}
+
+shim_target_t Decide(const shim_rules_t *r, const shim_call_t &c, std::string *why = nullptr)
+{
+    char buf[512];
+    shim_target_t t = shim_route_decide(r, &c, buf, sizeof(buf));
+    if (why)
+        *why = buf;
+    return t;
+}
+
+shim_target_t Decide(const std::string &text, const shim_call_t &c, std::string *why = nullptr)
+{
+    Rules r = Parse(text);
+    return r ? Decide(r.get(), c, why) : SHIM_TO_NCCL;
+}
+
+bool Contains(const std::string &s, const std::string &part)
+{
+    return s.find(part) != std::string::npos;
+}
+
+/* ---- grammar, key by key ------------------------------------------------------------------- */
+
+TEST(ShimRoute, CollNamesAndAliases)
+{
+    const struct {
+        const char *name;
+        shim_coll_t coll;
+    } cases[] = {{"allreduce", SHIM_COLL_ALLREDUCE},
+                 {"allgather", SHIM_COLL_ALLGATHER},
+                 {"reducescatter", SHIM_COLL_REDUCESCATTER},
+                 {"broadcast", SHIM_COLL_BROADCAST},
+                 {"bcast", SHIM_COLL_BROADCAST},
+                 {"reduce", SHIM_COLL_REDUCE},
+                 {"alltoall", SHIM_COLL_ALLTOALL},
+                 {"gather", SHIM_COLL_GATHER},
+                 {"scatter", SHIM_COLL_SCATTER},
+                 {"AllReduce", SHIM_COLL_ALLREDUCE}};
+    for (const auto &tc : cases) {
+        const std::string text = std::string("coll=") + tc.name + " -> loom";
+        for (int c = 0; c < SHIM_NUM_COLLS; c++) {
+            if (c == SHIM_COLL_SEND || c == SHIM_COLL_RECV)
+                continue; /* fixed to NCCL, tested below */
+            const int op =
+                c == SHIM_COLL_ALLREDUCE || c == SHIM_COLL_REDUCESCATTER || c == SHIM_COLL_REDUCE
+                    ? ncclSum
+                    : -1;
+            EXPECT_EQ(Decide(text, Call((shim_coll_t)c, ncclFloat32, op)),
+                      c == tc.coll ? SHIM_TO_LOOM : SHIM_TO_NCCL)
+                << text << " on " << shim_coll_name((shim_coll_t)c);
+        }
+    }
+    Rules list = Parse("coll=allgather,reducescatter,bcast -> loom");
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1)), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_BROADCAST, ncclFloat32, -1)), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_ALLREDUCE)), SHIM_TO_NCCL);
+    EXPECT_EQ(Decide("coll=* -> loom", Call(SHIM_COLL_ALLTOALL, ncclInt8, -1)), SHIM_TO_LOOM);
+    EXPECT_STREQ(shim_coll_name(SHIM_COLL_REDUCESCATTER), "reducescatter");
+    EXPECT_STREQ(shim_coll_name(SHIM_COLL_BROADCAST), "broadcast");
+    EXPECT_STREQ(shim_coll_name(SHIM_COLL_RECV), "recv");
+}
+
+TEST(ShimRoute, DtypeNamesAndAliases)
+{
+    const struct {
+        const char *name;
+        ncclDataType_t dt;
+    } cases[] = {
+        {"int8", ncclInt8},
+        {"char", ncclInt8},
+        {"uint8", ncclUint8},
+        {"int32", ncclInt32},
+        {"int", ncclInt32},
+        {"uint32", ncclUint32},
+        {"int64", ncclInt64},
+        {"uint64", ncclUint64},
+        {"fp16", ncclFloat16},
+        {"f16", ncclFloat16},
+        {"half", ncclFloat16},
+        {"float16", ncclFloat16},
+        {"fp32", ncclFloat32},
+        {"f32", ncclFloat32},
+        {"float", ncclFloat32},
+        {"float32", ncclFloat32},
+        {"fp64", ncclFloat64},
+        {"f64", ncclFloat64},
+        {"double", ncclFloat64},
+        {"float64", ncclFloat64},
+        {"bf16", ncclBfloat16},
+        {"bfloat16", ncclBfloat16},
+        {"BF16", ncclBfloat16},
+        {"fp8e4m3", ncclFloat8e4m3},
+        {"e4m3", ncclFloat8e4m3},
+        {"float8e4m3", ncclFloat8e4m3},
+        {"fp8e5m2", ncclFloat8e5m2},
+        {"e5m2", ncclFloat8e5m2},
+        {"float8e5m2", ncclFloat8e5m2},
+    };
+    for (const auto &tc : cases) {
+        Rules r = Parse(std::string("dtype=") + tc.name + " -> loom");
+        for (int dt = 0; dt < ncclNumTypes; dt++)
+            EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, (ncclDataType_t)dt)),
+                      dt == tc.dt ? SHIM_TO_LOOM : SHIM_TO_NCCL)
+                << tc.name << " on dtype " << dt;
+    }
+    Rules list = Parse("dtype=bf16,fp16,f32 -> loom");
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32)), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat64)), SHIM_TO_NCCL);
+    /* a datatype outside NCCL's enum matches only dtype=* */
+    EXPECT_EQ(Decide("dtype=* -> loom", Call(SHIM_COLL_ALLREDUCE, (ncclDataType_t)40)),
+              SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(list.get(), Call(SHIM_COLL_ALLREDUCE, (ncclDataType_t)40)), SHIM_TO_NCCL);
+}
+
+TEST(ShimRoute, Ops)
+{
+    const struct {
+        const char *name;
+        int op;
+    } cases[] = {{"sum", ncclSum}, {"prod", ncclProd}, {"max", ncclMax},  {"min", ncclMin},
+                 {"avg", ncclAvg}, {"premulsum", 5},   {"premul_sum", 5}, {"SUM", ncclSum}};
+    const int calls[] = {-1, ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, 5, 6, 1000};
+    for (const auto &tc : cases) {
+        Rules r = Parse(std::string("op=") + tc.name + " -> loom");
+        for (int op : calls) {
+            const int kind = op >= 5 ? 5 : op;
+            EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, op)),
+                      kind == tc.op ? SHIM_TO_LOOM : SHIM_TO_NCCL)
+                << tc.name << " on op " << op;
+        }
+    }
+    /* a collective without an op matches a rule without an op condition, and op=* */
+    EXPECT_EQ(Decide("op=sum,prod,max,min,avg,premulsum -> loom",
+                     Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1)),
+              SHIM_TO_NCCL);
+    EXPECT_EQ(Decide("op=* -> loom", Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1)), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide("coll=allgather -> loom", Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1)),
+              SHIM_TO_LOOM);
+}
+
+TEST(ShimRoute, BytesForms)
+{
+    const size_t K = 1024, M = K * K, G = M * K;
+    const struct {
+        const char *cond;
+        std::vector<size_t> in, out;
+    } cases[] = {
+        {"bytes>=1M", {M, M + 1, 64 * G}, {0, M - 1}},
+        {"bytes=>=1M", {M, 5 * M}, {M - 1}},
+        {"bytes>1M", {M + 1}, {M, 0}},
+        {"bytes=>1M", {M + 1}, {M}},
+        {"bytes<=64K", {0, 64 * K}, {64 * K + 1}},
+        {"bytes=<=64K", {0, 64 * K}, {64 * K + 1}},
+        {"bytes<64K", {64 * K - 1}, {64 * K}},
+        {"bytes=1M-16M", {M, 16 * M, 3 * M}, {M - 1, 16 * M + 1}},
+        {"bytes=4096", {4 * K}, {4 * K - 1, 4 * K + 1}},
+        {"bytes=4k", {4 * K}, {4 * K + 1}},
+        {"bytes=2g", {2 * G}, {2 * G - 1}},
+        {"bytes=1G-1G", {G}, {G + 1}},
+        {"bytes=0", {0}, {1}},
+        {"bytes=*", {0, G, SIZE_MAX}, {}},
+        {"bytes>=0", {0, SIZE_MAX}, {}},
+        {"bytes=18446744073709551615", {SIZE_MAX}, {0}},
+    };
+    for (const auto &tc : cases) {
+        Rules r = Parse(std::string("coll=allreduce ") + tc.cond + " -> loom");
+        for (size_t b : tc.in)
+            EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, b)),
+                      SHIM_TO_LOOM)
+                << tc.cond << " with " << b;
+        for (size_t b : tc.out)
+            EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, b)),
+                      SHIM_TO_NCCL)
+                << tc.cond << " with " << b;
+    }
+}
+
+TEST(ShimRoute, NranksAndHosts)
+{
+    Rules r = Parse("nranks=2-8 hosts=1 -> loom");
+    for (int n = 0; n <= 10; n++)
+        for (int h = 0; h <= 3; h++)
+            EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, n, h)),
+                      n >= 2 && n <= 8 && h == 1 ? SHIM_TO_LOOM : SHIM_TO_NCCL)
+                << n << " ranks on " << h << " hosts";
+    for (const char *cond : {"hosts=>1", "hosts>1", "hosts>=2", "hosts=2-2147483647"}) {
+        Rules m = Parse(std::string(cond) + " -> loom");
+        EXPECT_EQ(Decide(m.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, 8, 1)),
+                  SHIM_TO_NCCL)
+            << cond;
+        EXPECT_EQ(Decide(m.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, 8, 2)),
+                  SHIM_TO_LOOM)
+            << cond;
+        EXPECT_STREQ(shim_rules_text(m.get()), "hosts>=2 -> loom") << cond;
+    }
+    Rules le = Parse("nranks<=4 -> loom");
+    EXPECT_EQ(Decide(le.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, 4)),
+              SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(le.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, 5)),
+              SHIM_TO_NCCL);
+    /* a negative size or host count (never set by the library) matches no condition on it */
+    EXPECT_EQ(Decide(le.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 64, -1)),
+              SHIM_TO_NCCL);
+}
+
+TEST(ShimRoute, NameGlobs)
+{
+    auto with_name = [](const char *name) {
+        shim_call_t c = Call();
+        c.name = name;
+        return c;
+    };
+    Rules tp = Parse("name=tp* -> loom");
+    EXPECT_EQ(Decide(tp.get(), with_name("tp")), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(tp.get(), with_name("tp_group_3")), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(tp.get(), with_name("dp")), SHIM_TO_NCCL);
+    EXPECT_EQ(Decide(tp.get(), with_name("TP")), SHIM_TO_NCCL); /* case matters in names */
+    EXPECT_EQ(Decide(tp.get(), with_name(nullptr)), SHIM_TO_NCCL);
+    Rules named = Parse("name=?* -> loom");
+    EXPECT_EQ(Decide(named.get(), with_name("x")), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(named.get(), with_name(nullptr)), SHIM_TO_NCCL);
+    EXPECT_EQ(Decide(named.get(), with_name("")), SHIM_TO_NCCL);
+    Rules any = Parse("name=* -> loom");
+    EXPECT_EQ(Decide(any.get(), with_name(nullptr)), SHIM_TO_LOOM);
+    EXPECT_STREQ(shim_rules_text(any.get()), "* -> loom");
+    Rules cls = Parse("name=[td]p?_* -> loom");
+    EXPECT_EQ(Decide(cls.get(), with_name("dp0_a")), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(cls.get(), with_name("pp0_a")), SHIM_TO_NCCL);
+    Rules exact = Parse("name=moe.ep -> loom");
+    EXPECT_EQ(Decide(exact.get(), with_name("moe.ep")), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(exact.get(), with_name("moe.ep2")), SHIM_TO_NCCL);
+    EXPECT_STREQ(shim_rules_text(exact.get()), "name=moe.ep -> loom");
+}
+
+TEST(ShimRoute, WhitespaceAndSeparators)
+{
+    const char *same[] = {
+        "coll=allreduce dtype=bf16 -> loom; * -> echo",
+        "coll=allreduce dtype=bf16->loom;*->echo",
+        "  coll=allreduce\tdtype=bf16   ->\tloom ;\n * -> echo  ",
+        "\ncoll=allreduce\n\ndtype=bf16\n->\nloom\n;\n*\n->\necho\n",
+        "dtype=BF16 COLL=AllReduce -> LOOM; * -> Echo",
+    };
+    for (const char *text : same) {
+        Rules r = Parse(text);
+        ASSERT_TRUE(r) << text;
+        EXPECT_STREQ(shim_rules_text(r.get()), "coll=allreduce dtype=bf16 -> loom; * -> echo")
+            << text;
+    }
+}
+
+TEST(ShimRoute, CanonicalTextRoundTrips)
+{
+    const char *cases[][2] = {
+        {"dtype=bf16,fp16 coll=allreduce op=sum bytes=>=1048576 nranks=2-8 hosts=1 -> echo",
+         "coll=allreduce dtype=fp16,bf16 op=sum bytes>=1M nranks=2-8 hosts=1 -> echo"},
+        {"coll=bcast,broadcast,allgather -> loom", "coll=allgather,broadcast -> loom"},
+        {"bytes=1024-3072 -> loom", "bytes=1K-3K -> loom"},
+        {"bytes=1025-65536 -> loom", "bytes=1025-64K -> loom"},
+        {"bytes<64K -> nccl", "bytes<=65535 -> nccl"},
+        {"bytes>0 -> loom", "bytes>=1 -> loom"},
+        {"bytes=0-0 -> loom", "bytes=0 -> loom"},
+        {"bytes=1073741824 -> loom", "bytes=1G -> loom"},
+        {"op=avg,sum,premul_sum -> loom", "op=sum,avg,premulsum -> loom"},
+        {"nranks=*  dtype=* coll=* op=* -> nccl", "* -> nccl"},
+        {"dtype=double,half,char -> loom", "dtype=int8,fp16,fp64 -> loom"},
+    };
+    for (const auto &tc : cases) {
+        Rules r = Parse(tc[0]);
+        ASSERT_TRUE(r) << tc[0];
+        EXPECT_STREQ(shim_rules_text(r.get()), tc[1]) << tc[0];
+        Rules again = Parse(shim_rules_text(r.get()));
+        ASSERT_TRUE(again);
+        EXPECT_STREQ(shim_rules_text(again.get()), tc[1]);
+    }
+    EXPECT_STREQ(shim_rules_text(nullptr), "");
+}
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+TEST(ShimRoute, ErrorsNameTheRuleAndTheText)
+{
+    const struct {
+        const char *text;
+        std::vector<const char *> parts;
+    } cases[] = {
+        {"", {"rule 1", "empty"}},
+        {"   ", {"rule 1", "empty"}},
+        {"* -> loom;", {"rule 2", "empty"}},
+        {"* -> loom;; * -> nccl", {"rule 2", "empty"}},
+        {"coll=allreduce", {"rule 1", "`coll=allreduce`", "-> target"}},
+        {"coll=allreduce -> gpu", {"rule 1", "unknown target 'gpu'"}},
+        {"coll=allreduce -> loom -> nccl", {"rule 1", "unknown target 'loom -> nccl'"}},
+        {"coll=allreduce ->", {"rule 1", "unknown target ''"}},
+        {"-> loom", {"rule 1", "no conditions", "*"}},
+        {"* -> loom; size=4 -> nccl", {"rule 2", "`size=4 -> nccl`", "unknown key 'size'"}},
+        {"* -> loom; * -> loom; coll=allreduc -> nccl",
+         {"rule 3", "unknown collective 'allreduc'", "allreduce", "recv"}},
+        {"dtype=bf17 -> loom", {"unknown datatype 'bf17'", "fp16"}},
+        {"op=mean -> loom", {"unknown op 'mean'", "premulsum"}},
+        {"coll=allreduce coll=allgather -> loom", {"coll given twice"}},
+        {"name=a name=b -> loom", {"name given twice"}},
+        {"coll -> loom", {"'coll' is not key=value"}},
+        {"coll=allreduce,,allgather -> loom", {"empty item in coll=allreduce,,allgather"}},
+        {"coll=allreduce, -> loom", {"empty item"}},
+        {"coll=*,allreduce -> loom", {"* cannot be combined"}},
+        {"coll= -> loom", {"no value after coll="}},
+        {"coll=allreduce * -> loom", {"* stands alone"}},
+        {"coll<3 -> loom", {"coll takes key=value"}},
+        {"name>3 -> loom", {"name takes key=value"}},
+        {"bytes=1X -> loom", {"'1X' in bytes is not a number", "K, M or G"}},
+        {"bytes=1MB -> loom", {"'1MB' in bytes is not a number"}},
+        {"bytes=-5 -> loom", {"bytes is not a number"}},
+        {"bytes=0x10 -> loom", {"'0x10' in bytes is not a number"}},
+        {"bytes=>=abc -> loom", {"'abc' in bytes is not a number"}},
+        {"bytes=16M-1M -> loom", {"empty range"}},
+        {"bytes<0 -> loom", {"matches nothing"}},
+        {"bytes=99999999999999999999 -> loom", {"too large"}},
+        {"bytes=20000000000G -> loom", {"too large"}},
+        {"nranks=1K -> loom", {"'1K' in nranks is not a number"}},
+        {"nranks=4294967296 -> loom", {"too large"}},
+        {"hosts>2147483647 -> loom", {"matches nothing"}},
+        {"nranks=2- -> loom", {"'' in nranks is not a number"}},
+        {"hosts=one -> loom", {"'one' in hosts is not a number"}},
+        {"nranks=2 - 8 -> loom", {"'-' is not key=value"}},
+    };
+    for (const auto &tc : cases) {
+        const std::string err = ParseError(tc.text);
+        for (const char *part : tc.parts)
+            EXPECT_TRUE(Contains(err, part))
+                << "text: " << tc.text << "\nerror: " << err << "\nmissing: " << part;
+    }
+}
+
+TEST(ShimRoute, ErrorArgumentsAndLongRules)
+{
+    shim_rules_t *r = nullptr;
+    char err[128] = "x";
+    EXPECT_EQ(shim_rules_parse(nullptr, &r, err, sizeof(err)), ncclInvalidArgument);
+    EXPECT_TRUE(Contains(err, "no rule text"));
+    EXPECT_EQ(shim_rules_parse("* -> loom", nullptr, err, sizeof(err)), ncclInvalidArgument);
+    /* no message buffer, or a tiny one: still the result, no overflow */
+    EXPECT_EQ(shim_rules_parse("bogus -> loom", &r, nullptr, 0), ncclInvalidArgument);
+    char tiny[8];
+    EXPECT_EQ(shim_rules_parse("bogus -> loom", &r, tiny, sizeof(tiny)), ncclInvalidArgument);
+    EXPECT_EQ(strlen(tiny), sizeof(tiny) - 1);
+    /* a long rule is shortened in the message, the offending text is kept */
+    std::string lng = "name=" + std::string(300, 'a') + " bogus=1 -> loom";
+    const std::string msg = ParseError(lng);
+    EXPECT_TRUE(Contains(msg, "...`")) << msg;
+    EXPECT_TRUE(Contains(msg, "unknown key 'bogus'")) << msg;
+    EXPECT_LT(msg.size(), 200u) << msg;
+    /* success clears the message */
+    char ok[64] = "stale";
+    ASSERT_EQ(shim_rules_parse("* -> loom", &r, ok, sizeof(ok)), ncclSuccess);
+    EXPECT_STREQ(ok, "");
+    shim_rules_free(r);
+    shim_rules_free(nullptr);
+}
+
+/* ---- defaults ------------------------------------------------------------------------------ */
+
+TEST(ShimRoute, Defaults)
+{
+    for (int echo = 0; echo <= 1; echo++) {
+        const shim_rules_t *d = shim_rules_default(echo);
+        const shim_target_t hit = echo ? SHIM_TO_ECHO : SHIM_TO_LOOM;
+        const std::string expect =
+            std::string("coll=allreduce dtype=fp16,bf16 op=sum bytes>=1M nranks=2-8 hosts=1 -> ") +
+            (echo ? "echo" : "loom");
+        EXPECT_EQ(shim_rules_text(d), expect);
+        /* the built-in table is what its own text parses to */
+        Rules parsed = Parse(shim_rules_text(d));
+        EXPECT_STREQ(shim_rules_text(parsed.get()), shim_rules_text(d));
+
+        std::string why;
+        EXPECT_EQ(Decide(d, Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 1 << 20, 2, 1), &why),
+                  hit);
+        EXPECT_EQ(why, "rule 1: " + expect);
+        EXPECT_EQ(Decide(d, Call(SHIM_COLL_ALLREDUCE, ncclFloat16, ncclSum, 64 << 20, 8, 1)), hit);
+        const shim_call_t miss[] = {
+            Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 4 << 20, 4, 1),
+            Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclAvg, 4 << 20, 4, 1),
+            Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, (1 << 20) - 2, 4, 1),
+            Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 1, 1),
+            Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 9, 1),
+            Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 4, 2),
+            Call(SHIM_COLL_REDUCESCATTER, ncclBfloat16, ncclSum, 4 << 20, 4, 1),
+            Call(SHIM_COLL_ALLGATHER, ncclBfloat16, -1, 4 << 20, 4, 1),
+        };
+        for (const shim_call_t &c : miss) {
+            EXPECT_EQ(Decide(d, c, &why), SHIM_TO_NCCL);
+            EXPECT_EQ(why, "no rule matched");
+        }
+        EXPECT_EQ(d, shim_rules_default(echo ? 7 : 0));
+        shim_rules_free(const_cast<shim_rules_t *>(d)); /* the built-in tables ignore a free */
+        EXPECT_EQ(shim_rules_text(d), expect);
+    }
+}
+
+/* ---- fixed constraints and order ----------------------------------------------------------- */
+
+TEST(ShimRoute, FixedConstraintsWin)
+{
+    Rules all = Parse("* -> loom");
+    Rules echo = Parse("* -> echo");
+    const shim_call_t base = Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 4 << 20, 4, 1);
+    std::string why;
+    ASSERT_EQ(Decide(all.get(), base, &why), SHIM_TO_LOOM);
+    EXPECT_EQ(why, "rule 1: * -> loom");
+    ASSERT_EQ(Decide(echo.get(), base), SHIM_TO_ECHO);
+
+    shim_call_t c = base;
+    c.device_buffers = 1;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_TRUE(Contains(why, "device buffers")) << why;
+    c = base;
+    c.capturing = 1;
+    EXPECT_EQ(Decide(echo.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_TRUE(Contains(why, "capture")) << why;
+    c = base;
+    c.in_group = 1;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_TRUE(Contains(why, "group")) << why;
+    for (shim_coll_t p2p : {SHIM_COLL_SEND, SHIM_COLL_RECV}) {
+        c = Call(p2p, ncclFloat32, -1, 4 << 20, 4, 1);
+        EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+        EXPECT_TRUE(Contains(why, "send/recv")) << why;
+        EXPECT_EQ(Decide("coll=send,recv -> loom", c), SHIM_TO_NCCL);
+    }
+    /* the constraints hold with the defaults and with no rules at all */
+    c = Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 4, 1);
+    c.in_group = 1;
+    EXPECT_EQ(Decide(shim_rules_default(1), c), SHIM_TO_NCCL);
+    EXPECT_EQ(Decide(nullptr, base, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "no rule matched");
+    char buf[64];
+    EXPECT_EQ(shim_route_decide(all.get(), nullptr, buf, sizeof(buf)), SHIM_TO_NCCL);
+    EXPECT_EQ(shim_route_decide(all.get(), &base, nullptr, 0), SHIM_TO_LOOM);
+}
+
+TEST(ShimRoute, EchoOnlyForSumAllReduceOfFloats)
+{
+    Rules echo = Parse("* -> echo");
+    std::string why;
+    for (ncclDataType_t dt : {ncclFloat32, ncclFloat16, ncclBfloat16})
+        EXPECT_EQ(Decide(echo.get(), Call(SHIM_COLL_ALLREDUCE, dt, ncclSum)), SHIM_TO_ECHO);
+    const shim_call_t demoted[] = {
+        Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclAvg),
+        Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclProd),
+        Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclMax),
+        Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, 5),
+        Call(SHIM_COLL_ALLREDUCE, ncclFloat64, ncclSum),
+        Call(SHIM_COLL_ALLREDUCE, ncclInt32, ncclSum),
+        Call(SHIM_COLL_ALLREDUCE, ncclFloat8e4m3, ncclSum),
+        Call(SHIM_COLL_REDUCESCATTER, ncclFloat32, ncclSum),
+        Call(SHIM_COLL_REDUCE, ncclBfloat16, ncclSum),
+        Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1),
+        Call(SHIM_COLL_BROADCAST, ncclFloat32, -1),
+    };
+    for (const shim_call_t &c : demoted) {
+        EXPECT_EQ(Decide(echo.get(), c, &why), SHIM_TO_LOOM);
+        EXPECT_EQ(why, "rule 1: * -> echo; echo takes only sum allreduce of fp32, fp16 or bf16");
+    }
+}
+
+TEST(ShimRoute, FirstMatchWins)
+{
+    Rules r = Parse("coll=allreduce bytes<=64K -> nccl; coll=allreduce dtype=bf16 -> echo; "
+                    "coll=allreduce -> loom; * -> nccl");
+    std::string why;
+    EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 1024), &why),
+              SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: coll=allreduce bytes<=64K -> nccl");
+    EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 1 << 20), &why),
+              SHIM_TO_ECHO);
+    EXPECT_EQ(why, "rule 2: coll=allreduce dtype=bf16 -> echo");
+    EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLREDUCE, ncclFloat32, ncclSum, 1 << 20), &why),
+              SHIM_TO_LOOM);
+    EXPECT_EQ(why, "rule 3: coll=allreduce -> loom");
+    EXPECT_EQ(Decide(r.get(), Call(SHIM_COLL_ALLGATHER, ncclFloat32, -1, 1 << 20), &why),
+              SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 4: * -> nccl");
+    /* the same rules in the other order: the catch-all shadows the rest */
+    Rules rev = Parse("* -> nccl; coll=allreduce -> loom");
+    EXPECT_EQ(Decide(rev.get(), Call(), &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> nccl");
+    EXPECT_STREQ(shim_target_name(SHIM_TO_NCCL), "nccl");
+    EXPECT_STREQ(shim_target_name(SHIM_TO_LOOM), "loom");
+    EXPECT_STREQ(shim_target_name(SHIM_TO_ECHO), "echo");
+}
+
+/* ---- randomized: the parser against a model of the test's own ----------------------------- */
+
+const uint64_t kBoundaries[] = {
+    0,       1,       1023,     1024,           1025,       64 << 10,   (1 << 20) - 1,
+    1 << 20, 1 << 21, 16 << 20, (16 << 20) + 1, 1ull << 30, 3ull << 30, SIZE_MAX};
+const int kNumBoundaries = sizeof(kBoundaries) / sizeof(kBoundaries[0]);
+
+struct ModelRule {
+    std::optional<std::vector<int>> colls, dtypes, ops;
+    std::optional<std::pair<uint64_t, uint64_t>> bytes, nranks, hosts;
+    std::optional<std::string> name;
+    shim_target_t target;
+};
+
+/* '*' and '?' only, the globs the generator writes */
+bool GlobMatch(const char *p, const char *s)
+{
+    if (*p == '\0')
+        return *s == '\0';
+    if (*p == '*')
+        return GlobMatch(p + 1, s) || (*s && GlobMatch(p, s + 1));
+    if (*s == '\0')
+        return false;
+    return (*p == '?' || *p == *s) && GlobMatch(p + 1, s + 1);
+}
+
+bool Has(const std::vector<int> &v, int x)
+{
+    return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+shim_target_t ModelDecide(const std::vector<ModelRule> &rules, const shim_call_t &c)
+{
+    if (c.device_buffers || c.capturing || c.coll == SHIM_COLL_SEND || c.coll == SHIM_COLL_RECV ||
+        c.in_group)
+        return SHIM_TO_NCCL;
+    for (const ModelRule &r : rules) {
+        if (r.colls && !Has(*r.colls, c.coll))
+            continue;
+        if (r.dtypes && !Has(*r.dtypes, c.datatype))
+            continue;
+        if (r.ops && !(c.op >= 0 && Has(*r.ops, std::min(c.op, 5))))
+            continue;
+        if (r.bytes && !(c.bytes >= r.bytes->first && c.bytes <= r.bytes->second))
+            continue;
+        if (r.nranks &&
+            !((uint64_t)c.nranks >= r.nranks->first && (uint64_t)c.nranks <= r.nranks->second))
+            continue;
+        if (r.hosts &&
+            !((uint64_t)c.hosts >= r.hosts->first && (uint64_t)c.hosts <= r.hosts->second))
+            continue;
+        if (r.name && !GlobMatch(r.name->c_str(), c.name ? c.name : ""))
+            continue;
+        const bool echo_ok =
+            c.coll == SHIM_COLL_ALLREDUCE && c.op == ncclSum &&
+            (c.datatype == ncclFloat32 || c.datatype == ncclFloat16 || c.datatype == ncclBfloat16);
+        return r.target == SHIM_TO_ECHO && !echo_ok ? SHIM_TO_LOOM : r.target;
+    }
+    return SHIM_TO_NCCL;
+}
+
+class Writer {
+  public:
+    explicit Writer(std::mt19937_64 &rng) : rng_(rng) {}
+
+    std::string Space(bool required)
+    {
+        static const char *ws[] = {" ", "  ", "\t", "\n", " \t "};
+        if (!required && Pick(3) == 0)
+            return "";
+        return ws[Pick(5)];
+    }
+
+    std::string Case(std::string s)
+    {
+        if (Pick(4) == 0)
+            for (char &ch : s)
+                ch = Pick(2) ? (char)toupper((unsigned char)ch) : ch;
+        return s;
+    }
+
+    std::string Number(uint64_t v, bool suffix)
+    {
+        if (suffix && v != 0 && Pick(2)) {
+            const char *units[] = {"G", "M", "K", "g", "m", "k"};
+            const int shifts[] = {30, 20, 10, 30, 20, 10};
+            for (int i = Pick(2) * 3, k = 0; k < 3; i++, k++)
+                if ((v & ((1ull << shifts[i]) - 1)) == 0)
+                    return std::to_string(v >> shifts[i]) + units[i];
+        }
+        return std::to_string(v);
+    }
+
+    std::string Range(const char *key, std::pair<uint64_t, uint64_t> r, uint64_t max, bool suffix)
+    {
+        const std::string k = Case(key);
+        if (r.first == r.second && Pick(3))
+            return k + "=" + Number(r.first, suffix);
+        if (r.second == max && r.first > 0 && Pick(2))
+            return k + (Pick(2) ? ">" : "=>") + Number(r.first - 1, suffix);
+        if (r.second == max)
+            return k + (Pick(2) ? ">=" : "=>=") + Number(r.first, suffix);
+        if (r.first == 0 && Pick(2))
+            return k + (Pick(2) ? "<" : "=<") + Number(r.second + 1, suffix);
+        if (r.first == 0 && Pick(2))
+            return k + (Pick(2) ? "<=" : "=<=") + Number(r.second, suffix);
+        return k + "=" + Number(r.first, suffix) + "-" + Number(r.second, suffix);
+    }
+
+    std::string List(const char *key, const std::vector<int> &values,
+                     const std::vector<std::vector<std::string>> &names)
+    {
+        std::vector<int> v = values;
+        std::shuffle(v.begin(), v.end(), rng_);
+        if (Pick(3) == 0)
+            v.push_back(v[0]); /* a repeated value changes nothing */
+        std::string s = Case(key) + "=";
+        for (size_t i = 0; i < v.size(); i++) {
+            const auto &spellings = names[v[i]];
+            s += (i ? "," : "") + Case(spellings[Pick((int)spellings.size())]);
+        }
+        return s;
+    }
+
+    int Pick(int n)
+    {
+        return (int)(rng_() % (uint64_t)n);
+    }
+
+  private:
+    std::mt19937_64 &rng_;
+};
+
+const std::vector<std::vector<std::string>> kCollNames = {
+    {"allreduce"}, {"allgather"}, {"reducescatter"}, {"broadcast", "bcast"},
+    {"reduce"},    {"alltoall"},  {"gather"},        {"scatter"},
+    {"send"},      {"recv"}};
+const std::vector<std::vector<std::string>> kDtypeNames = {{"int8", "char"},
+                                                           {"uint8"},
+                                                           {"int32", "int"},
+                                                           {"uint32"},
+                                                           {"int64"},
+                                                           {"uint64"},
+                                                           {"fp16", "f16", "half", "float16"},
+                                                           {"fp32", "f32", "float", "float32"},
+                                                           {"fp64", "f64", "double", "float64"},
+                                                           {"bf16", "bfloat16"},
+                                                           {"fp8e4m3", "e4m3", "float8e4m3"},
+                                                           {"fp8e5m2", "e5m2", "float8e5m2"}};
+const std::vector<std::vector<std::string>> kOpNames = {
+    {"sum"}, {"prod"}, {"max"}, {"min"}, {"avg"}, {"premulsum", "premul_sum"}};
+const char *kNames[] = {nullptr, "tp", "tp0", "tp12", "dp", "dp_tp", "pp_1", "moe.ep"};
+const char *kGlobs[] = {"tp*", "?p", "*_*", "tp?", "dp*", "*", "??*", "pp_1", "*.ep", "x*"};
+
+std::vector<int> Subset(std::mt19937_64 &rng, int n)
+{
+    std::vector<int> v;
+    while (v.empty())
+        for (int i = 0; i < n; i++)
+            if (rng() % 3 == 0)
+                v.push_back(i);
+    return v;
+}
+
+std::pair<uint64_t, uint64_t> RandomRange(std::mt19937_64 &rng, const uint64_t *points, int n,
+                                          uint64_t max)
+{
+    uint64_t a = points[rng() % n], b = points[rng() % n];
+    if (a > b)
+        std::swap(a, b);
+    switch (rng() % 4) {
+    case 0:
+        return {a, max};
+    case 1:
+        return {0, b};
+    case 2:
+        return {a, a};
+    default:
+        return {a, b};
+    }
+}
+
+/* A random rule list: the model and a text that spells it in one of many ways. */
+std::string RandomRules(std::mt19937_64 &rng, std::vector<ModelRule> *model)
+{
+    Writer w(rng);
+    static const uint64_t rank_points[] = {0, 1, 2, 3, 4, 8, 9, 16};
+    static const uint64_t host_points[] = {0, 1, 2, 4};
+    const int nrules = 1 + w.Pick(5);
+    std::string text = w.Space(false);
+    for (int i = 0; i < nrules; i++) {
+        ModelRule r;
+        std::vector<std::string> conds;
+        if (w.Pick(2)) {
+            r.colls = Subset(rng, SHIM_NUM_COLLS);
+            conds.push_back(w.List("coll", *r.colls, kCollNames));
+        }
+        if (w.Pick(2)) {
+            r.dtypes = Subset(rng, ncclNumTypes);
+            conds.push_back(w.List("dtype", *r.dtypes, kDtypeNames));
+        }
+        if (w.Pick(3) == 0) {
+            r.ops = Subset(rng, 6);
+            conds.push_back(w.List("op", *r.ops, kOpNames));
+        }
+        if (w.Pick(2)) {
+            r.bytes = RandomRange(rng, kBoundaries, kNumBoundaries, SIZE_MAX);
+            if (r.bytes->first == 0 && r.bytes->second == SIZE_MAX)
+                r.bytes.reset();
+            else
+                conds.push_back(w.Range("bytes", *r.bytes, SIZE_MAX, true));
+        }
+        if (w.Pick(3) == 0) {
+            r.nranks = RandomRange(rng, rank_points, 8, INT_MAX);
+            if (r.nranks->first == 0 && r.nranks->second == INT_MAX)
+                r.nranks.reset();
+            else
+                conds.push_back(w.Range("nranks", *r.nranks, INT_MAX, false));
+        }
+        if (w.Pick(3) == 0) {
+            r.hosts = RandomRange(rng, host_points, 4, INT_MAX);
+            if (r.hosts->first == 0 && r.hosts->second == INT_MAX)
+                r.hosts.reset();
+            else
+                conds.push_back(w.Range("hosts", *r.hosts, INT_MAX, false));
+        }
+        if (w.Pick(4) == 0) {
+            r.name = kGlobs[w.Pick(10)];
+            conds.push_back(w.Case("name") + "=" + *r.name);
+        }
+        /* a wildcard condition on a key the rule does not constrain changes nothing */
+        if (!r.ops && w.Pick(6) == 0)
+            conds.push_back(w.Case("op") + "=*");
+        if (!r.name && w.Pick(6) == 0)
+            conds.push_back(w.Case("name") + "=*");
+        r.target = (shim_target_t)w.Pick(3);
+        model->push_back(r);
+
+        std::shuffle(conds.begin(), conds.end(), rng);
+        std::string rule;
+        for (size_t k = 0; k < conds.size(); k++)
+            rule += (k ? w.Space(true) : "") + conds[k];
+        if (rule.empty())
+            rule = "*";
+        text += rule + w.Space(false) + "->" + w.Space(false) + w.Case(shim_target_name(r.target)) +
+                w.Space(false);
+        if (i + 1 < nrules)
+            text += ";" + w.Space(false);
+    }
+    return text;
+}
+
+shim_call_t RandomCall(std::mt19937_64 &rng)
+{
+    shim_call_t c = Call((shim_coll_t)(rng() % SHIM_NUM_COLLS), (ncclDataType_t)(rng() % 12),
+                         (int)(rng() % 9) - 1, kBoundaries[rng() % kNumBoundaries],
+                         1 + (int)(rng() % 16), 1 + (int)(rng() % 4));
+    if (rng() % 4 == 0) { /* a quarter are what Echo takes, so that echo rules get exercised */
+        static const ncclDataType_t floats[] = {ncclFloat32, ncclFloat16, ncclBfloat16};
+        c.coll = SHIM_COLL_ALLREDUCE;
+        c.op = ncclSum;
+        c.datatype = floats[rng() % 3];
+    }
+    c.name = kNames[rng() % 8];
+    c.in_group = rng() % 10 == 0;
+    c.device_buffers = rng() % 20 == 0;
+    c.capturing = rng() % 20 == 0;
+    return c;
+}
+
+/* The same call with its name in another buffer and other bytes in the struct's padding. */
+shim_call_t *Copy(const shim_call_t &c, std::string *name_store, std::vector<char> *mem)
+{
+    mem->assign(sizeof(shim_call_t), (char)0xa5);
+    shim_call_t *d = reinterpret_cast<shim_call_t *>(mem->data());
+    d->coll = c.coll;
+    d->datatype = c.datatype;
+    d->op = c.op;
+    d->bytes = c.bytes;
+    d->nranks = c.nranks;
+    d->hosts = c.hosts;
+    if (c.name) {
+        *name_store = c.name;
+        d->name = name_store->c_str();
+    } else {
+        d->name = nullptr;
+    }
+    d->in_group = c.in_group;
+    d->device_buffers = c.device_buffers;
+    d->capturing = c.capturing;
+    return d;
+}
+
+TEST(ShimRoute, RandomRulesAgreeWithModelAndAreDeterministic)
+{
+    std::mt19937_64 rng(20240613);
+    int matched[3] = {0, 0, 0};
+    for (int set = 0; set < 400; set++) {
+        std::vector<ModelRule> model;
+        const std::string text = RandomRules(rng, &model);
+        Rules a = Parse(text), b = Parse(text);
+        ASSERT_TRUE(a && b) << text;
+        Rules canon = Parse(shim_rules_text(a.get()));
+        ASSERT_TRUE(canon) << shim_rules_text(a.get());
+        EXPECT_STREQ(shim_rules_text(a.get()), shim_rules_text(b.get()));
+        EXPECT_STREQ(shim_rules_text(canon.get()), shim_rules_text(a.get())) << text;
+
+        std::vector<shim_call_t> calls;
+        std::vector<shim_target_t> serial;
+        std::vector<std::string> whys;
+        for (int k = 0; k < 200; k++) {
+            const shim_call_t c = RandomCall(rng);
+            std::string why_a, why_b, why_c, why_d;
+            const shim_target_t t = Decide(a.get(), c, &why_a);
+            ASSERT_EQ(t, ModelDecide(model, c))
+                << "rules: " << text << "\ncanonical: " << shim_rules_text(a.get()) << "\ncoll "
+                << c.coll << " dtype " << c.datatype << " op " << c.op << " bytes " << c.bytes
+                << " nranks " << c.nranks << " hosts " << c.hosts << " name "
+                << (c.name ? c.name : "(null)") << " group " << c.in_group << "\nwhy: " << why_a;
+            EXPECT_EQ(Decide(b.get(), c, &why_b), t);
+            EXPECT_EQ(Decide(canon.get(), c, &why_c), t);
+            std::string name_store;
+            std::vector<char> mem;
+            EXPECT_EQ(Decide(a.get(), *Copy(c, &name_store, &mem), &why_d), t);
+            EXPECT_EQ(why_a, why_b);
+            EXPECT_EQ(why_a, why_c);
+            EXPECT_EQ(why_a, why_d);
+            calls.push_back(c);
+            serial.push_back(t);
+            whys.push_back(why_a);
+            matched[t]++;
+        }
+        if (set % 40 == 0) {
+            /* several threads deciding at once see the same answers */
+            std::vector<std::thread> threads;
+            std::vector<int> bad(4, 0);
+            for (int th = 0; th < 4; th++)
+                threads.emplace_back([&, th] {
+                    for (int rep = 0; rep < 20; rep++)
+                        for (size_t k = 0; k < calls.size(); k++) {
+                            char why[512];
+                            if (shim_route_decide(a.get(), &calls[k], why, sizeof(why)) !=
+                                    serial[k] ||
+                                whys[k] != why)
+                                bad[th]++;
+                        }
+                });
+            for (auto &t : threads)
+                t.join();
+            for (int th = 0; th < 4; th++)
+                EXPECT_EQ(bad[th], 0);
+        }
+    }
+    /* the generator reaches every target */
+    EXPECT_GT(matched[SHIM_TO_NCCL], 1000);
+    EXPECT_GT(matched[SHIM_TO_LOOM], 1000);
+    EXPECT_GT(matched[SHIM_TO_ECHO], 100);
+}
+
+} // namespace
