@@ -213,6 +213,13 @@ typedef void (*loomHostFn_t)(void *userData, loomResult_t status);
  * (out of memory). */
 LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t stream, loomHostFn_t fn,
                                                void *userData);
+/* Whether handle is a live loom stream (made by loomStreamCreate and not yet
+ * destroyed): *live = 1 or 0. Compares the address only, never dereferences
+ * it, and logs nothing, so that a layer handed an opaque stream (a CUDA
+ * stream, say) can ask whose it is. The answer may be stale as soon as it is
+ * given if another thread destroys the stream. Errors: InvalidArgument (live
+ * is NULL). */
+LOOM_API loomResult_t loomStreamIsLive(const void *handle, int *live);
 
 /* ---- Collectives (NCCL argument order) ---------------------------------
  * Every call: blocking when stream is NULL, otherwise queued on the stream.

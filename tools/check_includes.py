@@ -8,7 +8,9 @@
 # collectives' kernels; echo sees those, quant and the transport layer; moe
 # (statistics, placement; dispatch through the public collectives) sees core; shard
 # (owner-shaped sharding; the public collectives and BLAS) sees core;
-# topology sees core; plugin (the NCCL tuner) sees topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
+# topology sees core; plugin (the NCCL tuner, and the drop-in NCCL library, which reads
+# loom's id layout and narrow-float conversions from core's headers at compile time) sees
+# core and topology; api sees everything; bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h). Run by the lint suite;
 # prints each violation and exits 1 if there is any.
@@ -29,7 +31,7 @@ ALLOWED = {
     "moe": {"core", "moe"},
     "shard": {"core", "shard"},
     "topology": {"core", "topology"},
-    "plugin": {"topology", "plugin"},
+    "plugin": {"core", "topology", "plugin"},
     "api": {"core", "transport", "transport-api", "collectives", "quant", "echo", "topology", "api"},
 }
 PUBLIC = ("loom.h", "loom_echo.h", "loom_moe.h", "loom_shard.h")

@@ -75,6 +75,15 @@ loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const c
     return loomInvalidArgument;
 }
 
+int loom_registry_is_live(loom_registry_t *r, const void *handle)
+{
+    pthread_mutex_lock(&r->lock);
+    loom_registry_entry_t *e = handle ? find(r, handle) : NULL;
+    const int live = e != NULL && !e->closing;
+    pthread_mutex_unlock(&r->lock);
+    return live;
+}
+
 loom_registry_state_t loom_registry_close(loom_registry_t *r, const void *handle, int hold,
                                           const char *fn)
 {

@@ -46,6 +46,9 @@ loomResult_t loom_registry_acquire(loom_registry_t *r, const void *handle, const
  * closing; takes no reference, so the answer is only good for an early
  * argument check. */
 loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const char *fn);
+/* 1 if the handle is listed and not closing, else 0; logs nothing and takes no
+ * reference (for callers that ask whose handle a value is, like loomStreamIsLive). */
+int loom_registry_is_live(loom_registry_t *r, const void *handle);
 
 typedef enum {
     LOOM_REGISTRY_ABSENT,  /* not listed */

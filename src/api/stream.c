@@ -409,6 +409,16 @@ LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
     WITH_STREAM(s, "loomStreamQuery", stream_query(s));
 }
 
+LOOM_API loomResult_t loomStreamIsLive(const void *handle, int *live)
+{
+    if (live == NULL) {
+        LOOM_WARN("loomStreamIsLive: live is NULL");
+        return loomInvalidArgument;
+    }
+    *live = loom_registry_is_live(&streams, handle);
+    return loomSuccess;
+}
+
 LOOM_API loomResult_t loomStreamDestroy(loomStream_t s)
 {
     if (s == NULL)

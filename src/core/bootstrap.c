@@ -632,6 +632,12 @@ static loomResult_t join_connect(const loom_id_t *id, int rank, uint64_t deadlin
             }
         }
         if (res == loomSuccess && done) {
+            /* TCP_NODELAY as on the root's side: a request is a header and its data in two
+             * sends, and with Nagle's rule the second waits for the root's delayed ACK of the
+             * first (40 ms on Linux), twice per communicator created. */
+            res = loom_socket_tune(fd, 0);
+        }
+        if (res == loomSuccess && done) {
             *fd_p = fd;
             return loomSuccess;
         }

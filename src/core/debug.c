@@ -160,13 +160,15 @@ static void log_init(void)
 void loom_debug_set_rank(int rank)
 {
     thread_rank = rank;
-    if (process_rank < 0)
-        process_rank = rank;
+    /* The first communicator made in the process names it. Several may be made at once on
+     * threads of their own (the NCCL drop-in library's grouped inits do), hence the atomics. */
+    int unset = -1;
+    __atomic_compare_exchange_n(&process_rank, &unset, rank, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 int loom_debug_get_rank(void)
 {
-    return thread_rank >= 0 ? thread_rank : process_rank;
+    return thread_rank >= 0 ? thread_rank : __atomic_load_n(&process_rank, __ATOMIC_RELAXED);
 }
 
 int loom_log_enabled(loom_log_level_t level, uint32_t subsys)

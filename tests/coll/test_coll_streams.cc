@@ -6,8 +6,9 @@
 // seen loomInProgress); stream and blocking calls on one communicator run in issue order; a
 // failed operation surfaces at loomStreamSynchronize and through loomCommGetAsyncError; and host
 // functions (loomStreamLaunchHostFunc) run in queue order, each seeing the results of what was
-// queued before it and the failure of its own batch only. Polling
-// loops spin on loomStreamQuery; the harness deadline bounds them. Run by meson's 'coll' suite.
+// queued before it and the failure of its own batch only; loomStreamIsLive tells live streams from
+// other values without a word. Polling loops spin on loomStreamQuery; the harness deadline bounds
+// them. Run by meson's 'coll' suite.
 
 #include <sched.h>
 
@@ -351,6 +352,42 @@ TEST(Streams, HostFunctionArgumentsAreChecked)
         XT_CHECK_LOOM(loomStreamLaunchHostFunc(s, NoopHostFn, nullptr));
         XT_CHECK_LOOM(loomStreamDestroy(s));
         XT_CHECK_EQ(loomStreamLaunchHostFunc(s, NoopHostFn, nullptr), loomInvalidArgument);
+    }));
+}
+
+// loomStreamIsLive answers by address alone and quietly: the last error set by an earlier failure
+// stays as it was whatever it is asked about (the NCCL drop-in library asks it about CUDA streams).
+TEST(Streams, IsLiveTellsLiveStreamsFromOtherValues)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(1, [](int, int, loomComm_t comm) {
+        loomStream_t s = nullptr, other = nullptr;
+        XT_CHECK_LOOM(loomStreamCreate(&s));
+        XT_CHECK_LOOM(loomStreamCreate(&other));
+        int live = -1;
+        XT_CHECK_LOOM(loomStreamIsLive(s, &live));
+        XT_CHECK_EQ(live, 1);
+        XT_CHECK_LOOM(loomStreamIsLive(other, &live));
+        XT_CHECK_EQ(live, 1);
+        // A failure whose text must survive the questions below.
+        XT_CHECK_EQ(loomStreamSynchronize(nullptr), loomInvalidArgument);
+        const std::string before = loomGetLastError(nullptr);
+        XT_CHECK(!before.empty());
+        int on_stack = 0;
+        const void *not_streams[] = {nullptr, &on_stack, comm, reinterpret_cast<const void *>(0x1),
+                                     reinterpret_cast<const char *>(s) + 1};
+        for (const void *v : not_streams) {
+            live = -1;
+            XT_CHECK_LOOM(loomStreamIsLive(v, &live));
+            XT_CHECK_EQ(live, 0);
+        }
+        XT_CHECK_EQ(std::string(loomGetLastError(nullptr)), before);
+        XT_CHECK_LOOM(loomStreamDestroy(s));
+        XT_CHECK_LOOM(loomStreamIsLive(s, &live));
+        XT_CHECK_EQ(live, 0);
+        XT_CHECK_LOOM(loomStreamIsLive(other, &live));
+        XT_CHECK_EQ(live, 1);
+        XT_CHECK_EQ(loomStreamIsLive(other, nullptr), loomInvalidArgument);
+        XT_CHECK_LOOM(loomStreamDestroy(other));
     }));
 }
 

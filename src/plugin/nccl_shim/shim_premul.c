@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shim_premul.c - PreMulSum operators and their scaling (shim_premul.h). The
+ * narrow float formats go through loom's conversions (dtype.h, inline), so a
+ * scaled input is bitwise what a loom user widening, multiplying and rounding
+ * with loom's rules gets.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "shim_premul.h"
+
+size_t shim_dtype_size(ncclDataType_t datatype)
+{
+    switch (datatype) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+/* fp8 to float32 without loom's tables (not exported by libloom.so): the same
+ * magnitude code the tables are built from, and their NaN and infinity rules. */
+static float e4m3_to_f32(uint8_t v)
+{
+    uint32_t em = v & 0x7fu;
+    uint32_t mag = em == 0x7fu ? 0x7fc00000u : loom_narrow_mag_to_f32_bits(em, 3, 7);
+    return loom_f32_from_bits(((uint32_t)(v & 0x80u) << 24) | mag);
+}
+
+static float e5m2_to_f32(uint8_t v)
+{
+    uint32_t em = v & 0x7fu;
+    uint32_t mag = (em >> 2) == 0x1fu ? 0x7f800000u | ((em & 3u) << 21)
+                                      : loom_narrow_mag_to_f32_bits(em, 2, 15);
+    return loom_f32_from_bits(((uint32_t)(v & 0x80u) << 24) | mag);
+}
+
+#define SCALE_UINT(type)                                                                           \
+    do {                                                                                           \
+        type s_, x_;                                                                               \
+        memcpy(&s_, scalar, sizeof(s_));                                                           \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            memcpy(&x_, (const char *)src + i * sizeof(x_), sizeof(x_));                           \
+            x_ = (type)(x_ * s_);                                                                  \
+            memcpy((char *)dst + i * sizeof(x_), &x_, sizeof(x_));                                 \
+        }                                                                                          \
+    } while (0)
+
+#define SCALE_NARROW(type, decode, encode)                                                         \
+    do {                                                                                           \
+        type s_, x_;                                                                               \
+        memcpy(&s_, scalar, sizeof(s_));                                                           \
+        const float sf_ = decode(s_);                                                              \
+        for (size_t i = 0; i < count; i++) {                                                       \
+            memcpy(&x_, (const char *)src + i * sizeof(x_), sizeof(x_));                           \
+            x_ = encode(decode(x_) * sf_);                                                         \
+            memcpy((char *)dst + i * sizeof(x_), &x_, sizeof(x_));                                 \
+        }                                                                                          \
+    } while (0)
+
+void shim_premul_scale(const shim_premul_t *op, const void *src, void *dst, size_t count)
+{
+    const void *scalar = op->residence == ncclScalarHostImmediate ? op->value : op->ptr;
+    switch (op->datatype) {
+    case ncclInt8: /* signed types wrap as unsigned arithmetic does: no overflow UB */
+    case ncclUint8:
+        SCALE_UINT(uint8_t);
+        break;
+    case ncclInt32:
+    case ncclUint32:
+        /* uint32_t promotes to unsigned int, never to int: the product wraps. */
+        SCALE_UINT(uint32_t);
+        break;
+    case ncclInt64:
+    case ncclUint64:
+        SCALE_UINT(uint64_t);
+        break;
+    case ncclFloat32:
+        SCALE_UINT(float);
+        break;
+    case ncclFloat64:
+        SCALE_UINT(double);
+        break;
+    case ncclFloat16:
+        SCALE_NARROW(uint16_t, loom_f16_decode, loom_f16_encode);
+        break;
+    case ncclBfloat16:
+        SCALE_NARROW(uint16_t, loom_bf16_decode, loom_bf16_encode);
+        break;
+    case ncclFloat8e4m3:
+        SCALE_NARROW(uint8_t, e4m3_to_f32, loom_e4m3_encode);
+        break;
+    case ncclFloat8e5m2:
+        SCALE_NARROW(uint8_t, e5m2_to_f32, loom_e5m2_encode);
+        break;
+    default:
+        break; /* the datatype was checked when the op was made */
+    }
+}
+
+ncclResult_t shim_premul_create(shim_comm_t *c, int id, void *scalar, ncclDataType_t datatype,
+                                ncclScalarResidence_t residence, ncclRedOp_t *op)
+{
+    shim_premul_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return shim_fail(ncclSystemError, "ncclRedOpCreatePreMulSum: out of memory");
+    p->datatype = datatype;
+    p->residence = residence;
+    if (residence == ncclScalarHostImmediate)
+        memcpy(p->value, scalar, shim_dtype_size(datatype));
+    else
+        p->ptr = scalar;
+    pthread_mutex_lock(&c->lock);
+    if (id < 0) {
+        /* The lowest id no live op of c has, as NCCL numbers them: ranks that create and
+         * destroy ops in the same order (as every rank must) get the same ids. */
+        id = ncclNumOps;
+        for (;;) {
+            const shim_premul_t *q = c->premul;
+            while (q != NULL && q->id != id)
+                q = q->next;
+            if (q == NULL)
+                break;
+            id++;
+        }
+    }
+    p->id = id;
+    p->next = c->premul;
+    c->premul = p;
+    pthread_mutex_unlock(&c->lock);
+    *op = (ncclRedOp_t)id;
+    return ncclSuccess;
+}
+
+ncclResult_t shim_premul_destroy(shim_comm_t *c, ncclRedOp_t op)
+{
+    pthread_mutex_lock(&c->lock);
+    shim_premul_t **pp = &c->premul;
+    while (*pp != NULL && (*pp)->id != (int)op)
+        pp = &(*pp)->next;
+    shim_premul_t *p = *pp;
+    if (p != NULL)
+        *pp = p->next;
+    pthread_mutex_unlock(&c->lock);
+    if (p == NULL)
+        return shim_fail(ncclInvalidArgument,
+                         "ncclRedOpDestroy: op %d is not a PreMulSum op of communicator %p "
+                         "(destroyed already, or made on another communicator)",
+                         (int)op, (void *)c->handle);
+    free(p);
+    return ncclSuccess;
+}
+
+ncclResult_t shim_premul_get(shim_comm_t *c, ncclRedOp_t op, ncclDataType_t datatype,
+                             const char *fn, shim_premul_t *out)
+{
+    pthread_mutex_lock(&c->lock);
+    const shim_premul_t *p = c->premul;
+    while (p != NULL && p->id != (int)op)
+        p = p->next;
+    if (p != NULL)
+        *out = *p;
+    pthread_mutex_unlock(&c->lock);
+    if (p == NULL)
+        return shim_fail(ncclInvalidArgument,
+                         "%s: op %d is neither a built-in op nor a live PreMulSum op of "
+                         "communicator %p",
+                         fn, (int)op, (void *)c->handle);
+    if (out->datatype != datatype)
+        return shim_fail(ncclInvalidArgument,
+                         "%s: PreMulSum op %d was made for datatype %d, the call has datatype %d",
+                         fn, (int)op, (int)out->datatype, (int)datatype);
+    out->next = NULL;
+    return ncclSuccess;
+}
+
+void shim_premul_free_all(shim_comm_t *c)
+{
+    while (c->premul != NULL) {
+        shim_premul_t *p = c->premul;
+        c->premul = p->next;
+        free(p);
+    }
+}
