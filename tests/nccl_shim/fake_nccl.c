@@ -47,6 +47,8 @@
     X(Bcast)                                                                                       \
     X(Reduce)                                                                                      \
     X(AlltoAll)                                                                                    \
+    X(Gather)                                                                                      \
+    X(Scatter)                                                                                     \
     X(Send)                                                                                        \
     X(Recv)                                                                                        \
     X(MemAlloc)                                                                                    \
@@ -470,6 +472,83 @@ EXPORT ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t c
     (void)stream;
     CALL(AlltoAll, comm,
          loomAllToAll(sendbuff, recvbuff, count, (loomDataType_t)datatype, comm->loom, NULL));
+}
+
+/* loom has no Gather or Scatter: point to point with the root, in a loom group (nested in the
+ * caller's, if one is open), the root copying its own block. */
+static size_t type_size(ncclDataType_t dt)
+{
+    static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return (int)dt >= 0 && (int)dt < (int)(sizeof(sizes) / sizeof(sizes[0])) ? sizes[dt] : 0;
+}
+
+static loomResult_t rooted(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, loomComm_t lc, int gather)
+{
+    int rank = 0, nranks = 0;
+    loomResult_t r = loomCommUserRank(lc, &rank);
+    if (r == loomSuccess)
+        r = loomCommCount(lc, &nranks);
+    if (r != loomSuccess)
+        return r;
+    const size_t bytes = count * type_size(datatype);
+    const loomDataType_t dt = (loomDataType_t)datatype;
+    if ((r = loomGroupStart()) != loomSuccess)
+        return r;
+    if (rank != root) {
+        r = gather ? loomSend(sendbuff, count, dt, root, lc, NULL)
+                   : loomRecv(recvbuff, count, dt, root, lc, NULL);
+    } else {
+        for (int peer = 0; peer < nranks && r == loomSuccess; peer++) {
+            char *block =
+                (char *)(gather ? recvbuff : (void *)(uintptr_t)sendbuff) + (size_t)peer * bytes;
+            if (peer == root) {
+                const void *from = gather ? sendbuff : block;
+                void *to = gather ? block : recvbuff;
+                if (from != to && bytes)
+                    memmove(to, from, bytes);
+            } else {
+                r = gather ? loomRecv(block, count, dt, peer, lc, NULL)
+                           : loomSend(block, count, dt, peer, lc, NULL);
+            }
+        }
+    }
+    loomResult_t e = loomGroupEnd();
+    return r != loomSuccess ? r : e;
+}
+
+EXPORT ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream)
+{
+    (void)stream;
+    COUNT(Gather);
+    ncclResult_t rc = check_comm(comm, "Gather");
+    if (rc != ncclSuccess)
+        return rc;
+    int nranks = 0;
+    loomCommCount(comm->loom, &nranks);
+    if (type_size(datatype) == 0 || root < 0 || root >= nranks)
+        return fail(ncclInvalidArgument, "Gather: datatype %d or root %d is not valid",
+                    (int)datatype, root);
+    return from_loom(rooted(sendbuff, recvbuff, count, datatype, root, comm->loom, 1), "Gather");
+}
+
+EXPORT ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream)
+{
+    (void)stream;
+    COUNT(Scatter);
+    ncclResult_t rc = check_comm(comm, "Scatter");
+    if (rc != ncclSuccess)
+        return rc;
+    int nranks = 0;
+    loomCommCount(comm->loom, &nranks);
+    if (type_size(datatype) == 0 || root < 0 || root >= nranks)
+        return fail(ncclInvalidArgument, "Scatter: datatype %d or root %d is not valid",
+                    (int)datatype, root);
+    return from_loom(rooted(sendbuff, recvbuff, count, datatype, root, comm->loom, 0), "Scatter");
 }
 
 EXPORT ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,

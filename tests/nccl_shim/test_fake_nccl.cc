@@ -2,8 +2,9 @@
  *
  * test_fake_nccl.cc - the stand-in for the real NCCL (fake_nccl.c) on its own, loaded with
  * dlopen and called through its pnccl names as the drop-in library calls it: version, ids that
- * leave bytes 64 to 127 to the caller, every collective and Send/Recv in a group on 3 ranks with
- * exact results, the call counters the route-mode tests rely on, and its errors.
+ * leave bytes 64 to 127 to the caller, every collective (Gather and Scatter too) and Send/Recv
+ * in a group on 3 ranks with exact results, the call counters the route-mode tests rely on, and
+ * its errors.
  */
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -45,6 +46,10 @@ struct Fake {
                            ncclComm_t, cudaStream_t);
     ncclResult_t (*AlltoAll)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
                              cudaStream_t);
+    ncclResult_t (*Gather)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                           cudaStream_t);
+    ncclResult_t (*Scatter)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t);
     ncclResult_t (*Send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*Recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*MemAlloc)(void **, size_t);
@@ -89,6 +94,8 @@ Fake Open()
     S(Bcast);
     S(Reduce);
     S(AlltoAll);
+    S(Gather);
+    S(Scatter);
     S(Send);
     S(Recv);
     S(MemAlloc);
@@ -185,6 +192,22 @@ TEST(FakeNccl, CollectivesCountersAndErrors)
                 for (size_t i = 0; i < count; i++)
                     XT_CHECK_EQ(out[k * count + i], val(k, rank * count + i));
 
+            /* Gather to rank 1, Scatter from rank 2 (in place there) */
+            XT_CHECK_NCCL(f.Gather(in.data(), out.data(), count, ncclFloat32, 1, comm, nullptr));
+            if (rank == 1)
+                for (int k = 0; k < nranks; k++)
+                    for (size_t i = 0; i < count; i++)
+                        XT_CHECK_EQ(out[k * count + i], val(k, i));
+            std::vector<float> sc(in);
+            float *mine = rank == 2 ? sc.data() + 2 * count : out.data();
+            XT_CHECK_NCCL(f.Scatter(sc.data(), mine, count, ncclFloat32, 2, comm, nullptr));
+            for (size_t i = 0; i < count; i++)
+                XT_CHECK_EQ(mine[i], val(2, rank * count + i));
+            XT_CHECK_EQ(f.Scatter(sc.data(), out.data(), count, ncclFloat32, 3, comm, nullptr),
+                        ncclInvalidArgument);
+            XT_CHECK_MSG(strstr(f.GetLastError(nullptr), "root 3 is not valid"),
+                         f.GetLastError(nullptr));
+
             /* a ring of Send/Recv and an AllReduce in one group */
             std::vector<float> from_left(count), sum(count);
             XT_CHECK_NCCL(f.GroupStart());
@@ -204,8 +227,9 @@ TEST(FakeNccl, CollectivesCountersAndErrors)
             XT_CHECK_EQ(f.CallCount("ncclAllReduce"), 2);
             XT_CHECK_EQ(f.CallCount("pncclAllReduce"), 2);
             for (const char *one : {"AllGather", "ReduceScatter", "Broadcast", "Bcast", "Reduce",
-                                    "AlltoAll", "Send", "Recv", "GroupStart", "GroupEnd"})
+                                    "AlltoAll", "Gather", "Send", "Recv", "GroupStart", "GroupEnd"})
                 XT_CHECK_MSG(f.CallCount(one) == 1, one);
+            XT_CHECK_EQ(f.CallCount("Scatter"), 2);
             XT_CHECK_EQ(f.CallCount("CommInitRank"), 0);
             XT_CHECK_EQ(f.CallCount("NoSuchFunction"), -1);
             XT_CHECK_EQ(f.CallCount(nullptr), -1);
