@@ -77,10 +77,11 @@ static void usage(void)
            "\t[-f,--stepfactor <factor between rows>] (default: 4)\n"
            "\t[-n,--iters <repetitions of a block pair per row>] (default: 100)\n"
            "\t[-w,--warmup_iters <calls each way before a row is timed>] (default: 5)\n"
-           "\t[-c,--colls <a comma list of");
+           "\t[-c,--colls <a comma list of collectives, or all>] (default: all)\n"
+           "\t\tcollectives:");
     for (int i = 0; i < nsp_ncolls; i++)
         printf(" %s", nsp_colls[i].key);
-    printf(", or all>] (default: all)\n"
+    printf("\n"
            "\t[-J,--output_file <JSON output file>]\n"
            "\t[-h,--help]\n"
            "LOOM_NCCL_MODE must be unset (the program sets loom) or loom.\n");
