@@ -7,7 +7,8 @@
  * and nccl-tests' text table and JSON records (rank 0 prints).
  * It knows no collective: bench/<coll>.c supplies a bench_coll_t and calls
  * bench_main(). Flags are parsed in options.c; verifiable inputs and reference
- * results live in verifiable.c. Only include/loom.h is used.
+ * results live in verifiable.c; the communicator comes from launch.c and the
+ * JSON values are written by json.c. Only include/loom.h is used.
  */
 #include "common.h"
 #include "options.h"
@@ -65,37 +66,6 @@ static long long now_ns(void)
 
 // ---- JSON output (rank 0, -J) ----------------------------------------------
 
-static void json_str(const char *s)
-{
-    fputc('"', g.json);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(g.json, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(g.json, "\\u%04x", c);
-        else
-            fputc(c, g.json);
-    }
-    fputc('"', g.json);
-}
-
-static void json_double(double v)
-{
-    if (isfinite(v))
-        fprintf(g.json, "%lf", v);
-    else
-        fprintf(g.json, "\"%s\"", isnan(v) ? "nan" : "inf");
-}
-
-static void json_now(void)
-{
-    char buf[64];
-    time_t t = time(NULL);
-    strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", localtime(&t));
-    json_str(buf);
-}
-
 /* Closes the results list and the document; msg (may be NULL) goes to "errors". */
 static void json_finish(const char *msg)
 {
@@ -108,12 +78,12 @@ static void json_finish(const char *msg)
     fprintf(g.json, "],\"out_of_bounds\":{\"count\":%d,\"okay\":%s},", g.errors,
             g.errors ? "false" : "true");
     fprintf(g.json, "\"average_bus_bandwidth\":{\"bandwidth\":");
-    json_double(g.bw_count ? g.bw_sum / g.bw_count : 0.0);
+    bench_json_double(g.json, g.bw_count ? g.bw_sum / g.bw_count : 0.0);
     fprintf(g.json, ",\"okay\":\"unchecked\"},\"errors\":[");
     if (msg)
-        json_str(msg);
+        bench_json_str(g.json, msg);
     fprintf(g.json, "],\"end_time\":");
-    json_now();
+    bench_json_now(g.json);
     fprintf(g.json, "}\n");
     fclose(g.json);
     g.json = NULL;
@@ -201,31 +171,10 @@ static void wd_disarm(void)
 
 // ---- Communicator -----------------------------------------------------------
 
-static int env_set(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v;
-}
-
-/* Launched by loomrun, torchrun, Open MPI or a multi-task Slurm step? */
-static int launched(void)
-{
-    if (env_set("LOOM_RANK") || env_set("RANK") || env_set("OMPI_COMM_WORLD_RANK"))
-        return 1;
-    return env_set("SLURM_PROCID") && env_set("SLURM_NTASKS") && atoi(getenv("SLURM_NTASKS")) > 1;
-}
-
 static void init_comm(void)
 {
-    if (launched()) {
-        BENCH_CHECK_HINT(loomCommInitFromEnv(&g.comm),
-                         "start ranks with loomrun -n N, which sets LOOM_RANK, LOOM_WORLD_SIZE "
-                         "and LOOM_COMM_ID; unset them to run a single rank");
-    } else {
-        loomUniqueId id;
-        BENCH_CHECK(loomGetUniqueId(&id));
-        BENCH_CHECK(loomCommInitRank(&g.comm, 1, id, 0));
-    }
+    const char *hint = NULL;
+    BENCH_CHECK_HINT(bench_comm_create(&g.comm, &hint), hint);
     BENCH_CHECK(loomCommUserRank(g.comm, &g.rank));
     BENCH_CHECK(loomCommCount(g.comm, &g.nranks));
 }
@@ -292,7 +241,7 @@ static void print_header(int version)
         if (g.json) {
             fprintf(g.json, "%s{\"rank\":%d,\"group\":0,\"pid\":%d,\"hostname\":", r ? "," : "", r,
                     (int)all[r].pid);
-            json_str(all[r].host);
+            bench_json_str(g.json, all[r].host);
             fprintf(g.json, ",\"device\":%d,\"device_hex\":\"cpu\",\"device_info\":\"host\"}",
                     local);
         }
@@ -358,14 +307,14 @@ static void print_body(int measured, double usec, double algbw, double busbw, in
         printf("  %7s  %6s  %6s    N/A", t, a, b);
     if (g.json) {
         fprintf(g.json, ",\"%s\":{\"time\":", in_place ? "in_place" : "out_of_place");
-        json_double(usec);
+        bench_json_double(g.json, usec);
         fprintf(g.json, ",\"alg_bw\":");
-        json_double(algbw);
+        bench_json_double(g.json, algbw);
         fprintf(g.json, ",\"bus_bw\":");
-        json_double(busbw);
+        bench_json_double(g.json, busbw);
         if (g_opt.check && g.coll->lossy_bound > 0) {
             fprintf(g.json, ",\"nwrong\":%lld,\"relerr\":", (long long)wrong);
-            json_double(g.rel_err);
+            bench_json_double(g.json, g.rel_err);
             fprintf(g.json, "}");
         } else if (g_opt.check)
             fprintf(g.json, ",\"nwrong\":%lld}", (long long)wrong);
@@ -532,12 +481,6 @@ static void setup_ctx(bench_ctx_t *ctx, size_t bytes)
     g.coll->get_counts(bytes / ctx->elt_size, ctx->elt_size, g.nranks, &ctx->counts);
 }
 
-static size_t next_size(size_t size)
-{
-    size_t next = g_opt.step_factor > 1 ? size * g_opt.step_factor : size + g_opt.step_bytes;
-    return next > size ? next : (size_t)-1; /* 0 x factor, step 0 or overflow: stop */
-}
-
 /* Warm-up sizes: doubling from -b, as nccl-tests does. */
 static size_t warm_next(size_t size)
 {
@@ -581,10 +524,10 @@ static void print_plan(const bench_ctx_t *ctx)
     printf("  %-18s %9s", algo, model);
     if (g.json) {
         fprintf(g.json, ",\"algorithm\":");
-        json_str(algo);
+        bench_json_str(g.json, algo);
         fprintf(g.json, ",\"model_us\":");
         if (us >= 0)
-            json_double(us);
+            bench_json_double(g.json, us);
         else
             fprintf(g.json, "null");
     }
@@ -608,7 +551,8 @@ static void time_test(loomDataType_t dtype, int op, int root)
         complete_ops();
     }
     const char *op_name = (g.coll->flags & BENCH_REDUCES) ? bench_op_names[op] : "none";
-    for (size_t size = g_opt.min_bytes; size <= g_opt.max_bytes; size = next_size(size)) {
+    for (size_t size = g_opt.min_bytes; size <= g_opt.max_bytes;
+         size = bench_next_size(&g_opt, size)) {
         setup_ctx(&ctx, size);
         size_t bytes = total_bytes(&ctx);
         if (g.rank == 0) {
@@ -617,9 +561,9 @@ static void time_test(loomDataType_t dtype, int op, int root)
             if (g.json) {
                 fprintf(g.json, "%s{\"size\":%zu,\"count\":%zu,\"type\":", g.json_rows++ ? "," : "",
                         bytes, ctx.counts.param_count);
-                json_str(bench_type_names[dtype]);
+                bench_json_str(g.json, bench_type_names[dtype]);
                 fprintf(g.json, ",\"redop\":");
-                json_str(op_name);
+                bench_json_str(g.json, op_name);
                 fprintf(g.json, ",\"root\":%d,\"nranks\":%d", root, g.nranks);
                 g.json_row_open = 1;
             }
@@ -632,7 +576,7 @@ static void time_test(loomDataType_t dtype, int op, int root)
             printf("\n");
             if (g.json) {
                 fprintf(g.json, ",\"actual_iterations\":%d,\"experiment_name\":", g_opt.iters);
-                json_str(g.coll->name);
+                bench_json_str(g.json, g.coll->name);
                 fprintf(g.json, "}");
                 g.json_row_open = 0;
             }
@@ -653,11 +597,11 @@ static void open_json(int argc, char **argv, int version)
     }
     printf("# Writing JSON output to %s\n", g_opt.json_path);
     fprintf(g.json, "{\"version\":2,\"start_time\":");
-    json_now();
+    bench_json_now(g.json);
     fprintf(g.json, ",\"args\":[");
     for (int i = 0; i < argc; i++) {
         fprintf(g.json, i ? "," : "");
-        json_str(argv[i]);
+        bench_json_str(g.json, argv[i]);
     }
     fprintf(g.json, "],\"loom_version\":%d,", version);
 }

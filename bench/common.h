@@ -6,13 +6,16 @@
  * counts, verifiable inputs, expected output, bandwidth formula, the call) and
  * hands it to bench_main(), which owns flags, launch, timing, checking and the
  * output table. Nothing here knows a particular collective; nothing here is
- * part of libloom. Only include/loom.h is used.
+ * part of libloom. Only include/loom.h is used. The last section is what the
+ * programs with drivers of their own share with this one (launch.c, json.c,
+ * report.c).
  */
 #ifndef LOOM_BENCH_COMMON_H
 #define LOOM_BENCH_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom.h"
 
@@ -137,5 +140,25 @@ static inline size_t bench_round16(size_t count, size_t elt_size)
 {
     return count & ~(16 / elt_size - 1);
 }
+
+/* ---- Shared by every benchmark program (launch.c, json.c, report.c) ----- */
+
+/* Whether a launcher started this process as a rank: loomrun, torchrun, Open MPI or a
+ * multi-task Slurm step. */
+int bench_launched(void);
+/* This process's communicator: from the launcher's environment when bench_launched(), else
+ * a lone rank. *hint is what to tell the user if it fails (NULL: nothing to add). */
+loomResult_t bench_comm_create(loomComm_t *comm, const char **hint);
+
+/* JSON values, written the same way in every -J file: a string with quotes, backslashes and
+ * control characters escaped; a number ("nan" and "inf" as strings); the local time. */
+void bench_json_str(FILE *f, const char *s);
+void bench_json_double(FILE *f, double v);
+void bench_json_now(FILE *f);
+
+/* The median of v[0..n) (v is left as it is; 0 for n <= 0). */
+double bench_median(const double *v, int n);
+/* The CPU's model name from /proc/cpuinfo, else "unknown CPU". */
+void bench_cpu_model(char *buf, size_t len);
 
 #endif /* LOOM_BENCH_COMMON_H */

@@ -60,18 +60,6 @@ static void ensure_slots(bufs_t *b, size_t slots, size_t row_bytes)
     b->recv_cap = slots;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* all[iters][NPH]: each step's phases on this rank, then iters more of scratch. med[NPH + 3]:
  * the medians of the phases' slowest rank, of their sum, of dispatch + combine and of the
  * re-ordering's two. Stragglers set the pace: each phase's time is its slowest rank's. */
@@ -85,7 +73,7 @@ void phase_medians(double *all, int iters, double *med)
             double dc = t[1] + t[2], re = t[3] + t[4];
             col[i] = p < NPH ? t[p] : p == NPH ? t[0] + dc + re : p == NPH + 1 ? dc : re;
         }
-        med[p] = median(col, iters);
+        med[p] = bench_median(col, iters);
     }
 }
 
@@ -323,13 +311,8 @@ int main(int argc, char **argv)
 {
     opts_t o;
     parse(argc, argv, &o);
-    if (getenv("LOOM_RANK") && *getenv("LOOM_RANK")) {
-        CHECK(loomCommInitFromEnv(&g_comm));
-    } else {
-        loomUniqueId id;
-        CHECK(loomGetUniqueId(&id));
-        CHECK(loomCommInitRank(&g_comm, 1, id, 0));
-    }
+    const char *hint = NULL; /* the launcher's variables: loomrun -n N sets them */
+    CHECK(bench_comm_create(&g_comm, &hint));
     CHECK(loomCommUserRank(g_comm, &g_rank));
     CHECK(loomCommCount(g_comm, &g_nranks));
 

@@ -3,6 +3,7 @@
  * options.c - the benchmarks' command-line flags: nccl-tests' letters, long
  * names, meanings and defaults, binary K/M/G size suffixes, -h usage text and
  * HINT lines on misuse. It only parses: common.c's driver acts on the result.
+ * The parsers of single values serve the programs with flags of their own.
  */
 #include "options.h"
 
@@ -15,6 +16,11 @@
 #include <string.h>
 
 static const char *g_prog = "bench";
+
+void bench_set_prog(const char *prog)
+{
+    g_prog = prog;
+}
 
 void bench_die(const char *hint, const char *fmt, ...)
 {
@@ -29,8 +35,7 @@ void bench_die(const char *hint, const char *fmt, ...)
     exit(EXIT_FAILURE);
 }
 
-/* nccl-tests' parsesize: a number with an optional binary K/M/G suffix. */
-static size_t parse_size(const char *flag, const char *value)
+size_t bench_parse_size(const char *flag, const char *value)
 {
     double size;
     char unit = 0;
@@ -50,7 +55,7 @@ static size_t parse_size(const char *flag, const char *value)
     return (size_t)(size * mult);
 }
 
-static int parse_int(const char *flag, const char *value, int min)
+int bench_parse_int(const char *flag, const char *value, int min)
 {
     char *end;
     long v = strtol(value, &end, 0);
@@ -155,7 +160,7 @@ static const struct option longopts[] = {
 /* -t and -g exist so that nccl-tests command lines run: only 1 makes sense here. */
 static void check_one_per_process(int c, const char *value)
 {
-    if (parse_int(c == 't' ? "-t" : "-g", value, 1) != 1)
+    if (bench_parse_int(c == 't' ? "-t" : "-g", value, 1) != 1)
         bench_die("start one process per rank with loomrun -n N instead",
                   "-%c accepts only 1: each rank is one process with one host buffer", c);
 }
@@ -216,7 +221,7 @@ static int apply_named(bench_opts_t *o, int c, const char *value)
         o->dtype = parse_name("-d", value, bench_type_names, loomNumTypes);
         return 1;
     case 'r':
-        o->root = strcmp(value, "all") ? parse_int("-r", value, 0) : -1;
+        o->root = strcmp(value, "all") ? bench_parse_int("-r", value, 0) : -1;
         return 1;
     case 'J':
         o->json_path = value;
@@ -233,11 +238,11 @@ static void apply_flag(bench_opts_t *o, int c, const char *value)
     size_t *size_p = size_field(o, c);
     int min, *int_p = int_field(o, c, &min);
     if (size_p)
-        *size_p = parse_size(flag, value);
+        *size_p = bench_parse_size(flag, value);
     else if (int_p)
-        *int_p = parse_int(flag, value, min);
+        *int_p = bench_parse_int(flag, value, min);
     else if (c == 'f')
-        o->step_factor = (size_t)parse_int(flag, value, 1);
+        o->step_factor = (size_t)bench_parse_int(flag, value, 1);
     else if (c == 't' || c == 'g')
         check_one_per_process(c, value);
     else if (apply_named(o, c, value))
@@ -266,6 +271,12 @@ static void check_opts(const bench_opts_t *o)
                   "-M %d is not supported", o->model);
     if (o->average > 3)
         bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);
+}
+
+size_t bench_next_size(const bench_opts_t *o, size_t size)
+{
+    size_t next = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes;
+    return next > size ? next : (size_t)-1; /* 0 x factor, step 0 or overflow: stop */
 }
 
 void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *o)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * options.h - the benchmarks' flags, as parsed by options.c and read by the
- * driver in common.c. Not used by the per-collective files.
+ * driver in common.c; the parsers of single values, for programs with flags of
+ * their own. Not used by the per-collective files.
  */
 #ifndef LOOM_BENCH_OPTIONS_H
 #define LOOM_BENCH_OPTIONS_H
@@ -27,6 +28,18 @@ typedef struct bench_opts {
 /* Sets *opts to the defaults, then applies argv. Prints the usage and exits
  * on -h; prints what is wrong and a HINT line and exits on misuse. */
 void bench_opts_parse(int argc, char **argv, const char *prog, bench_opts_t *opts);
+
+/* The row after `size`: times -f when above 1, else plus -i; (size_t)-1 when that would
+ * not grow (a size of 0 times a factor, a step of 0, overflow), which ends a sweep. */
+size_t bench_next_size(const bench_opts_t *o, size_t size);
+
+/* One flag's value, exiting with bench_die's message on misuse: a size in bytes with an
+ * optional binary K, M or G suffix (nccl-tests' parsesize); an integer from min to 1e9. */
+size_t bench_parse_size(const char *flag, const char *value);
+int bench_parse_int(const char *flag, const char *value, int min);
+
+/* The program name bench_die prints (bench_opts_parse sets it too). */
+void bench_set_prog(const char *prog);
 
 /* Prints "prog: <message>" and, when hint is not NULL, "HINT: <hint>" to
  * stderr, then exits with EXIT_FAILURE. */

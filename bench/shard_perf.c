@@ -46,22 +46,6 @@ double sp_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double sp_median(const double *v, int n)
-{
-    double *s = sp_alloc((size_t)n, sizeof(double));
-    memcpy(s, v, (size_t)n * sizeof(double));
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    free(s);
-    return m;
-}
-
 double sp_min(const double *v, int n)
 {
     double m = v[0];
@@ -186,11 +170,11 @@ static void run_layout(const sp_opts_t *o, const sp_model_t *m, const sp_machine
         col[o->iters + i] = (r[0] - r[2]) * 1e3;
         col[2 * o->iters + i] = r[3] * 1e3;
     }
-    x->step_ms = sp_median(col, o->iters);
+    x->step_ms = bench_median(col, o->iters);
     x->step_min = sp_min(col, o->iters);
-    x->sync_ms = sp_median(col + o->iters, o->iters);
+    x->sync_ms = bench_median(col + o->iters, o->iters);
     x->sync_min = sp_min(col + o->iters, o->iters);
-    x->total_ms = sp_median(col + 2 * o->iters, o->iters);
+    x->total_ms = bench_median(col + 2 * o->iters, o->iters);
     x->total_min = sp_min(col + 2 * o->iters, o->iters);
     x->step_colls = (double)c.step_collectives / o->iters;
     double sums[2] = {cpu / o->iters, (double)c.bytes_sent / o->iters};
@@ -242,13 +226,8 @@ int main(int argc, char **argv)
         sp_model_free(&m);
         return EXIT_SUCCESS;
     }
-    if (getenv("LOOM_RANK") && *getenv("LOOM_RANK")) {
-        SP_CHECK(loomCommInitFromEnv(&g_comm));
-    } else {
-        loomUniqueId id;
-        SP_CHECK(loomGetUniqueId(&id));
-        SP_CHECK(loomCommInitRank(&g_comm, 1, id, 0));
-    }
+    const char *hint = NULL; /* the launcher's variables: loomrun -n N sets them */
+    SP_CHECK(bench_comm_create(&g_comm, &hint));
     SP_CHECK(loomCommUserRank(g_comm, &g_rank));
     SP_CHECK(loomCommCount(g_comm, &g_nranks));
     sp_probe(&mc);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common.h"
 #include "loom.h"
 #include "loom_shard.h"
 #include "options.h"
@@ -96,11 +97,9 @@ loomShardPlan_t sp_plan(const sp_model_t *m, int nranks, int layout, int balance
                         int deterministic);
 void *sp_alloc(size_t n, size_t size);
 double sp_now(void);
-double sp_median(const double *v, int n);
 double sp_min(const double *v, int n);
 void sp_probe(sp_machine_t *mc);
 void sp_probe_rates(sp_machine_t *mc, int reps);
-void sp_describe_cpu(sp_machine_t *mc);
 void sp_predict(const sp_machine_t *mc, const sp_model_t *m, loomShardPlan_t plan, int layout,
                 int nranks, int cores, double proj_gbps, sp_result_t *x);
 void sp_plan_work(loomShardPlan_t plan, int nranks, sp_result_t *x);

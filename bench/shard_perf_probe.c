@@ -38,8 +38,8 @@ static void time_runs(void (*fn)(void *, int), void *arg, int reps, double *t)
         wall[r] = sp_now() - w0;
         cpu[r] = cpu_now() - c0;
     }
-    t[0] = sp_median(wall + 1, reps);
-    t[1] = sp_median(cpu + 1, reps);
+    t[0] = bench_median(wall + 1, reps);
+    t[1] = bench_median(cpu + 1, reps);
 }
 
 typedef struct ns_probe {
@@ -113,25 +113,6 @@ static int count_cores(void)
     return n > 0 ? n : 1;
 }
 
-void sp_describe_cpu(sp_machine_t *mc)
-{
-    snprintf(mc->cpu, sizeof(mc->cpu), "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f == NULL)
-        return;
-    char line[256];
-    while (fgets(line, sizeof(line), f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) != 0 || colon == NULL)
-            continue;
-        colon += 1 + strspn(colon + 1, " \t");
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(mc->cpu, sizeof(mc->cpu), "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
 void sp_probe_rates(sp_machine_t *mc, int reps)
 {
     /* GMAC/s wall and CPU, then minus ns per element wall and CPU: MIN takes the slowest rank */
@@ -158,6 +139,6 @@ void sp_probe(sp_machine_t *mc)
 {
     mc->ranks = g_nranks;
     mc->cores = count_cores();
-    sp_describe_cpu(mc);
+    bench_cpu_model(mc->cpu, sizeof(mc->cpu));
     sp_probe_rates(mc, PROBE_REPS);
 }
