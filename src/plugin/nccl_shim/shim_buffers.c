@@ -94,12 +94,9 @@ static const cuda_api_t *cuda(void)
     return __atomic_load_n(&cuda_found, __ATOMIC_ACQUIRE) ? &cuda_api : NULL;
 }
 
-int shim_is_device_ptr(const void *p)
+static int is_device_ptr(const cuda_api_t *c, const void *p)
 {
     if (p == NULL)
-        return 0;
-    const cuda_api_t *c = cuda();
-    if (c == NULL)
         return 0;
     unsigned int type = 0;
     /* Host memory CUDA never saw gives an error: that is the host case. */
@@ -107,6 +104,17 @@ int shim_is_device_ptr(const void *p)
         0)
         return 0;
     return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED;
+}
+
+int shim_any_device_ptr(const void *a, const void *b)
+{
+    if (a == NULL && b == NULL)
+        return 0;
+    /* One look for the driver per call: it walks the loader's list of objects. */
+    const cuda_api_t *c = cuda();
+    if (c == NULL)
+        return 0;
+    return is_device_ptr(c, a) || (b != a && is_device_ptr(c, b));
 }
 
 ncclResult_t shim_stream_classify(cudaStream_t stream, const char *fn, shim_stream_t *out)

@@ -11,9 +11,9 @@
 
 #include "shim.h"
 
-/* 1 if p is CUDA device (or managed) memory; 0 for host memory, NULL, or
- * when the driver is not loaded or not initialized. */
-int shim_is_device_ptr(const void *p);
+/* 1 if a or b is CUDA device (or managed) memory; 0 for host memory, NULL,
+ * or when the driver is not loaded or not initialized. */
+int shim_any_device_ptr(const void *a, const void *b);
 
 typedef enum {
     SHIM_STREAM_NONE, /* NULL (or CUDA's default streams with no driver loaded): run blocking */

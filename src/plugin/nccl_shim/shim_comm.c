@@ -146,8 +146,11 @@ ncclResult_t shim_comm_ready(shim_comm_t *c, const char *fn, loomComm_t *loom)
     const ncclResult_t state = c->state;
     const int closing = c->closing;
     loomComm_t l = c->loom;
+    /* The failure's text is copied only for a failed communicator: this runs on every call. */
     char msg[sizeof(c->state_msg)];
-    snprintf(msg, sizeof(msg), "%s", c->state_msg);
+    msg[0] = '\0';
+    if (state != ncclSuccess && state != ncclInProgress)
+        snprintf(msg, sizeof(msg), "%s", c->state_msg);
     pthread_mutex_unlock(&c->lock);
     if (closing || (state == ncclSuccess && l == NULL))
         return shim_fail(ncclInvalidArgument, "%s: communicator %p is being destroyed or aborted",

@@ -394,7 +394,7 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
     ncclResult_t r = shim_stream_classify(o->stream, o->fn, &st);
     if (r != ncclSuccess)
         return r;
-    const int device = shim_is_device_ptr(o->sendbuff) || shim_is_device_ptr(o->recvbuff);
+    const int device = shim_any_device_ptr(o->sendbuff, o->recvbuff);
     if (!paired && device)
         return shim_fail(ncclInvalidUsage,
                          "%s: device buffers need loom's GPU path, which this build does not have",
@@ -434,11 +434,15 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
                               .in_group = in_group,
                               .device_buffers = device,
                               .capturing = st.capturing};
-    char why[160] = "";
-    shim_target_t t = shim_route_decide(rules, &call, why, sizeof(why));
+    /* The reason is written only for the trace: formatting it costs as much as deciding. */
+    const int tracing = shim_trace_enabled();
+    char why[512];
+    why[0] = '\0';
+    shim_target_t t =
+        shim_route_decide(rules, &call, tracing ? why : NULL, tracing ? sizeof(why) : 0);
     if (!paired && t == SHIM_TO_NCCL)
         t = SHIM_TO_LOOM; /* loom mode: NCCL's share is loom's exact path */
-    if (shim_trace_enabled())
+    if (tracing)
         shim_log(SHIM_LOG_TRACE, "%s comm=%d/%d count=%zu dtype=%s op=%s -> %s (%s)", o->fn,
                  c->rank, c->nranks, o->count, dtype_name(o->datatype), op_name(call.op),
                  shim_target_name(t), why);
