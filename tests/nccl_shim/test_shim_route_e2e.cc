@@ -31,7 +31,6 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,23 +186,58 @@ struct CallLine {
     std::string backend, result, hash;
 };
 
+/* Parsed by hand: std::regex does not build warning-free under the sanitizers with GCC 12. */
+bool AllDigits(const std::string &v, bool sign = false)
+{
+    size_t i = sign && !v.empty() && v[0] == '-' ? 1 : 0;
+    if (i == v.size())
+        return false;
+    for (; i < v.size(); i++)
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+    return true;
+}
+
+/* "key=value" with that key, or false. */
+bool Field(const std::string &tok, const char *key, std::string *value)
+{
+    const std::string k = std::string(key) + "=";
+    if (tok.compare(0, k.size(), k) != 0)
+        return false;
+    *value = tok.substr(k.size());
+    return true;
+}
+
+/* CALL <index> <fn> dtype=<n> op=<n> count=<n> group=0|1 backend=nccl|shim
+ * result=exact|approx [err=<x>] hash=<h> */
 bool ParseCall(const std::string &line, CallLine *c)
 {
-    static const std::regex re("^CALL (\\d+) (\\w+) dtype=(\\d+) op=(-?\\d+) count=(\\d+) "
-                               "group=([01]) backend=(nccl|shim) result=(exact|approx)"
-                               "(?: err=[0-9.]+)? hash=(\\S+)$");
-    std::smatch m;
-    if (!std::regex_match(line, m, re))
+    std::istringstream in(line);
+    std::vector<std::string> t;
+    for (std::string w; in >> w;)
+        t.push_back(w);
+    if (t.size() != 10 && t.size() != 11)
         return false;
-    c->index = std::stoi(m[1]);
-    c->fn = m[2];
-    c->dtype = std::stoi(m[3]);
-    c->op = std::stoi(m[4]);
-    c->count = std::stoull(m[5]);
-    c->group = std::stoi(m[6]);
-    c->backend = m[7];
-    c->result = m[8];
-    c->hash = m[9];
+    std::string dtype, op, count, group, backend, result, err, hash;
+    const bool with_err = t.size() == 11;
+    if (t[0] != "CALL" || !AllDigits(t[1]) || t[2].empty() || !Field(t[3], "dtype", &dtype) ||
+        !Field(t[4], "op", &op) || !Field(t[5], "count", &count) || !Field(t[6], "group", &group) ||
+        !Field(t[7], "backend", &backend) || !Field(t[8], "result", &result) ||
+        (with_err && !Field(t[9], "err", &err)) || !Field(t[with_err ? 10 : 9], "hash", &hash))
+        return false;
+    if (!AllDigits(dtype) || !AllDigits(op, true) || !AllDigits(count) ||
+        (group != "0" && group != "1") || (backend != "nccl" && backend != "shim") ||
+        (result != "exact" && result != "approx") || hash.empty())
+        return false;
+    c->index = std::stoi(t[1]);
+    c->fn = t[2];
+    c->dtype = std::stoi(dtype);
+    c->op = std::stoi(op);
+    c->count = std::stoull(count);
+    c->group = std::stoi(group);
+    c->backend = backend;
+    c->result = result;
+    c->hash = hash;
     return true;
 }
 
@@ -213,15 +247,41 @@ struct Decision {
     std::string fn, call, target, why;
 };
 
+/* "... ncclX comm=R/N <call> -> <target> (<why>)": the call part never holds " -> ", so the
+ * first one after comm= ends it (the reason may quote a rule, arrow included). */
 std::vector<Decision> Decisions(const std::string &log)
 {
-    static const std::regex re(
-        "(nccl\\w+) comm=\\d+/\\d+ ?(.*) -> (loom|echo|nccl) \\((.*)\\)\\s*$");
     std::vector<Decision> out;
     for (const std::string &line : Lines(log)) {
-        std::smatch m;
-        if (std::regex_search(line, m, re))
-            out.push_back({m[1], m[2], m[3], m[4]});
+        const size_t comm = line.find(" comm=");
+        if (comm == std::string::npos)
+            continue;
+        const size_t fn_at = line.rfind(' ', comm - 1);
+        const std::string fn = line.substr(fn_at == std::string::npos ? 0 : fn_at + 1,
+                                           comm - (fn_at == std::string::npos ? 0 : fn_at + 1));
+        if (fn.compare(0, 4, "nccl") != 0)
+            continue;
+        size_t p = comm + 6;
+        const size_t slash = line.find('/', p);
+        if (slash == std::string::npos || !AllDigits(line.substr(p, slash - p)))
+            continue;
+        p = line.find_first_not_of("0123456789", slash + 1);
+        if (p == std::string::npos || p == slash + 1)
+            continue;
+        const size_t arrow = line.find(" -> ", p);
+        if (arrow == std::string::npos)
+            continue;
+        std::string call = line.substr(p, arrow - p);
+        if (!call.empty() && call[0] == ' ')
+            call.erase(0, 1);
+        const size_t open = line.find(" (", arrow + 4);
+        size_t close = line.find_last_not_of(" \t\r\n");
+        if (open == std::string::npos || close == std::string::npos || line[close] != ')')
+            continue;
+        const std::string target = line.substr(arrow + 4, open - (arrow + 4));
+        if (target != "loom" && target != "echo" && target != "nccl")
+            continue;
+        out.push_back({fn, call, target, line.substr(open + 2, close - (open + 2))});
     }
     return out;
 }
