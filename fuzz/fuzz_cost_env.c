@@ -8,7 +8,7 @@
  * (alpha and o in ns; beta_one the fifth field, at most beta, else beta; cold the sixth, else
  * kept); the constants written back out with %a read back the same; and the same text in
  * LOOM_COST_TCP reaches loom_link_cost_default, which takes it or keeps the built-in constants.
- * Built by fuzz/run.sh with cost_model.c, param.c and debug.c.
+ * Built by fuzz/run.sh with cost_model.c, param.c, debug.c and log_line.c.
  */
 #include <math.h>
 #include <stdint.h>

@@ -10,8 +10,8 @@
  * loom_sockaddr_parse when the host is numeric so that nothing is looked up
  * in DNS) and LOOM_SOCKET_IFNAME lists (loom_ifname_matches: name prefixes,
  * '^' excludes, '=' exact). LOOM_NET lists are parsed inside p2p.c and not
- * separable yet. Built by fuzz/run.sh with param.c, debug.c, socket.c and
- * bootstrap_wire.c.
+ * separable yet. Built by fuzz/run.sh with param.c, debug.c, log_line.c,
+ * socket.c and bootstrap_wire.c.
  */
 #include <arpa/inet.h>
 #include <inttypes.h>

@@ -11,7 +11,7 @@
  * payload; receives of a tag take that tag's frames in the order they were
  * posted), and a decoded header encodes back to its bytes. It does not cover
  * the sockets or rings themselves. Built by fuzz/run.sh together with
- * stream.c, debug.c and param.c.
+ * wire.c, debug.c, log_line.c and param.c.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -35,16 +35,16 @@ CLANG=${CLANG:-clang}
 # name and the library sources it links, relative to the repository root
 HARNESSES=(bootstrap_wire frame env_parsers topo_json topo_file cost_env q4 moe_trace)
 KERNELS="src/collectives/kernels.c src/collectives/kernels_scalar.c src/collectives/kernels_avx2.c
-    src/collectives/kernels_avx512.c src/core/dtype.c src/core/debug.c src/core/param.c"
+    src/collectives/kernels_avx512.c src/core/dtype.c src/core/debug.c src/core/log_line.c src/core/param.c"
 declare -A SOURCES=(
     [bootstrap_wire]="src/core/bootstrap_wire.c"
-    [frame]="src/transport/wire.c src/core/debug.c src/core/param.c"
-    [env_parsers]="src/core/param.c src/core/debug.c src/core/socket.c src/core/bootstrap_wire.c"
+    [frame]="src/transport/wire.c src/core/debug.c src/core/log_line.c src/core/param.c"
+    [env_parsers]="src/core/param.c src/core/debug.c src/core/log_line.c src/core/socket.c src/core/bootstrap_wire.c"
     [topo_json]="src/topology/json.c"
     [topo_file]="src/topology/topo_file.c src/topology/json.c"
-    [cost_env]="src/collectives/cost_model.c src/core/debug.c src/core/param.c"
+    [cost_env]="src/collectives/cost_model.c src/core/debug.c src/core/log_line.c src/core/param.c"
     [q4]="src/quant/q4.c src/quant/q4_avx2.c src/quant/q4_avx512.c $KERNELS"
-    [moe_trace]="src/moe/moe_trace.c src/core/debug.c src/core/param.c"
+    [moe_trace]="src/moe/moe_trace.c src/core/debug.c src/core/log_line.c src/core/param.c"
 )
 # The longest input each harness is given (libFuzzer's -max_len), which keeps the corpus small;
 # q4 needs room for two tiles (1152 bytes of codes and scales per 2048 values).
