@@ -8,7 +8,8 @@
 // passed as cudaStream_t queue the call (PreMulSum and Gather's own copy in stream order too);
 // with a CUDA driver loaded (tests/nccl_shim/fake_cuda.c) device buffers and captured streams
 // are refused, a CUDA stream is synchronized first, and ncclCommCuDevice is the current device;
-// an init and a collective on it in one group; grouped calls on two communicators; a
+// an init and a collective on it in one group; grouped calls on two communicators;
+// ncclCommInitAll (every rank in one process) and ncclCommInitRankScalable (one or two ids); a
 // non-blocking split; Echo through the default rules equals loomEchoAllReduce bit for bit;
 // ncclGroupSimulateEnd estimates without running; route mode without a real library behaves
 // as loom mode; and everything loom mode refuses, with the text ncclGetLastError gives.
@@ -582,6 +583,73 @@ TEST(ShimLoom, RouteModeWithoutARealLibraryIsLoomMode)
             XT_NCCL(ncclCommDestroy(comm));
         },
         opts));
+}
+
+// ncclCommInitAll: one process holds every rank (as torch.cuda.nccl and nn.DataParallel use
+// it); the ranks' calls are issued from one thread inside one group, as NCCL requires.
+TEST(ShimLoom, InitAllMakesEveryRankInOneProcess)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        1,
+        [](int, int, loomComm_t) {
+            const int ndev = 3;
+            const size_t count = 33;
+            ncclComm_t comms[ndev] = {};
+            const int devlist[ndev] = {5, 6, 7};
+            XT_NCCL(ncclCommInitAll(comms, ndev, devlist));
+            std::vector<std::vector<float>> in(ndev, std::vector<float>(count)),
+                out(ndev, std::vector<float>(count, -1));
+            for (int r = 0; r < ndev; r++) {
+                int n = 0, rank = -1, dev = -1;
+                XT_NCCL(ncclCommCount(comms[r], &n));
+                XT_NCCL(ncclCommUserRank(comms[r], &rank));
+                XT_NCCL(ncclCommCuDevice(comms[r], &dev));
+                XT_CHECK_EQ(n, ndev);
+                XT_CHECK_EQ(rank, r);
+                XT_CHECK_EQ(dev, devlist[r]);
+                for (size_t i = 0; i < count; i++)
+                    in[r][i] = static_cast<float>((r + 1) * (i + 1));
+            }
+            XT_NCCL(ncclGroupStart());
+            for (int r = 0; r < ndev; r++)
+                XT_NCCL(ncclAllReduce(in[r].data(), out[r].data(), count, ncclFloat32, ncclSum,
+                                      comms[r], nullptr));
+            XT_NCCL(ncclGroupEnd());
+            for (int r = 0; r < ndev; r++)
+                for (size_t i = 0; i < count; i++)
+                    XT_CHECK_EQ(out[r][i], static_cast<float>(ndev * (ndev + 1) / 2 * (i + 1)));
+            for (int r = 0; r < ndev; r++)
+                XT_NCCL(ncclCommDestroy(comms[r]));
+            XT_NCCL_REFUSED(ncclCommInitAll(comms, 0, nullptr), ncclInvalidArgument, "ndev");
+            XT_NCCL_REFUSED(ncclCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument, "NULL");
+        },
+        LoomMode()));
+}
+
+// ncclCommInitRankScalable with one id and with two (loom's rendezvous takes the first).
+TEST(ShimLoom, InitRankScalableTakesItsIds)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t) {
+            for (int nids : {1, 2}) {
+                ncclUniqueId ids[2];
+                std::memset(ids, 0, sizeof(ids));
+                if (rank == 0)
+                    for (int k = 0; k < nids; k++)
+                        XT_NCCL(ncclGetUniqueId(&ids[k]));
+                loomtest::ShareFromRank0(ids, sizeof(ids));
+                ncclComm_t comm = nullptr;
+                XT_NCCL(ncclCommInitRankScalable(&comm, n, rank, nids, ids, nullptr));
+                CheckSum(comm, n, rank);
+                XT_NCCL(ncclCommDestroy(comm));
+            }
+            ncclComm_t comm = nullptr;
+            ncclUniqueId id;
+            XT_NCCL_REFUSED(ncclCommInitRankScalable(&comm, n, rank, 0, &id, nullptr),
+                            ncclInvalidArgument, "at least one");
+        },
+        LoomMode()));
 }
 
 // A bad LOOM_NCCL_ROUTE fails the calls it would route, with the parser's message.
