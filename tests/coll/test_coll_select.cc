@@ -339,8 +339,13 @@ void CheckAlternating(int rank, int n, loomComm_t comm)
 
 TEST(Select, AlternatingSizesKeepTheirChoice)
 {
-    XT_ASSERT_RUN(loomtest::RunRanks(4, CheckAlternating,
-                                     TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}})));
+    // The built-in constants (LOOM_CALIBRATE=0): where the model's thresholds fall with measured
+    // ones depends on the machine and its load (on a loaded one both sizes can take one
+    // algorithm), and the point here is only that a size's choice never depends on the calls
+    // before it.
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        4, CheckAlternating,
+        TraceOptions({{"LOOM_NET", "shm"}, {"LOOM_SHM_COLL", "0"}, {"LOOM_CALIBRATE", "0"}})));
 }
 
 // AllToAllv's counts differ per rank, so the layout alone chooses its algorithm: every rank
