@@ -19,9 +19,9 @@
 # OUTDIR/state.env.
 #
 # Environment (all optional): LOOM_NCCL_LIBRARY the real libnccl.so.2 (else the one of torch's
-# nvidia-nccl wheel, else /usr/local/cuda/lib64's); LOOM_DEVICE_CHECK_PYTHON (else
-# /opt/torch/.venv/bin/python, else python3); LOOM_DEVICE_CHECK_NVIDIA_SMI (else nvidia-smi);
-# LOOM_DEVICE_CHECK_SHIM (else BUILDDIR/src/plugin/nccl_shim/libloom-nccl.so);
+# nvidia-nccl wheel, else /usr/local/cuda/lib64's); LOOM_DEVICE_CHECK_PYTHON (else the active
+# virtual environment's python or python3, whichever has torch); LOOM_DEVICE_CHECK_NVIDIA_SMI
+# (else nvidia-smi); LOOM_DEVICE_CHECK_SHIM (else BUILDDIR/src/plugin/nccl_shim/libloom-nccl.so);
 # LOOM_DEVICE_CHECK_LIBTORCH_CUDA (else torch/lib/libtorch_cuda.so in that python's packages);
 # LOOM_DEVICE_CHECK_STAGE_TIMEOUT caps every stage's seconds (tests, quick reruns).
 set -u
@@ -212,13 +212,19 @@ stage_S0_env() {
     remember NVCC "${nvcc_version:-not found}"
 
     # Python, torch and the site-packages folders, without importing torch (slow).
-    local py=${LOOM_DEVICE_CHECK_PYTHON:-}
+    # Unless named, the first of the active virtual environment's python and python3 on the
+    # PATH that has torch installed, else the first that exists.
+    local py=${LOOM_DEVICE_CHECK_PYTHON:-} cand
     if [ -z "$py" ]; then
-        if [ -x /opt/torch/.venv/bin/python ]; then
-            py=/opt/torch/.venv/bin/python
-        else
-            py=$(command -v python3 || true)
-        fi
+        for cand in ${VIRTUAL_ENV:+"$VIRTUAL_ENV/bin/python"} "$(command -v python3 || true)"; do
+            if [ -z "$cand" ] || [ ! -x "$cand" ]; then continue; fi
+            [ -n "$py" ] || py=$cand
+            if limit 30 "$cand" -c 'import importlib.metadata as m; m.version("torch")' \
+                >/dev/null 2>&1; then
+                py=$cand
+                break
+            fi
+        done
     fi
     local sites="" torch_version=""
     if [ -n "$py" ]; then

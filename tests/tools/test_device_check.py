@@ -175,7 +175,7 @@ if [ "$1" = -c ]; then
 fi
 case "$2" in
 run)
-    mapped='"/opt/torch/nvidia/nccl/lib/libnccl.so.2"'
+    mapped='"/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2"'
     [ -z "${{LD_PRELOAD:-}}" ] || mapped="\\"$LD_PRELOAD\\", $mapped"
     echo "{{\\"results\\": {{\\"all_reduce\\": [1.5, -2.0]}}, \\"mapped\\": [$mapped]}}" > "$3"
     if [ -n "${{LOOM_DEBUG_FILE:-}}" ]; then
