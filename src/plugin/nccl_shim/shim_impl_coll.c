@@ -53,21 +53,6 @@ static void rules_load(void)
 
 /* ---- names for the trace ---------------------------------------------------- */
 
-/* The first spellings of the routing rules' keys (docs/nccl-plugins.md). */
-static const char *dtype_name(ncclDataType_t dt)
-{
-    static const char *const names[] = {"int8", "uint8", "int32", "uint32", "int64",   "uint64",
-                                        "fp16", "fp32",  "fp64",  "bf16",   "fp8e4m3", "fp8e5m2"};
-    return (int)dt >= 0 && (int)dt < (int)(sizeof(names) / sizeof(names[0])) ? names[dt]
-                                                                             : "invalid";
-}
-
-static const char *op_name(int op)
-{
-    static const char *const names[] = {"sum", "prod", "max", "min", "avg"};
-    return op < 0 ? "none" : op < ncclNumOps ? names[op] : "premulsum";
-}
-
 static int is_reduction(shim_coll_t coll)
 {
     return coll == SHIM_COLL_ALLREDUCE || coll == SHIM_COLL_REDUCESCATTER ||
@@ -444,7 +429,7 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
         t = SHIM_TO_LOOM; /* loom mode: NCCL's share is loom's exact path */
     if (tracing)
         shim_log(SHIM_LOG_TRACE, "%s comm=%d/%d count=%zu dtype=%s op=%s -> %s (%s)", o->fn,
-                 c->rank, c->nranks, o->count, dtype_name(o->datatype), op_name(call.op),
+                 c->rank, c->nranks, o->count, shim_dtype_name(o->datatype), shim_op_name(call.op),
                  shim_target_name(t), why);
     if (t == SHIM_TO_NCCL)
         return real_call(o, h);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * shim_premul.c - PreMulSum operators and their scaling (shim_premul.h). The
- * narrow float formats go through loom's conversions (dtype.h, inline), so a
+ * sizes and the narrow float formats' conversions are loom's (dtype.c, linked in), so a
  * scaled input is bitwise what a loom user widening, multiplying and rounding
  * with loom's rules gets.
  */
@@ -12,45 +12,15 @@
 #include "dtype.h"
 #include "shim_premul.h"
 
+/* NCCL numbers its datatypes as loom does (loom.h says so). */
+_Static_assert((int)ncclBfloat16 == (int)loomBfloat16 &&
+                   (int)ncclFloat8e5m2 == (int)loomFloat8e5m2 &&
+                   (int)ncclNumTypes == (int)loomNumTypes,
+               "NCCL's and loom's datatype numbers differ");
+
 size_t shim_dtype_size(ncclDataType_t datatype)
 {
-    switch (datatype) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-        return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-        return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-        return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
-/* fp8 to float32 without loom's tables (not exported by libloom.so): the same
- * magnitude code the tables are built from, and their NaN and infinity rules. */
-static float e4m3_to_f32(uint8_t v)
-{
-    uint32_t em = v & 0x7fu;
-    uint32_t mag = em == 0x7fu ? 0x7fc00000u : loom_narrow_mag_to_f32_bits(em, 3, 7);
-    return loom_f32_from_bits(((uint32_t)(v & 0x80u) << 24) | mag);
-}
-
-static float e5m2_to_f32(uint8_t v)
-{
-    uint32_t em = v & 0x7fu;
-    uint32_t mag = (em >> 2) == 0x1fu ? 0x7f800000u | ((em & 3u) << 21)
-                                      : loom_narrow_mag_to_f32_bits(em, 2, 15);
-    return loom_f32_from_bits(((uint32_t)(v & 0x80u) << 24) | mag);
+    return loom_dtype_size((loomDataType_t)datatype);
 }
 
 #define SCALE_UINT(type)                                                                           \
@@ -106,10 +76,10 @@ void shim_premul_scale(const shim_premul_t *op, const void *src, void *dst, size
         SCALE_NARROW(uint16_t, loom_bf16_decode, loom_bf16_encode);
         break;
     case ncclFloat8e4m3:
-        SCALE_NARROW(uint8_t, e4m3_to_f32, loom_e4m3_encode);
+        SCALE_NARROW(uint8_t, loom_e4m3_decode, loom_e4m3_encode);
         break;
     case ncclFloat8e5m2:
-        SCALE_NARROW(uint8_t, e5m2_to_f32, loom_e5m2_encode);
+        SCALE_NARROW(uint8_t, loom_e5m2_decode, loom_e5m2_encode);
         break;
     default:
         break; /* the datatype was checked when the op was made */

@@ -142,6 +142,18 @@ const char *shim_coll_name(shim_coll_t coll)
     return canonical(coll_aliases, NALIASES(coll_aliases), (int)coll);
 }
 
+const char *shim_dtype_name(ncclDataType_t datatype)
+{
+    return canonical(dtype_aliases, NALIASES(dtype_aliases), (int)datatype);
+}
+
+const char *shim_op_name(int op)
+{
+    if (op < 0)
+        return "none";
+    return canonical(op_aliases, NALIASES(op_aliases), op >= ncclNumOps ? OP_PREMULSUM : op);
+}
+
 /* ---- the built-in defaults ------------------------------------------------------------------ */
 
 #define DEFAULT_CONDITIONS "coll=allreduce dtype=fp16,bf16 op=sum bytes>=1M nranks=2-8 hosts=1"

@@ -72,5 +72,10 @@ shim_target_t shim_route_decide(const shim_rules_t *rules, const shim_call_t *ca
                                 size_t whylen);
 const char *shim_target_name(shim_target_t target);
 const char *shim_coll_name(shim_coll_t coll);
+/* The rules' own spellings of a datatype and an op (for the trace, so that
+ * its lines read as rules do): "fp16", "bf16", ...; "sum", ..., "premulsum"
+ * for a created op, "none" for op < 0. */
+const char *shim_dtype_name(ncclDataType_t datatype);
+const char *shim_op_name(int op);
 
 #endif
