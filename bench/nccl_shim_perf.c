@@ -91,22 +91,11 @@ static unsigned parse_colls(const char *v)
 {
     if (strcmp(v, "all") == 0)
         return (1u << nsp_ncolls) - 1;
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", v);
-    unsigned set = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        int i = 0;
-        while (i < nsp_ncolls && strcasecmp(tok, nsp_colls[i].key) != 0)
-            i++;
-        if (i == nsp_ncolls)
-            bench_die("nccl_shim_perf -h lists the collectives", "-c: unknown collective '%s'",
-                      tok);
-        set |= 1u << i;
-    }
-    if (set == 0)
-        bench_die("nccl_shim_perf -h lists the collectives", "-c '%s' names no collective", v);
-    return set;
+    const char *keys[32];
+    for (int i = 0; i < nsp_ncolls; i++)
+        keys[i] = nsp_colls[i].key;
+    return bench_parse_names("-c", v, "collective", "nccl_shim_perf -h lists the collectives", keys,
+                             nsp_ncolls);
 }
 
 void nsp_parse(int argc, char **argv, nsp_opts_t *o)

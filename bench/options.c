@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *g_prog = "bench";
 
@@ -62,6 +63,26 @@ int bench_parse_int(const char *flag, const char *value, int min)
     if (end == value || *end || v < min || v > 1000000000L)
         bench_die(NULL, "invalid value '%s' for %s (an integer >= %d)", value, flag, min);
     return (int)v;
+}
+
+unsigned bench_parse_names(const char *flag, const char *value, const char *what, const char *hint,
+                           const char *const *names, int n)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", value);
+    unsigned set = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int i = 0;
+        while (i < n && strcasecmp(tok, names[i]) != 0)
+            i++;
+        if (i == n)
+            bench_die(hint, "%s: unknown %s '%s'", flag, what, tok);
+        set |= 1u << i;
+    }
+    if (set == 0)
+        bench_die(hint, "%s '%s' names no %s", flag, value, what);
+    return set;
 }
 
 static int parse_name(const char *flag, const char *value, const char *const *names, int n)

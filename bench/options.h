@@ -37,6 +37,10 @@ size_t bench_next_size(const bench_opts_t *o, size_t size);
  * optional binary K, M or G suffix (nccl-tests' parsesize); an integer from min to 1e9. */
 size_t bench_parse_size(const char *flag, const char *value);
 int bench_parse_int(const char *flag, const char *value, int min);
+/* A comma list of names (any case) into a bit set, bit i for names[i] (n <= 32); an
+ * unknown one exits with "<flag>: unknown <what> '<name>'" and hint, an empty list too. */
+unsigned bench_parse_names(const char *flag, const char *value, const char *what, const char *hint,
+                           const char *const *names, int n);
 
 /* The program name bench_die prints (bench_opts_parse sets it too). */
 void bench_set_prog(const char *prog);

@@ -38,26 +38,6 @@ static double parse_number(const char *flag, const char *v, double lo, double hi
     return x;
 }
 
-/* A comma list of names into a bit set. */
-static unsigned parse_names(const char *flag, const char *v, const char *const *names, int n)
-{
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", v);
-    unsigned set = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        int i = 0;
-        while (i < n && strcmp(tok, names[i]) != 0)
-            i++;
-        if (i == n)
-            bench_die("shard_perf -h lists the values", "%s: unknown value '%s'", flag, tok);
-        set |= 1u << i;
-    }
-    if (set == 0)
-        bench_die(NULL, "%s names nothing", flag);
-    return set;
-}
-
 void sp_parse(int argc, char **argv, sp_opts_t *o)
 {
     *o = (sp_opts_t){.model = MODEL_CPU,
@@ -85,17 +65,23 @@ void sp_parse(int argc, char **argv, sp_opts_t *o)
             o->json = optarg;
             break;
         case 1: {
-            unsigned m = parse_names("--model", optarg, k_model_names, NUM_MODELS);
+            unsigned m =
+                bench_parse_names("--model", optarg, "value", "shard_perf -h lists the values",
+                                  k_model_names, NUM_MODELS);
             if (m & (m - 1))
                 bench_die(NULL, "--model takes one model");
             o->model = __builtin_ctz(m);
             break;
         }
         case 2:
-            o->layouts = parse_names("--layout", optarg, k_layout_names, NUM_LAYOUTS);
+            o->layouts =
+                bench_parse_names("--layout", optarg, "value", "shard_perf -h lists the values",
+                                  k_layout_names, NUM_LAYOUTS);
             break;
         case 3:
-            o->balances = parse_names("--balance", optarg, k_balance_names, NUM_BALANCES);
+            o->balances =
+                bench_parse_names("--balance", optarg, "value", "shard_perf -h lists the values",
+                                  k_balance_names, NUM_BALANCES);
             break;
         case 4:
             o->deterministic = (int)parse_number("--deterministic", optarg, 0, 1);
