@@ -44,7 +44,11 @@ static void usage(FILE *f)
         "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
         "steps; 10)\n"
         "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
-        "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
+        "          --moe-replay FILE (the training forwards' routing forced from a trace)\n"
+        "diloco:   --diloco H (replicas train alone, an outer step every H steps) --outer-lr "
+        "(0.7)\n"
+        "          --outer-momentum (0.9) --diloco-echo (the deltas' all-reduce through Echo)\n"
+        "          --diloco-sim R (R replicas one after the other in one process, for tests)\n",
         DEFAULT_CORPUS);
 }
 
@@ -121,6 +125,11 @@ static const optdef_t optdefs[] = {
     OPT("shard", OK_SHARD, shard),
     OPT("muon-lr", OK_DBL, muon_lr),
     OPT("muon-momentum", OK_DBL, muon_momentum),
+    OPT("diloco", OK_INT, diloco),
+    OPT("outer-lr", OK_DBL, outer_lr),
+    OPT("outer-momentum", OK_DBL, outer_momentum),
+    OPT("diloco-echo", OK_ON, diloco_echo),
+    OPT("diloco-sim", OK_INT, diloco_sim),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -275,7 +284,9 @@ static int parse(int argc, char **argv, opts_t *o)
                   .optim = OPTIM_ADAMW,
                   .shard = SHARD_UNSET,
                   .muon_lr = 0.02,
-                  .muon_momentum = 0.95};
+                  .muon_momentum = 0.95,
+                  .outer_lr = 0.7,
+                  .outer_momentum = 0.9};
     o->model.moe_every = 1;
     struct option lo[NOPTS + 1];
     for (size_t i = 0; i < NOPTS; i++) {
@@ -333,7 +344,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o))
+    if (check_optim(o) || diloco_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -416,7 +427,16 @@ typedef struct {
     int timed;
     int64_t first_step;
     double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
+    diloco_t dl;      /* --diloco */
 } run_t;
+
+static double run_validate(run_t *r)
+{
+    if (r->o.diloco_sim)
+        return diloco_sim_validate(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm,
+                                   r->scale);
+    return validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+}
 
 /* The communicator, the grid checks and the corpus; 0, or the exit code. */
 static int setup_comm(run_t *r)
@@ -454,7 +474,9 @@ static int setup_model(run_t *r)
         return 1;
     }
     r->nmb = r->o.micro;
-    r->bl = r->o.batch / r->g.dp;
+    if (diloco_init(&r->dl, &r->e, &r->o))
+        return 2;
+    r->bl = r->o.batch / diloco_replicas(&r->o, &r->g);
     r->bm = r->bl / r->nmb;
     const int tl = r->o.model.ctx / r->g.cp;
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
@@ -516,6 +538,11 @@ static int open_outputs(run_t *r)
                "the rest; shard %s over the data group of %d\n",
                o->muon_lr, o->muon_momentum, shard[o->shard], r->c.data_size);
     }
+    if (r->c.rank == 0 && !o->quiet && o->diloco)
+        printf("loom-train: DiLoCo over %d replicas: %d inner AdamW steps, then an outer Nesterov "
+               "step (lr %g, momentum %g) on the mean delta, %s all-reduce%s\n",
+               r->dl.replicas, o->diloco, o->outer_lr, o->outer_momentum,
+               o->diloco_echo ? "Echo" : "fp32", o->diloco_sim ? ", simulated in one process" : "");
     if (r->c.rank == 0 && !o->quiet && o->model.moe_e > 0)
         printf("loom-train: mixture of %d experts, top %d, every %d-th block, ep %d, %s dispatch, "
                "aux coefficient %g\n",
@@ -596,15 +623,19 @@ static void train_step(run_t *r, int64_t step)
     const opts_t *o = &r->o;
     step_stats_t st = {.step = step};
     double t0 = tc_now(), c0 = r->c.comm_s, w0 = r->c.pp_wait_s;
-    eng_zero_grads(&r->e);
-    if (o->model.moe_e > 0)
-        moe_take_stats(&r->s, st.moe); /* drops what validation counted */
-    for (int i = 0; i < r->nmb; i++)
-        corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step, r->g.dp_i * r->bl + i * r->bm,
-                    0);
-    r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
     st.lr = lr_at(o, step);
-    eng_step(&r->e, st.lr);
+    if (o->diloco) {
+        r->loss = diloco_step(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm, step, st.lr);
+    } else {
+        eng_zero_grads(&r->e);
+        if (o->model.moe_e > 0)
+            moe_take_stats(&r->s, st.moe); /* drops what validation counted */
+        for (int i = 0; i < r->nmb; i++)
+            corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step,
+                        r->g.dp_i * r->bl + i * r->bm, 0);
+        r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
+        eng_step(&r->e, st.lr);
+    }
     if (o->model.moe_e > 0)
         moe_step_report(r, &st);
     /* after the step's counters: a new placement makes new plans */
@@ -617,7 +648,7 @@ static void train_step(run_t *r, int64_t step)
     }
     st.validated = o->val_every > 0 && (step + 1) % o->val_every == 0;
     if (st.validated)
-        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+        r->val = run_validate(r);
     if (r->c.rank == 0)
         report_step(r, &st);
 }
@@ -630,14 +661,14 @@ static void train(run_t *r)
     for (int64_t step = r->e.step; step < r->o.steps; step++)
         train_step(r, step);
     if (r->o.val_batches > 0 && r->o.val_every == 0)
-        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+        r->val = run_validate(r);
 }
 
 /* Rank 0's summary JSON line: the run's shape and totals, every rank's memory (mem: 6 numbers a
  * rank), for Muon every rank's loom_shard figures (shard: bytes sent, bytes received, step
  * collectives, state floats, Newton-Schulz multiply-adds per step; muon_figures) and rank 0's
  * collective counters, which let a test check what each mode calls. */
-static void summary_json(const run_t *r, const double *mem, double tps)
+static void summary_json(run_t *r, const double *mem, double tps)
 {
     const opts_t *o = &r->o;
     char b1[32], b2[32];
@@ -666,13 +697,15 @@ static void summary_json(const run_t *r, const double *mem, double tps)
                     mem[MEMN * k + 7], mem[MEMN * k + 8], mem[MEMN * k + 9], mem[MEMN * k + 10]);
         fprintf(r->log, "],");
     }
+    if (o->diloco)
+        diloco_summary(&r->dl, &r->e, o->steps - r->first_step, r->log);
     json_counters(r->log, &r->c);
     fprintf(r->log, "}\n");
 }
 
 /* The summary: every rank's memory is gathered so that rank 0 can report each one's share;
  * 0, or the exit code. */
-static int report_summary(const run_t *r)
+static int report_summary(run_t *r)
 {
     const opts_t *o = &r->o;
     const engine_t *e = &r->e;
@@ -701,6 +734,8 @@ static int report_summary(const run_t *r)
         if (r->log)
             summary_json(r, all, tps);
     }
+    if (o->diloco && !r->log) /* every rank joins its gather; rank 0 with a log did */
+        diloco_summary(&r->dl, &r->e, o->steps - r->first_step, NULL);
     free(all);
     return 0;
 }
@@ -722,6 +757,7 @@ static int finish(run_t *r)
         mb_free(&r->mbs[i]);
     free(r->mbs);
     stage_free(&r->s);
+    diloco_free(&r->dl);
     eng_free(&r->e);
     corpus_free(&r->corpus);
     tc_free(&r->c);
