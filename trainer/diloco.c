@@ -40,6 +40,9 @@ int diloco_check(const opts_t *o)
               "transport chunks)";
     else if (o->diloco_sim && o->dp > 1)
         bad = "--diloco-sim runs its replicas in one process: leave --dp out";
+    else if (o->val_every % o->diloco)
+        bad = "--val-every must be a multiple of --diloco H (validation evaluates theta_outer, "
+              "after an outer step)";
     if (bad)
         fprintf(stderr, "loom-train: %s\n", bad);
     return bad ? -1 : 0;
@@ -80,6 +83,15 @@ int diloco_init(diloco_t *d, engine_t *e, const opts_t *o)
     }
     d->outer = dl_alloc(e->pn);
     d->mom = dl_alloc(e->pn);
+    const size_t round = (size_t)d->h * (size_t)o->micro;
+    d->own = calloc(round * (size_t)(o->diloco_sim ? d->replicas : 1), sizeof(double));
+    d->all = calloc(round * (size_t)c->size, sizeof(double));
+    d->norms = calloc((size_t)d->h, sizeof(double));
+    d->done_loss = calloc((size_t)d->h, sizeof(double));
+    if (!d->own || !d->all || !d->norms || !d->done_loss) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        return -1;
+    }
     memcpy(d->outer, e->params, e->pn * sizeof(float));
     if (o->diloco_sim) {
         int r = d->replicas;
@@ -117,6 +129,10 @@ void diloco_free(diloco_t *d)
     free(d->rm);
     free(d->rv);
     free(d->mb_loss);
+    free(d->own);
+    free(d->all);
+    free(d->norms);
+    free(d->done_loss);
     free(d->outer);
     free(d->mom);
 }
@@ -182,47 +198,67 @@ static void sim_outer_step(diloco_t *d, engine_t *e)
         memcpy(d->rp[r], d->outer, n * sizeof(float));
 }
 
-double diloco_step(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, int bl,
-                   int bm, int64_t step, double lr)
+int diloco_step(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, int bl,
+                int bm, int64_t step, double lr)
 {
     engine_t *e = s->e;
     const opts_t *o = s->o;
     const double scale = 1.0 / ((double)bl * (double)o->model.ctx);
-    const int sync = (step + 1) % d->h == 0 || step + 1 == o->steps;
-    double loss = 0;
+    const int sync = (step + 1) % d->h == 0 || step + 1 == o->steps, k = d->pending;
+    const int nown = nmb * (o->diloco_sim ? d->replicas : 1); /* a step's losses in own */
     if (!o->diloco_sim) {
         eng_zero_grads(e);
         for (int i = 0; i < nmb; i++)
             corpus_fill(cp, o, s, &mbs[i], (uint64_t)step, s->lay->g.dp_i * bl + i * bm, 0);
-        loss = schedule_run(s, mbs, nmb, 1, scale);
-        eng_step(e, lr);
-        if (sync)
-            outer_step(d, e);
-        return loss / d->replicas;
-    }
-    const int64_t t0 = e->step;
-    double norm0 = 0;
-    for (int r = 0; r < d->replicas; r++) {
-        use_replica(d, e, r);
-        e->step = t0;
-        eng_zero_grads(e);
-        for (int i = 0; i < nmb; i++)
-            corpus_fill(cp, o, s, &mbs[i], (uint64_t)step, r * bl + i * bm, 0);
+        s->local_loss = 1;
         schedule_run(s, mbs, nmb, 1, scale);
+        s->local_loss = 0;
         for (int i = 0; i < nmb; i++)
-            d->mb_loss[r * nmb + i] = mbs[i].loss;
+            d->own[(size_t)k * nown + (size_t)i] = mbs[i].loss;
         eng_step(e, lr);
-        if (r == 0)
-            norm0 = e->last_norm;
+        d->norms[k] = e->last_norm;
+    } else {
+        const int64_t t0 = e->step;
+        for (int r = 0; r < d->replicas; r++) {
+            use_replica(d, e, r);
+            e->step = t0;
+            eng_zero_grads(e);
+            for (int i = 0; i < nmb; i++)
+                corpus_fill(cp, o, s, &mbs[i], (uint64_t)step, r * bl + i * bm, 0);
+            schedule_run(s, mbs, nmb, 1, scale);
+            for (int i = 0; i < nmb; i++)
+                d->own[(size_t)k * nown + (size_t)(r * nmb + i)] = mbs[i].loss;
+            eng_step(e, lr);
+            if (r == 0)
+                d->norms[k] = e->last_norm;
+        }
+        use_replica(d, e, 0);
     }
-    use_replica(d, e, 0);
-    e->last_norm = norm0; /* what rank 0 of the distributed run reports */
-    /* the distributed run's global_loss: every micro-batch's loss in (rank, micro-batch) order */
-    for (int i = 0; i < d->replicas * nmb; i++)
-        loss += d->mb_loss[i];
-    if (sync)
+    d->pending++;
+    if (!sync)
+        return 0;
+    if (o->diloco_sim)
         sim_outer_step(d, e);
-    return loss / d->replicas;
+    else
+        outer_step(d, e);
+    /* The round's losses: each step's is every micro-batch's loss added in (rank, micro-batch)
+     * order, as global_loss adds them, divided by R. */
+    const int n = d->pending, ranks = e->c->size;
+    if (!o->diloco_sim)
+        tc_allgather_d(e->c, P_MISC, e->c->world, d->own, d->all, (size_t)n * (size_t)nmb);
+    for (int t = 0; t < n; t++) {
+        double sum = 0;
+        if (o->diloco_sim)
+            for (int i = 0; i < nown; i++)
+                sum += d->own[(size_t)t * nown + (size_t)i];
+        else
+            for (int r = 0; r < ranks; r++)
+                for (int i = 0; i < nmb; i++)
+                    sum += d->all[((size_t)r * n + (size_t)t) * nmb + (size_t)i];
+        d->done_loss[t] = sum / d->replicas;
+    }
+    d->pending = 0;
+    return n;
 }
 
 double diloco_sim_validate(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb,

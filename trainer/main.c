@@ -617,6 +617,26 @@ static void moe_step_report(run_t *r, step_stats_t *st)
     st->aux = v[MOE_STATS];
 }
 
+/* DiLoCo's replicas exchange their losses only at the outer step: the round's steps are
+ * reported then, each with its own loss and norm. */
+static void report_diloco(run_t *r, const step_stats_t *st, int known)
+{
+    static step_stats_t *pend;
+    static int np;
+    if (!pend && !(pend = calloc((size_t)r->o.diloco, sizeof(*pend)))) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        exit(1);
+    }
+    pend[np++] = *st;
+    for (int i = 0; i < known; i++) {
+        r->loss = r->dl.done_loss[i], r->e.last_norm = r->dl.norms[i];
+        if (r->c.rank == 0)
+            report_step(r, &pend[i]);
+    }
+    if (known)
+        np = 0;
+}
+
 /* One optimizer step on the global batch `step`, then --val-every's validation. */
 static void train_step(run_t *r, int64_t step)
 {
@@ -624,8 +644,9 @@ static void train_step(run_t *r, int64_t step)
     step_stats_t st = {.step = step};
     double t0 = tc_now(), c0 = r->c.comm_s, w0 = r->c.pp_wait_s;
     st.lr = lr_at(o, step);
+    int known = 0; /* DiLoCo: the steps whose losses this outer step made known */
     if (o->diloco) {
-        r->loss = diloco_step(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm, step, st.lr);
+        known = diloco_step(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm, step, st.lr);
     } else {
         eng_zero_grads(&r->e);
         if (o->model.moe_e > 0)
@@ -649,7 +670,9 @@ static void train_step(run_t *r, int64_t step)
     st.validated = o->val_every > 0 && (step + 1) % o->val_every == 0;
     if (st.validated)
         r->val = run_validate(r);
-    if (r->c.rank == 0)
+    if (o->diloco)
+        report_diloco(r, &st, known);
+    else if (r->c.rank == 0)
         report_step(r, &st);
 }
 

@@ -232,6 +232,7 @@ typedef struct {
     const layout_t *lay;
     int32_t **cppos; /* [cp][tl]: the positions held by each CP rank (zigzag chunks) */
     int eval;        /* forward only (validation): plain fp32 TP all-reduces */
+    int local_loss;  /* DiLoCo's inner steps: the loss is this rank's sum, not gathered */
     /* scratch, sized for one micro-batch */
     float *ml, *kvbuf[2], *dkvbuf[2], *dx, *dh, *dtmp, *dqkv, *datt, *dup, *delta, *logits;
     /* MoE (moe.c): a plan per local layer (NULL for a dense block), the router's scratch, the
@@ -333,6 +334,11 @@ typedef struct {
     float **rp, **rm, **rv; /* --diloco-sim: each replica's parameters and AdamW moments (replica
                                0's are the engine's own buffers) */
     double *mb_loss;        /* --diloco-sim: one step's micro-batch losses, replica-major */
+    double *own, *all;      /* the round's micro-batch losses: this rank's [h][micro] (the
+                               simulation's: [h][R][micro]), gathered [ranks][h][micro] */
+    double *norms;          /* the round's gradient norms (replica 0's) */
+    int pending;            /* steps of this round so far */
+    double *done_loss;      /* [h]: the losses of the steps diloco_step made known */
     loomEchoState_t echo;   /* --diloco-echo: the deltas' feedback state */
     int64_t outer_steps;
 } diloco_t;
@@ -347,9 +353,12 @@ void diloco_free(diloco_t *d);
 /* One inner step of global batch `step` on every replica this process runs: each trains on its
  * share (bl sequences, nmb micro-batches of bm) with the loss scaled by 1 / (bl x T), the plain
  * one-replica step, and AdamW on its own gradients. Then, every h steps and after the run's last,
- * the outer step. Returns the step's loss, the mean of the replicas' losses. */
-double diloco_step(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, int bl,
-                   int bm, int64_t step, double lr);
+ * the outer step. The replicas exchange nothing between outer steps, not even their losses: the
+ * round's losses are gathered at its outer step. Returns how many steps' losses that made known
+ * (0 inside a round), in done_loss (each the mean of the replicas' losses) and norms (replica 0's
+ * gradient norm). */
+int diloco_step(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, int bl,
+                int bm, int64_t step, double lr);
 /* --diloco-sim's validation: each replica on its share, the losses added in the order of the
  * distributed run's. */
 double diloco_sim_validate(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb,

@@ -60,7 +60,7 @@ TEST_P(DilocoAsSimulation, BitwiseEqualToReplicasInOneProcess)
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, DilocoAsSimulation,
-    ::testing::Values(DilocoMode{"diloco-dp2-h2", 2, "--diloco 2"},
+    ::testing::Values(DilocoMode{"diloco-dp2-h2", 2, "--diloco 2 --val-every 2"},
                       DilocoMode{"diloco-dp4-h3-micro2", 4, "--diloco 3 --micro 2"},
                       DilocoMode{"diloco-dp2-h1-avg", 2,
                                  "--diloco 1 --outer-lr 1 --outer-momentum 0"},
@@ -129,9 +129,10 @@ TEST(Diloco, EchoStaysNearTheExactDeltas)
     }
 }
 
-// Inner steps call no data-group collective and no norm all-reduce (each replica clips by its own
-// norm); the outer step is one all-reduce of the whole local vector. The loss's all-gather (a
-// double per micro-batch, for the log) stays. Bytes per token: plain DP sends the parameter count
+// Inner steps call no collective at all: no gradient reduction, no norm all-reduce (each replica
+// clips by its own norm), not even the loss's all-gather, which waits for the outer step and then
+// carries the round's losses (a double per step and micro-batch) at once. The outer step is one
+// all-reduce of the whole local vector. Bytes per token: plain DP sends the parameter count
 // every step, DiLoCo every H steps; the summary's figures match the counters of both runs.
 TEST(Diloco, CollectivesAndBytesPerToken)
 {
@@ -147,7 +148,9 @@ TEST(Diloco, CollectivesAndBytesPerToken)
     EXPECT_EQ(Comm(dl, "data.allreduce").second, steps / H * P * 4);
     for (const char *k : {"data.reducescatter", "data.allgather", "data.echo", "misc.allreduce"})
         EXPECT_EQ(Comm(dl, k).first, 0) << k;
-    EXPECT_EQ(Comm(dl, "misc.allgather").first, steps + 1); // the losses, the validation's
+    EXPECT_EQ(Comm(dl, "misc.allgather").first, steps / H + 1); // the rounds' losses, validation
+    EXPECT_EQ(Comm(dl, "misc.allgather").second, (steps + 1) * 2 * 8.0);
+    EXPECT_EQ(Comm(dp, "misc.allgather").first, steps + 1);
     EXPECT_EQ(Comm(dp, "data.allreduce").first, steps * (kL + 2));
     EXPECT_EQ(Comm(dp, "data.allreduce").second, steps * P * 4);
     EXPECT_EQ(Comm(dp, "misc.allreduce").first, steps); // plain DP's global norm
@@ -208,6 +211,7 @@ TEST(Diloco, RefusesWhatItDoesNotSupport)
         {2, "--diloco 2 --diloco-sim 2", "one process"},
         {1, "--diloco 2 --diloco-sim 3", "multiple of 3 replicas"},
         {1, "--diloco -1", "bad value"},
+        {1, "--diloco 2 --val-every 3", "multiple of --diloco"},
     };
     int i = 0;
     for (const Bad &b : bad) {
