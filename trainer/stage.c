@@ -135,6 +135,7 @@ void stage_free(stage_t *s)
     free(s->dx), free(s->dh), free(s->dtmp), free(s->dqkv), free(s->datt), free(s->dup);
     free(s->delta);
     moe_free(s);
+    zb_free(s);
     memset(s, 0, sizeof(*s));
 }
 
