@@ -265,13 +265,6 @@ static int check_zb(const opts_t *o)
 {
     if (o->schedule != SCHED_ZB_H1 && o->schedule != SCHED_ZB_H2)
         return 0;
-    if (o->schedule == SCHED_ZB_H2) {
-        fprintf(stderr, "loom-train: --pp-schedule zb-h2 is not built: with the optimizer step "
-                        "synchronizing every stage, its extra warm-up forwards end the step no "
-                        "sooner than zb-h1 (trainer/README.md, \"Zero-bubble pipeline\"), at "
-                        "twice the activations in flight; use zb-h1\n");
-        return -1;
-    }
     if (o->zero >= 2) {
         fprintf(stderr,
                 "loom-train: --pp-schedule %s with --zero %d is not supported (the "
