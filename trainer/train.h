@@ -27,6 +27,8 @@ enum tp_reduce { TP_FP32, TP_ECHO };
 typedef struct {
     model_cfg_t model;
     int dp, tp, pp, cp;
+    int sp;    /* --sp: Ulysses sequence parallelism over the grid's cp dimension (1: none; when
+                  > 1, cp == sp and attention is ulysses.c's instead of the ring) */
     int zero;  /* 0 (plain DP), 1, 2, 3 */
     int batch; /* global batch, in sequences */
     int micro; /* micro-batches per step on each rank */
@@ -55,7 +57,8 @@ typedef struct {
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
-enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_COUNT };
+/* P_SP: Ulysses' all-to-alls around attention (ulysses.c) */
+enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_SP, P_COUNT };
 /* K_SHARD*: loom_shard's ReduceGrads and GatherParams of one unit (or all of them), and the
  * collectives its Step issues (the Rows layout's gathers of the pre-Newton-Schulz update) */
 enum ckind {
@@ -68,6 +71,7 @@ enum ckind {
     K_SHARDREDUCE,
     K_SHARDGATHER,
     K_SHARDSTEP,
+    K_ALLTOALL,
     K_COUNT
 };
 
@@ -112,6 +116,9 @@ void tc_tp_backward(tcomm_t *c, float *buf, size_t n);
 void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, const float *s2,
                  int from, float *r1, float *r2, size_t n);
 /* Pipeline point to point (world ranks); either side may be absent (-1 / NULL). */
+/* Blocking loomAllToAll of float32: block j (n floats) of send goes to rank j; the bytes counted
+ * are the whole send buffer (n x comm size x 4), the block this rank keeps included. */
+void tc_alltoall(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv, size_t n);
 void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *recv, size_t rn);
 void tc_stream_sync(tcomm_t *c);
 
@@ -237,6 +244,10 @@ typedef struct {
     uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
     struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
     struct loom_moe_trace *replay;       /* --moe-replay's routing, or NULL */
+    /* Ulysses (ulysses.c): the positions of a whole sequence in the order the all-to-all
+     * gathers them (cppos[0], cppos[1], ...), and two exchange buffers of 3 x [n][cl] */
+    int32_t *sppos;
+    float *spbuf[2];
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -254,6 +265,22 @@ void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_ac
                    const float *x, float *xout);
 void block_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
                     mb_acts_t *a, const float *x, float *dx);
+
+/* ---- Ulysses sequence parallelism (ulysses.c) ---------------------------------------------- */
+
+/* Scratch for n local tokens a micro-batch (nothing when sp is 1); ulysses_free releases it. */
+void ulysses_init(stage_t *s, int n);
+void ulysses_free(stage_t *s);
+/* Attention of one block under --sp: qkv ([3][n][cl], this rank's tokens, all local heads) goes
+ * through an all-to-all over the cp communicator and comes back head-sharded ([3][nseq * T][cl /
+ * sp]: the whole sequences, heads/sp of the local heads), which the backward reuses: qkv is
+ * overwritten with it. Attention runs there; its output goes back by a second all-to-all to att
+ * ([n][cl]); lse ([nseq * T][hl / sp], as many floats as [n][hl]) stays head-sharded. */
+void ulysses_fwd(stage_t *s, mb_acts_t *a, float *qkv, float *att, float *lse);
+/* Its backward: datt ([n][cl]) with the softmax's row terms goes head-sharded by one all-to-all,
+ * dq/dk/dv come back by another into dqkv ([3][n][cl], written). */
+void ulysses_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                 const float *datt, float *dqkv);
 
 /* ---- Mixture of experts (moe.c) ------------------------------------------------------------ */
 
