@@ -4,7 +4,8 @@
  * "Zero Bubble Pipeline Parallelism", 2023). B computes the gradient of the stage's input, which
  * the previous stage waits for, with the LayerNorms' gradients (cheap, and they need the
  * LayerNorm's input gradient at hand) and a MoE block's whole MLP backward; it keeps the output
- * gradient of each linear layer. W computes the weight gradients of the linear layers, the head
+ * gradient of each linear layer. TP's all-reduces, CP's ring and Ulysses' all-to-alls stay in B.
+ * W computes the weight gradients of the linear layers, the head
  * and the embeddings from those, later. Every matrix product is the one block_backward and
  * stage_backward run, on the same operands and accumulated with beta 1, so that W's run in
  * micro-batch order accumulate exactly the gradients of 1F1B.
@@ -102,7 +103,10 @@ static void block_b(stage_t *s, int layer, const float *P, float *G, const float
     memcpy(k->dx2[l], dx, nc * sizeof(float));
     linear_bwd_f(s->datt, NULL, dx, b->att, Wt(s, P, layer, TK_WO), n, cl, C);
     float *dqkv = k->dqkv[l];
-    attention_bwd(s, a, b->qkv, b->att, b->lse, s->datt, dqkv);
+    if (s->o->sp > 1)
+        ulysses_bwd(s, a, b->qkv, b->att, b->lse, s->datt, dqkv);
+    else
+        attention_bwd(s, a, b->qkv, b->att, b->lse, s->datt, dqkv);
     linear_bwd_f(s->dh, NULL, dqkv, b->h1, Wt(s, P, layer, TK_WQ), n, C, cl);
     for (int j = 1; j < 3; j++) {
         int kind = j == 1 ? TK_WK : TK_WV;

@@ -25,6 +25,8 @@ static void usage(FILE *f)
         "usage: loomrun -n N loom-train [options]\n"
         "model:    --layers L (4) --d C (64) --heads H (4) --ctx T (64) --seed S (1)\n"
         "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
+        "          --sp S (Ulysses: the sequence split over S ranks as --cp does, attention\n"
+        "          head-sharded between two all-to-alls instead of the ring; 1)\n"
         "          --zero 0|1|2|3 (0)   --tp-allreduce fp32|echo\n"
         "          --pp-schedule 1f1b|gpipe|zb-h1|zb-h2 (1f1b; --schedule is the same option)\n"
         "          --no-overlap (reduce gradients after the backward instead of during it)\n"
@@ -86,6 +88,7 @@ static const optdef_t optdefs[] = {
     OPT("tp", OK_INT, tp),
     OPT("pp", OK_INT, pp),
     OPT("cp", OK_INT, cp),
+    OPT("sp", OK_INT, sp),
     OPT("zero", OK_INT, zero),
     OPT("batch", OK_INT, batch),
     OPT("micro", OK_INT, micro),
@@ -259,6 +262,44 @@ static int check_optim(opts_t *o)
     return bad ? -1 : 0;
 }
 
+/* --sp: Ulysses takes the grid's cp dimension for its sequence split (the same zigzag chunks, the
+ * same data group), so it sets cp; refuses what it cannot run. 0 or -1 with a message. */
+static int check_sp(opts_t *o)
+{
+    const char *bad = NULL;
+    char buf[256];
+    int hl = o->tp > 0 ? o->model.heads / o->tp : 0;
+    if (o->sp < 1)
+        bad = "--sp must be >= 1";
+    else if (o->sp == 1)
+        return 0;
+    else if (o->cp > 1)
+        bad = "--sp with --cp > 1 is not supported (both split the sequence over the grid's cp "
+              "dimension: Ulysses between all-to-alls, CP around a ring; choose one)";
+    else if (o->model.moe_e > 0)
+        bad = "--sp with --moe is not supported (the load-balancing loss is taken over the whole "
+              "sequences of a micro-batch, as with --cp)";
+    else if (o->model.heads % o->tp == 0 && hl % o->sp) {
+        snprintf(buf, sizeof(buf),
+                 "--sp %d must divide the heads per tensor-parallel rank (--heads %d / --tp %d = "
+                 "%d): Ulysses gives each rank of the sequence split whole heads",
+                 o->sp, o->model.heads, o->tp, hl);
+        bad = buf;
+    } else if (o->model.ctx % (2 * o->sp)) {
+        snprintf(buf, sizeof(buf),
+                 "--ctx %d must be a multiple of 2 * --sp (%d): each rank keeps two zigzag "
+                 "chunks of every sequence",
+                 o->model.ctx, 2 * o->sp);
+        bad = buf;
+    }
+    if (bad) {
+        fprintf(stderr, "loom-train: %s\n", bad);
+        return -1;
+    }
+    o->cp = o->sp;
+    return 0;
+}
+
 /* --pp-schedule zb-h1|zb-h2: the split backward keeps whole weight-gradient buffers until the
  * deferred W's have run, which ZeRO-2/3 free after each backward; 0 or -1 with a message. */
 static int check_zb(const opts_t *o)
@@ -283,6 +324,7 @@ static int parse(int argc, char **argv, opts_t *o)
                   .tp = 1,
                   .pp = 1,
                   .cp = 1,
+                  .sp = 1,
                   .batch = 8,
                   .micro = 1,
                   .steps = 50,
@@ -333,6 +375,8 @@ static int parse(int argc, char **argv, opts_t *o)
                         "betas < 1\n");
         return -1;
     }
+    if (check_sp(o))
+        return -1;
     if (o->ep < 1 || o->model.moe_every < 1 ||
         ((o->ep > 1 || o->moe_trace || o->moe_replay) && !o->model.moe_e)) {
         fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1, --moe-trace and "
@@ -374,10 +418,10 @@ static int parse(int argc, char **argv, opts_t *o)
 /* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
 #define MEMN 11
 
-static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc"};
-static const char *kind_name[K_COUNT] = {"allreduce",   "echo",        "reducescatter",
-                                         "allgather",   "send",        "recv",
-                                         "shardreduce", "shardgather", "shardstep"};
+static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc", "sp"};
+static const char *kind_name[K_COUNT] = {"allreduce", "echo",    "reducescatter", "allgather",
+                                         "send",      "recv",    "shardreduce",   "shardgather",
+                                         "shardstep", "alltoall"};
 
 static void json_counters(FILE *f, const tcomm_t *c)
 {
@@ -538,6 +582,10 @@ static int open_outputs(run_t *r)
                r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->sched,
                o->tp_reduce == TP_ECHO ? "echo" : "fp32", o->model.layers, o->model.d,
                o->model.heads, o->model.ctx, r->e.lay.global_len, o->batch, o->model.ctx, r->nmb);
+    if (r->c.rank == 0 && !o->quiet && o->sp > 1)
+        printf("loom-train: Ulysses sequence parallelism: the cp split of %d, attention on %d of "
+               "the %d local heads between two all-to-alls\n",
+               o->sp, r->e.lay.hl / o->sp, r->e.lay.hl);
     if (r->c.rank == 0 && !o->quiet && o->optim == OPTIM_MUON) {
         static const char *shard[] = {"none (DDP Muon)", "zero1", "owner", "rows"};
         printf("loom-train: Muon on the attention and MLP matrices (lr %g, momentum %g), AdamW on "
@@ -693,14 +741,15 @@ static void summary_json(const run_t *r, const double *mem, const double *pipe, 
     const opts_t *o = &r->o;
     char b1[32], b2[32];
     fprintf(r->log,
-            "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
+            "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"sp\":%d,"
             "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
             "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
             "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"moe\":%d,\"top_k\":%d,\"ep\":%d,"
             "\"mem\":[",
-            r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->nmb, r->sched,
-            o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step), jnum(b1, r->loss),
-            jnum(b2, r->val), tps, r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
+            r->c.size, r->g.dp, r->g.tp, r->g.pp, o->sp > 1 ? 1 : r->g.cp, o->sp, o->zero, r->nmb,
+            r->sched, o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step),
+            jnum(b1, r->loss), jnum(b2, r->val), tps,
+            r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
             r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len, o->model.moe_e,
             o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)

@@ -37,6 +37,8 @@ enum tp_reduce { TP_FP32, TP_ECHO };
 typedef struct {
     model_cfg_t model;
     int dp, tp, pp, cp;
+    int sp;    /* --sp: Ulysses sequence parallelism over the grid's cp dimension (1: none; when
+                  > 1, cp == sp and attention is ulysses.c's instead of the ring) */
     int zero;  /* 0 (plain DP), 1, 2, 3 */
     int batch; /* global batch, in sequences */
     int micro; /* micro-batches per step on each rank */
@@ -65,7 +67,8 @@ typedef struct {
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
-enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_COUNT };
+/* P_SP: Ulysses' all-to-alls around attention (ulysses.c) */
+enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_SP, P_COUNT };
 /* K_SHARD*: loom_shard's ReduceGrads and GatherParams of one unit (or all of them), and the
  * collectives its Step issues (the Rows layout's gathers of the pre-Newton-Schulz update) */
 enum ckind {
@@ -78,6 +81,7 @@ enum ckind {
     K_SHARDREDUCE,
     K_SHARDGATHER,
     K_SHARDSTEP,
+    K_ALLTOALL,
     K_COUNT
 };
 
@@ -122,6 +126,9 @@ void tc_tp_backward(tcomm_t *c, float *buf, size_t n);
 void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, const float *s2,
                  int from, float *r1, float *r2, size_t n);
 /* Pipeline point to point (world ranks); either side may be absent (-1 / NULL). */
+/* Blocking loomAllToAll of float32: block j (n floats) of send goes to rank j; the bytes counted
+ * are the whole send buffer (n x comm size x 4), the block this rank keeps included. */
+void tc_alltoall(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv, size_t n);
 void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *recv, size_t rn);
 void tc_stream_sync(tcomm_t *c);
 
@@ -247,6 +254,10 @@ typedef struct {
     uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
     struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
     struct loom_moe_trace *replay;       /* --moe-replay's routing, or NULL */
+    /* Ulysses (ulysses.c): the positions of a whole sequence in the order the all-to-all
+     * gathers them (cppos[0], cppos[1], ...), and two exchange buffers of 3 x [n][cl] */
+    int32_t *sppos;
+    float *spbuf[2];
     struct zb_state *zb; /* zero-bubble schedules (schedule_zb.c): deferred W's, timings */
 } stage_t;
 
@@ -269,6 +280,22 @@ void block_backward(stage_t *s, int layer, const float *P, float *G, const float
  * dqkv ([3][n][cl]). */
 void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
                    const float *datt, float *dqkv);
+
+/* ---- Ulysses sequence parallelism (ulysses.c) ---------------------------------------------- */
+
+/* Scratch for n local tokens a micro-batch (nothing when sp is 1); ulysses_free releases it. */
+void ulysses_init(stage_t *s, int n);
+void ulysses_free(stage_t *s);
+/* Attention of one block under --sp: qkv ([3][n][cl], this rank's tokens, all local heads) goes
+ * through an all-to-all over the cp communicator and comes back head-sharded ([3][nseq * T][cl /
+ * sp]: the whole sequences, heads/sp of the local heads), which the backward reuses: qkv is
+ * overwritten with it. Attention runs there; its output goes back by a second all-to-all to att
+ * ([n][cl]); lse ([nseq * T][hl / sp], as many floats as [n][hl]) stays head-sharded. */
+void ulysses_fwd(stage_t *s, mb_acts_t *a, float *qkv, float *att, float *lse);
+/* Its backward: datt ([n][cl]) with the softmax's row terms goes head-sharded by one all-to-all,
+ * dq/dk/dv come back by another into dqkv ([3][n][cl], written). */
+void ulysses_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                 const float *datt, float *dqkv);
 
 /* ---- Mixture of experts (moe.c) ------------------------------------------------------------ */
 
@@ -320,8 +347,8 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
  * deferred into the bubbles) of every micro-batch of this rank, per the schedule. */
 void zb_run(stage_t *s, mb_acts_t *mbs, int nmb, double scale);
 void zb_free(stage_t *s);
-/* This rank's figures for the summary (zero where the schedule is not zero-bubble): see
- * enum zb_fig. Not collective. */
+/* This rank's figures for the summary, indexed by the ZB_* below (zeros where the schedule is not
+ * zero-bubble). Not collective. */
 enum {
     ZB_F_MS,       /* mean ms of one F of the stage */
     ZB_B_MS,       /* of one B */

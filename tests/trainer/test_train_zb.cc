@@ -109,8 +109,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ZeroBubble,
                              return std::string(i.param.name);
                          });
 
-// --schedule is --pp-schedule under its old name; with tensor and context parallelism and MoE
-// blocks the split backward keeps its communication in B and still gives 1F1B's bits.
+// --schedule is --pp-schedule under its old name; with tensor parallelism, ring and Ulysses
+// context parallelism and MoE blocks the split backward keeps its communication in B and still
+// gives 1F1B's bits.
 TEST(ZeroBubbleModes, AliasTpCpAndMoeAreBitwise1F1B)
 {
     struct Case {
@@ -123,6 +124,7 @@ TEST(ZeroBubbleModes, AliasTpCpAndMoeAreBitwise1F1B)
     for (const Case &c : {Case{"alias", 2, kL4 + " --pp 2 --micro 4", Floats()},
                           Case{"tp2pp2", 4, kL4 + " --tp 2 --pp 2 --micro 4", Floats()},
                           Case{"cp2pp2", 4, kL4 + " --cp 2 --pp 2 --micro 4", Floats()},
+                          Case{"sp2pp2", 4, kL4 + " --sp 2 --pp 2 --micro 4", Floats()},
                           Case{"moe-pp2", 2, kL4 + " --moe 4:2 --pp 2 --micro 4", moe}}) {
         std::string name = std::string("zbm-") + c.name;
         TrainRun base = Train(name + "-1f1b", c.ranks, c.args);
