@@ -5,8 +5,8 @@
  * the previous stage waits for, with the LayerNorms' gradients (cheap, and they need the
  * LayerNorm's input gradient at hand) and a MoE block's whole MLP backward; it keeps the output
  * gradient of each linear layer. TP's all-reduces, CP's ring and Ulysses' all-to-alls stay in B.
- * W computes the weight gradients of the linear layers, the head
- * and the embeddings from those, later. Every matrix product is the one block_backward and
+ * W computes the weight gradients of the linear layers, the head and the embeddings from those,
+ * later. Every matrix product is the one block_backward and
  * stage_backward run, on the same operands and accumulated with beta 1, so that W's run in
  * micro-batch order accumulate exactly the gradients of 1F1B.
  */
@@ -30,9 +30,9 @@ static float *zalloc(size_t n, size_t *count)
     return p;
 }
 
-static void **palloc(int n)
+static float **palloc(int n)
 {
-    void **p = calloc((size_t)(n ? n : 1), sizeof(void *));
+    float **p = calloc((size_t)(n ? n : 1), sizeof(float *));
     if (!p) {
         fprintf(stderr, "loom-train: out of memory\n");
         exit(1);
@@ -45,8 +45,7 @@ void zb_keep_alloc(zb_keep_t *k, const layout_t *lay, int n)
     memset(k, 0, sizeof(*k));
     int nl = lay->l1 - lay->l0;
     size_t N = (size_t)n, C = (size_t)lay->cfg.d;
-    k->dxo = (float **)palloc(nl), k->dup = (float **)palloc(nl);
-    k->dx2 = (float **)palloc(nl), k->dqkv = (float **)palloc(nl);
+    k->dxo = palloc(nl), k->dup = palloc(nl), k->dx2 = palloc(nl), k->dqkv = palloc(nl);
     for (int l = 0; l < nl; l++) {
         if (!layout_is_moe(&lay->cfg, lay->l0 + l)) {
             k->dxo[l] = zalloc(N * C, &k->floats);
