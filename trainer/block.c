@@ -61,8 +61,8 @@ static void attention_fwd(stage_t *s, mb_acts_t *a, const float *qkv, float *att
 }
 
 /* Backward of attention_fwd: datt in, dq/dk/dv out (written) into dqkv. */
-static void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att,
-                          const float *lse, const float *datt, float *dqkv)
+void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                   const float *datt, float *dqkv)
 {
     const layout_t *lay = s->lay;
     tcomm_t *c = s->c;

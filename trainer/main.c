@@ -27,7 +27,8 @@ static void usage(FILE *f)
         "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
         "          --sp S (Ulysses: the sequence split over S ranks as --cp does, attention\n"
         "          head-sharded between two all-to-alls instead of the ring; 1)\n"
-        "          --zero 0|1|2|3 (0)   --schedule 1f1b|gpipe   --tp-allreduce fp32|echo\n"
+        "          --zero 0|1|2|3 (0)   --tp-allreduce fp32|echo\n"
+        "          --pp-schedule 1f1b|gpipe|zb-h1|zb-h2 (1f1b; --schedule is the same option)\n"
         "          --no-overlap (reduce gradients after the backward instead of during it)\n"
         "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
         "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
@@ -111,6 +112,7 @@ static const optdef_t optdefs[] = {
     OPT("no-overlap", OK_OFF, overlap),
     OPT("quiet", OK_ON, quiet),
     OPT("schedule", OK_SCHED, schedule),
+    OPT("pp-schedule", OK_SCHED, schedule),
     OPT("tp-allreduce", OK_TPRED, tp_reduce),
     OPT("moe", OK_MOE, model.moe_e),
     OPT("moe-every", OK_INT, model.moe_every),
@@ -127,6 +129,10 @@ static const optdef_t optdefs[] = {
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
+
+#define TRAIN_SCHED_NAME(e, name) [e] = name,
+const char *const schedule_names[SCHED_COUNT] = {TRAIN_SCHEDULES(TRAIN_SCHED_NAME)};
+#undef TRAIN_SCHED_NAME
 
 /* Stores optarg into the option's field; -1 if the value is not valid for it. */
 static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
@@ -162,18 +168,23 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
         *(int *)field = 1;
         return 0;
     case OK_SCHED:
+        for (int i = 0; i < SCHED_COUNT; i++)
+            if (!strcmp(arg, schedule_names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        return -1;
     case OK_TPRED:
     case OK_MOEMODE:
     case OK_OPTIM: {
-        static const char *names[][2] = {[OK_SCHED] = {"1f1b", "gpipe"},
-                                         [OK_TPRED] = {"fp32", "echo"},
+        static const char *names[][2] = {[OK_TPRED] = {"fp32", "echo"},
                                          [OK_MOEMODE] = {"dedup", "naive"},
                                          [OK_OPTIM] = {"adamw", "muon"}};
         const char *a = names[d->kind][0], *b = names[d->kind][1];
         if (strcmp(arg, a) && strcmp(arg, b))
             return -1;
-        /* SCHED_1F1B, TP_FP32, loomMoeModeDedup, OPTIM_ADAMW = 0; SCHED_GPIPE, TP_ECHO,
-         * loomMoeModeNaive, OPTIM_MUON = 1 */
+        /* TP_FP32, loomMoeModeDedup, OPTIM_ADAMW = 0; TP_ECHO, loomMoeModeNaive,
+         * OPTIM_MUON = 1 */
         *(int *)field = strcmp(arg, a) ? 1 : 0;
         return 0;
     }
@@ -289,6 +300,23 @@ static int check_sp(opts_t *o)
     return 0;
 }
 
+/* --pp-schedule zb-h1|zb-h2: the split backward keeps whole weight-gradient buffers until the
+ * deferred W's have run, which ZeRO-2/3 free after each backward; 0 or -1 with a message. */
+static int check_zb(const opts_t *o)
+{
+    if (o->schedule != SCHED_ZB_H1 && o->schedule != SCHED_ZB_H2)
+        return 0;
+    if (o->zero >= 2) {
+        fprintf(stderr,
+                "loom-train: --pp-schedule %s with --zero %d is not supported (the "
+                "deferred weight gradients need the whole gradient buffer of each unit "
+                "until the last W; ZeRO-2/3 keep only a shard)\n",
+                schedule_names[o->schedule], o->zero);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.model = {.vocab = 256, .ctx = 64, .d = 64, .heads = 4, .layers = 4, .seed = 1},
@@ -377,7 +405,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o))
+    if (check_optim(o) || check_zb(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -502,7 +530,7 @@ static int setup_model(run_t *r)
     r->bm = r->bl / r->nmb;
     const int tl = r->o.model.ctx / r->g.cp;
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
-    r->sched = r->o.schedule == SCHED_GPIPE ? "gpipe" : "1f1b";
+    r->sched = schedule_names[r->o.schedule];
     stage_init(&r->s, &r->e, &r->c, &r->o, r->bm);
     r->mbs = calloc((size_t)r->nmb, sizeof(mb_acts_t));
     if (!r->mbs) {
@@ -685,7 +713,30 @@ static void train(run_t *r)
  * rank), for Muon every rank's loom_shard figures (shard: bytes sent, bytes received, step
  * collectives, state floats, Newton-Schulz multiply-adds per step; muon_figures) and rank 0's
  * collective counters, which let a test check what each mode calls. */
-static void summary_json(const run_t *r, const double *mem, double tps)
+/* Numbers per rank for the pipeline: its pipeline wait's share of the step, then zb_figures. */
+#define PIPEN (1 + ZB_FIGS)
+
+/* The pipeline's per-rank figures: every rank's pipeline wait share ("pp_wait_ranks") and, for the
+ * zero-bubble schedules, "zb": per rank the mean ms of an F, a B and a W, the most micro-batches
+ * in flight, the most deferred W's and the bytes they keep. */
+static void pipe_json(const run_t *r, const double *pipe)
+{
+    fprintf(r->log, "\"pp_wait_ranks\":[");
+    for (int k = 0; k < r->c.size; k++)
+        fprintf(r->log, "%s%.4f", k ? "," : "", pipe[PIPEN * k]);
+    fprintf(r->log, "],");
+    if (r->o.schedule != SCHED_ZB_H1 && r->o.schedule != SCHED_ZB_H2)
+        return;
+    fprintf(r->log, "\"zb\":[");
+    for (int k = 0; k < r->c.size; k++) {
+        const double *z = pipe + PIPEN * k + 1;
+        fprintf(r->log, "%s[%.4f,%.4f,%.4f,%.0f,%.0f,%.0f]", k ? "," : "", z[ZB_F_MS], z[ZB_B_MS],
+                z[ZB_W_MS], z[ZB_INFLIGHT], z[ZB_PENDING], z[ZB_KEEP_BYTES]);
+    }
+    fprintf(r->log, "],");
+}
+
+static void summary_json(const run_t *r, const double *mem, const double *pipe, double tps)
 {
     const opts_t *o = &r->o;
     char b1[32], b2[32];
@@ -715,6 +766,7 @@ static void summary_json(const run_t *r, const double *mem, double tps)
                     mem[MEMN * k + 7], mem[MEMN * k + 8], mem[MEMN * k + 9], mem[MEMN * k + 10]);
         fprintf(r->log, "],");
     }
+    pipe_json(r, pipe);
     json_counters(r->log, &r->c);
     fprintf(r->log, "}\n");
 }
@@ -729,12 +781,17 @@ static int report_summary(const run_t *r)
                         (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
                         (double)r->act_floats * 4,   (double)e->lay.total};
     muon_figures(e, mem + 6);
-    double *all = calloc((size_t)r->c.size * MEMN, sizeof(double));
+    double pipe[PIPEN] = {r->t_total > 0 ? r->wait_total / r->t_total : 0.0};
+    zb_figures(&r->s, pipe + 1);
+    double *all = calloc((size_t)r->c.size * (MEMN + PIPEN), sizeof(double));
+    double *pall = all ? all + (size_t)r->c.size * MEMN : NULL;
     if (!all) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
     tc_check(loomAllGather(mem, all, MEMN, loomFloat64, r->c.world, NULL), &r->c, "loomAllGather");
+    tc_check(loomAllGather(pipe, pall, PIPEN, loomFloat64, r->c.world, NULL), &r->c,
+             "loomAllGather");
     if (r->c.rank == 0) {
         double tps = r->timed ? (double)o->batch * o->model.ctx * r->timed / r->t_total : 0;
         if (!o->quiet)
@@ -743,12 +800,12 @@ static int report_summary(const run_t *r)
                    (long long)(o->steps - r->first_step), r->loss, r->val, tps,
                    r->t_total > 0 ? 100.0 * r->comm_total / r->t_total : 0.0);
         if (r->g.pp > 1 && !o->quiet)
-            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; 1F1B's "
+            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0 (%s); 1F1B's "
                    "ideal bubble is (pp-1)/(m+pp-1) = %.1f%%\n",
-                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0,
+                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched,
                    100.0 * (r->g.pp - 1) / (r->nmb + r->g.pp - 1));
         if (r->log)
-            summary_json(r, all, tps);
+            summary_json(r, all, pall, tps);
     }
     free(all);
     return 0;

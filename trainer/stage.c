@@ -137,6 +137,7 @@ void stage_free(stage_t *s)
     free(s->delta);
     moe_free(s);
     ulysses_free(s);
+    zb_free(s);
     memset(s, 0, sizeof(*s));
 }
 

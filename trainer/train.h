@@ -18,7 +18,17 @@
 
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
 
-enum schedule { SCHED_1F1B, SCHED_GPIPE };
+/* The pipeline schedules, in --pp-schedule's spelling: one line each (enum and name). */
+#define TRAIN_SCHEDULES(X)                                                                         \
+    X(SCHED_1F1B, "1f1b")                                                                          \
+    X(SCHED_GPIPE, "gpipe")                                                                        \
+    X(SCHED_ZB_H1, "zb-h1")                                                                        \
+    X(SCHED_ZB_H2, "zb-h2")
+#define TRAIN_SCHED_ENUM(e, name) e,
+enum schedule { TRAIN_SCHEDULES(TRAIN_SCHED_ENUM) SCHED_COUNT };
+#undef TRAIN_SCHED_ENUM
+/* The name of each schedule (main.c). */
+extern const char *const schedule_names[SCHED_COUNT];
 enum optim { OPTIM_ADAMW, OPTIM_MUON };
 /* --shard: ZeRO-1's sharded AdamW, or loom_shard's layouts for Muon (none: DDP Muon) */
 enum shard_mode { SHARD_UNSET = -1, SHARD_NONE, SHARD_ZERO1, SHARD_OWNER, SHARD_ROWS };
@@ -248,6 +258,7 @@ typedef struct {
      * gathers them (cppos[0], cppos[1], ...), and two exchange buffers of 3 x [n][cl] */
     int32_t *sppos;
     float *spbuf[2];
+    struct zb_state *zb; /* zero-bubble schedules (schedule_zb.c): deferred W's, timings */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -265,6 +276,10 @@ void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_ac
                    const float *x, float *xout);
 void block_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
                     mb_acts_t *a, const float *x, float *dx);
+/* The backward of a block's attention (ring attention over CP): datt in, dq, dk, dv written into
+ * dqkv ([3][n][cl]). */
+void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                   const float *datt, float *dqkv);
 
 /* ---- Ulysses sequence parallelism (ulysses.c) ---------------------------------------------- */
 
@@ -325,6 +340,25 @@ void replay_route(stage_t *s, int layer, const mb_acts_t *a, block_acts_t *b);
 /* Runs the forward and backward of every micro-batch of this rank (or the forward only), per
  * the schedule; mbs[i] holds micro-batch i's tokens. Returns the global mean loss. */
 double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale);
+
+/* ---- Zero-bubble schedules (schedule_zb.c, backward_zb.c) ---------------------------------- */
+
+/* ZB-H1 / ZB-H2: the forward and the split backward (B: input gradients, W: weight gradients,
+ * deferred into the bubbles) of every micro-batch of this rank, per the schedule. */
+void zb_run(stage_t *s, mb_acts_t *mbs, int nmb, double scale);
+void zb_free(stage_t *s);
+/* This rank's figures for the summary, indexed by the ZB_* below (zeros where the schedule is not
+ * zero-bubble). Not collective. */
+enum {
+    ZB_F_MS,       /* mean ms of one F of the stage */
+    ZB_B_MS,       /* of one B */
+    ZB_W_MS,       /* of one W */
+    ZB_INFLIGHT,   /* most micro-batches between their F and their W at once */
+    ZB_PENDING,    /* most W's deferred at once (B done, W not) */
+    ZB_KEEP_BYTES, /* bytes held for the deferred W's (pending slots x one micro-batch's) */
+    ZB_FIGS
+};
+void zb_figures(const stage_t *s, double out[ZB_FIGS]);
 
 /* ---- Data (data.c) ------------------------------------------------------------------------- */
 
