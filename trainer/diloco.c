@@ -22,7 +22,7 @@ int diloco_check(const opts_t *o)
         if (o->diloco_echo || o->diloco_sim || o->outer_lr != 0.7 || o->outer_momentum != 0.9)
             bad = "--diloco-echo, --diloco-sim, --outer-lr and --outer-momentum need --diloco H";
     } else if (o->tp > 1 || o->pp > 1 || o->cp > 1)
-        bad = "--diloco with --tp, --pp or --cp is not supported (a replica is one rank: its "
+        bad = "--diloco with --tp, --pp, --cp or --sp is not supported (a replica is one rank: its "
               "gradient norm and loss are not reduced within a model-parallel group)";
     else if (o->zero > 0 || o->optim != OPTIM_ADAMW)
         bad = "--diloco runs AdamW with every replica's whole state on its rank: not with --zero "

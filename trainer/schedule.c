@@ -86,6 +86,10 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
 {
     int pp = s->lay->g.pp, r = s->lay->g.pp_i;
     s->eval = !backward;
+    if (backward && (s->o->schedule == SCHED_ZB_H1 || s->o->schedule == SCHED_ZB_H2)) {
+        zb_run(s, mbs, nmb, scale);
+        return global_loss(s, mbs, nmb);
+    }
     if (!backward || s->o->schedule == SCHED_GPIPE) {
         for (int i = 0; i < nmb; i++) {
             recv_forward(s, &mbs[i]);

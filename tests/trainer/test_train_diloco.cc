@@ -200,6 +200,7 @@ TEST(Diloco, RefusesWhatItDoesNotSupport)
         {2, "--diloco 2 --tp 2", "not supported"},
         {2, "--diloco 2 --pp 2", "not supported"},
         {2, "--diloco 2 --cp 2", "not supported"},
+        {2, "--diloco 2 --sp 2", "--sp is not supported"},
         {2, "--diloco 2 --zero 1", "not with --zero"},
         {2, "--diloco 2 --optim muon", "--optim muon"},
         {2, "--diloco 2 --moe 4:2", "--moe"},
