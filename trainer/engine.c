@@ -55,6 +55,7 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->zero = o->zero;
     e->shards = c->data_size;
     e->srank = c->data_rank;
+    e->local_steps = o->diloco > 0;
     if (layout_build(&e->lay, &o->model, &c->g, e->shards))
         return -1;
     if (o->optim == OPTIM_MUON && muon_layout(e))
@@ -176,7 +177,7 @@ static void reduce_unit(engine_t *e, const unit_t *u, loomStream_t s)
 void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
 {
     if (e->zero < 2) {
-        if (last_micro && e->o->overlap)
+        if (last_micro && e->o->overlap && !e->local_steps)
             e->plan ? muon_unit_done(e, u) : reduce_unit(e, u, e->c->stream);
         return;
     }
@@ -251,7 +252,7 @@ static void for_owned(engine_t *e, pass_t *a, void (*fn)(const ltensor_t *, size
         a->pd = a->gd = a->od = 0;
         for (int i = 0; i < e->lay.nu; i++) {
             const unit_t *u = &e->lay.u[i];
-            a->count_all = counts_unit(e, u);
+            a->count_all = e->local_steps || counts_unit(e, u);
             layout_for_range(&e->lay, u->off, u->off + u->padded, fn, a);
         }
         return;
@@ -274,7 +275,7 @@ void eng_step(engine_t *e, double lr)
         muon_step(e, lr);
         return;
     }
-    if (e->zero < 2) {
+    if (e->zero < 2 && !e->local_steps) {
         if (e->o->overlap)
             tc_stream_sync(c);
         else
@@ -295,7 +296,8 @@ void eng_step(engine_t *e, double lr)
     }
     pass_t a = {.e = e, .count_all = 1};
     for_owned(e, &a, sumsq_piece);
-    tc_allreduce_d(c, P_MISC, c->world, &a.sumsq, 1);
+    if (!e->local_steps) /* DiLoCo: each replica clips by its own gradients' norm */
+        tc_allreduce_d(c, P_MISC, c->world, &a.sumsq, 1);
     double norm = sqrt(a.sumsq);
     e->last_norm = norm;
     e->step++;

@@ -47,7 +47,11 @@ static void usage(FILE *f)
         "          --moe-place static|coselect[:N] (re-place experts by co-selection every N "
         "steps; 10)\n"
         "          --moe-trace PREFIX (the routing as LMTR traces, PREFIX.rankR.lmtr)\n"
-        "          --moe-replay FILE (the training forwards' routing forced from a trace)\n",
+        "          --moe-replay FILE (the training forwards' routing forced from a trace)\n"
+        "diloco:   --diloco H (replicas train alone, an outer step every H steps) --outer-lr "
+        "(0.7)\n"
+        "          --outer-momentum (0.9) --diloco-echo (the deltas' all-reduce through Echo)\n"
+        "          --diloco-sim R (R replicas one after the other in one process, for tests)\n",
         DEFAULT_CORPUS);
 }
 
@@ -126,6 +130,11 @@ static const optdef_t optdefs[] = {
     OPT("shard", OK_SHARD, shard),
     OPT("muon-lr", OK_DBL, muon_lr),
     OPT("muon-momentum", OK_DBL, muon_momentum),
+    OPT("diloco", OK_INT, diloco),
+    OPT("outer-lr", OK_DBL, outer_lr),
+    OPT("outer-momentum", OK_DBL, outer_momentum),
+    OPT("diloco-echo", OK_ON, diloco_echo),
+    OPT("diloco-sim", OK_INT, diloco_sim),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -345,7 +354,9 @@ static int parse(int argc, char **argv, opts_t *o)
                   .optim = OPTIM_ADAMW,
                   .shard = SHARD_UNSET,
                   .muon_lr = 0.02,
-                  .muon_momentum = 0.95};
+                  .muon_momentum = 0.95,
+                  .outer_lr = 0.7,
+                  .outer_momentum = 0.9};
     o->model.moe_every = 1;
     struct option lo[NOPTS + 1];
     for (size_t i = 0; i < NOPTS; i++) {
@@ -405,7 +416,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o) || check_zb(o))
+    if (check_optim(o) || check_zb(o) || diloco_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -488,7 +499,16 @@ typedef struct {
     int timed;
     int64_t first_step;
     double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
+    diloco_t dl;      /* --diloco */
 } run_t;
+
+static double run_validate(run_t *r)
+{
+    if (r->o.diloco_sim)
+        return diloco_sim_validate(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm,
+                                   r->scale);
+    return validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+}
 
 /* The communicator, the grid checks and the corpus; 0, or the exit code. */
 static int setup_comm(run_t *r)
@@ -526,7 +546,9 @@ static int setup_model(run_t *r)
         return 1;
     }
     r->nmb = r->o.micro;
-    r->bl = r->o.batch / r->g.dp;
+    if (diloco_init(&r->dl, &r->e, &r->o))
+        return 2;
+    r->bl = r->o.batch / diloco_replicas(&r->o, &r->g);
     r->bm = r->bl / r->nmb;
     const int tl = r->o.model.ctx / r->g.cp;
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
@@ -592,6 +614,11 @@ static int open_outputs(run_t *r)
                "the rest; shard %s over the data group of %d\n",
                o->muon_lr, o->muon_momentum, shard[o->shard], r->c.data_size);
     }
+    if (r->c.rank == 0 && !o->quiet && o->diloco)
+        printf("loom-train: DiLoCo over %d replicas: %d inner AdamW steps, then an outer Nesterov "
+               "step (lr %g, momentum %g) on the mean delta, %s all-reduce%s\n",
+               r->dl.replicas, o->diloco, o->outer_lr, o->outer_momentum,
+               o->diloco_echo ? "Echo" : "fp32", o->diloco_sim ? ", simulated in one process" : "");
     if (r->c.rank == 0 && !o->quiet && o->model.moe_e > 0)
         printf("loom-train: mixture of %d experts, top %d, every %d-th block, ep %d, %s dispatch, "
                "aux coefficient %g\n",
@@ -666,21 +693,46 @@ static void moe_step_report(run_t *r, step_stats_t *st)
     st->aux = v[MOE_STATS];
 }
 
+/* DiLoCo's replicas exchange their losses only at the outer step: the round's steps are
+ * reported then, each with its own loss and norm. */
+static void report_diloco(run_t *r, const step_stats_t *st, int known)
+{
+    static step_stats_t *pend;
+    static int np;
+    if (!pend && !(pend = calloc((size_t)r->o.diloco, sizeof(*pend)))) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        exit(1);
+    }
+    pend[np++] = *st;
+    for (int i = 0; i < known; i++) {
+        r->loss = r->dl.done_loss[i], r->e.last_norm = r->dl.norms[i];
+        if (r->c.rank == 0)
+            report_step(r, &pend[i]);
+    }
+    if (known)
+        np = 0;
+}
+
 /* One optimizer step on the global batch `step`, then --val-every's validation. */
 static void train_step(run_t *r, int64_t step)
 {
     const opts_t *o = &r->o;
     step_stats_t st = {.step = step};
     double t0 = tc_now(), c0 = r->c.comm_s, w0 = r->c.pp_wait_s;
-    eng_zero_grads(&r->e);
-    if (o->model.moe_e > 0)
-        moe_take_stats(&r->s, st.moe); /* drops what validation counted */
-    for (int i = 0; i < r->nmb; i++)
-        corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step, r->g.dp_i * r->bl + i * r->bm,
-                    0);
-    r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
     st.lr = lr_at(o, step);
-    eng_step(&r->e, st.lr);
+    int known = 0; /* DiLoCo: the steps whose losses this outer step made known */
+    if (o->diloco) {
+        known = diloco_step(&r->dl, &r->s, &r->corpus, r->mbs, r->nmb, r->bl, r->bm, step, st.lr);
+    } else {
+        eng_zero_grads(&r->e);
+        if (o->model.moe_e > 0)
+            moe_take_stats(&r->s, st.moe); /* drops what validation counted */
+        for (int i = 0; i < r->nmb; i++)
+            corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step,
+                        r->g.dp_i * r->bl + i * r->bm, 0);
+        r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
+        eng_step(&r->e, st.lr);
+    }
     if (o->model.moe_e > 0)
         moe_step_report(r, &st);
     /* after the step's counters: a new placement makes new plans */
@@ -693,8 +745,10 @@ static void train_step(run_t *r, int64_t step)
     }
     st.validated = o->val_every > 0 && (step + 1) % o->val_every == 0;
     if (st.validated)
-        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
-    if (r->c.rank == 0)
+        r->val = run_validate(r);
+    if (o->diloco)
+        report_diloco(r, &st, known);
+    else if (r->c.rank == 0)
         report_step(r, &st);
 }
 
@@ -706,7 +760,7 @@ static void train(run_t *r)
     for (int64_t step = r->e.step; step < r->o.steps; step++)
         train_step(r, step);
     if (r->o.val_batches > 0 && r->o.val_every == 0)
-        r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
+        r->val = run_validate(r);
 }
 
 /* Rank 0's summary JSON line: the run's shape and totals, every rank's memory (mem: 6 numbers a
@@ -736,7 +790,7 @@ static void pipe_json(const run_t *r, const double *pipe)
     fprintf(r->log, "],");
 }
 
-static void summary_json(const run_t *r, const double *mem, const double *pipe, double tps)
+static void summary_json(run_t *r, const double *mem, const double *pipe, double tps)
 {
     const opts_t *o = &r->o;
     char b1[32], b2[32];
@@ -767,13 +821,15 @@ static void summary_json(const run_t *r, const double *mem, const double *pipe, 
         fprintf(r->log, "],");
     }
     pipe_json(r, pipe);
+    if (o->diloco)
+        diloco_summary(&r->dl, &r->e, o->steps - r->first_step, r->log);
     json_counters(r->log, &r->c);
     fprintf(r->log, "}\n");
 }
 
 /* The summary: every rank's memory is gathered so that rank 0 can report each one's share;
  * 0, or the exit code. */
-static int report_summary(const run_t *r)
+static int report_summary(run_t *r)
 {
     const opts_t *o = &r->o;
     const engine_t *e = &r->e;
@@ -807,6 +863,8 @@ static int report_summary(const run_t *r)
         if (r->log)
             summary_json(r, all, pall, tps);
     }
+    if (o->diloco && !r->log) /* every rank joins its gather; rank 0 with a log did */
+        diloco_summary(&r->dl, &r->e, o->steps - r->first_step, NULL);
     free(all);
     return 0;
 }
@@ -828,6 +886,7 @@ static int finish(run_t *r)
         mb_free(&r->mbs[i]);
     free(r->mbs);
     stage_free(&r->s);
+    diloco_free(&r->dl);
     eng_free(&r->e);
     corpus_free(&r->corpus);
     tc_free(&r->c);

@@ -69,6 +69,12 @@ static double global_loss(stage_t *s, mb_acts_t *mbs, int nmb)
     if (s->lay->last && s->lay->g.tp_i == 0)
         for (size_t i = 0; i < n; i++)
             mine[i] = mbs[i].loss;
+    if (s->local_loss) { /* DiLoCo gathers them at its outer step */
+        for (size_t i = 0; i < n; i++)
+            loss += mine[i];
+        free(mine);
+        return loss;
+    }
     tc_allgather_d(s->c, P_MISC, s->c->world, mine, all, n);
     for (size_t i = 0; i < n * world; i++)
         loss += all[i];

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom.h"
 #include "loom_echo.h"
@@ -62,7 +63,11 @@ typedef struct {
     const char *moe_replay; /* --moe-replay FILE: the routing forced from such a file */
     int optim;              /* --optim: OPTIM_ADAMW or OPTIM_MUON */
     int shard;              /* --shard: enum shard_mode, resolved by main.c (never UNSET after) */
-    double muon_lr, muon_momentum; /* --muon-lr, --muon-momentum: Muon's matrices */
+    double muon_lr, muon_momentum;   /* --muon-lr, --muon-momentum: Muon's matrices */
+    int diloco;                      /* --diloco H: an outer step every H inner steps (0: off) */
+    double outer_lr, outer_momentum; /* --outer-lr, --outer-momentum: DiLoCo's Nesterov */
+    int diloco_echo;                 /* --diloco-echo: the deltas' all-reduce through Echo */
+    int diloco_sim; /* --diloco-sim R: R replicas one after the other in this one process */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -158,6 +163,8 @@ typedef struct {
     int64_t step;
     double last_norm;
     int dumped_grads;
+    int local_steps; /* DiLoCo: each rank steps on its own gradients (no data-group reduction,
+                        the norm over its own gradients) */
 } engine_t;
 
 int eng_init(engine_t *e, const opts_t *o, tcomm_t *c);
@@ -242,6 +249,7 @@ typedef struct {
     const layout_t *lay;
     int32_t **cppos; /* [cp][tl]: the positions held by each CP rank (zigzag chunks) */
     int eval;        /* forward only (validation): plain fp32 TP all-reduces */
+    int local_loss;  /* DiLoCo's inner steps: the loss is this rank's sum, not gathered */
     /* scratch, sized for one micro-batch */
     float *ml, *kvbuf[2], *dkvbuf[2], *dx, *dh, *dtmp, *dqkv, *datt, *dup, *delta, *logits;
     /* MoE (moe.c): a plan per local layer (NULL for a dense block), the router's scratch, the
@@ -377,5 +385,47 @@ size_t corpus_start(const corpus_t *cp, const opts_t *o, uint64_t step, uint64_t
 int corpus_dump_batch(const corpus_t *cp, const opts_t *o, uint64_t step, const char *path);
 void corpus_fill(const corpus_t *cp, const opts_t *o, const stage_t *s, mb_acts_t *a, uint64_t step,
                  int seq0, int val);
+
+/* ---- DiLoCo (diloco.c) ------------------------------------------------------------------- */
+
+typedef struct {
+    int h;                  /* inner steps per outer step */
+    int replicas;           /* R: the data-parallel degree, or --diloco-sim's count */
+    float *outer, *mom;     /* theta_outer and the outer Nesterov momentum, [e->pn] each */
+    float **rp, **rm, **rv; /* --diloco-sim: each replica's parameters and AdamW moments (replica
+                               0's are the engine's own buffers) */
+    double *mb_loss;        /* --diloco-sim: one step's micro-batch losses, replica-major */
+    double *own, *all;      /* the round's micro-batch losses: this rank's [h][micro] (the
+                               simulation's: [h][R][micro]), gathered [ranks][h][micro] */
+    double *norms;          /* the round's gradient norms (replica 0's) */
+    int pending;            /* steps of this round so far */
+    double *done_loss;      /* [h]: the losses of the steps diloco_step made known */
+    loomEchoState_t echo;   /* --diloco-echo: the deltas' feedback state */
+    int64_t outer_steps;
+} diloco_t;
+
+/* --diloco's options against the rest; 0 or -1 with a message (called by parse). */
+int diloco_check(const opts_t *o);
+/* The replicas that share a global batch: --diloco-sim's count, else the data-parallel degree. */
+int diloco_replicas(const opts_t *o, const grid_pos_t *g);
+/* theta_outer, the momentum and (--diloco-sim) the replicas' state; 0 or -1 with a message. */
+int diloco_init(diloco_t *d, engine_t *e, const opts_t *o);
+void diloco_free(diloco_t *d);
+/* One inner step of global batch `step` on every replica this process runs: each trains on its
+ * share (bl sequences, nmb micro-batches of bm) with the loss scaled by 1 / (bl x T), the plain
+ * one-replica step, and AdamW on its own gradients. Then, every h steps and after the run's last,
+ * the outer step. The replicas exchange nothing between outer steps, not even their losses: the
+ * round's losses are gathered at its outer step. Returns how many steps' losses that made known
+ * (0 inside a round), in done_loss (each the mean of the replicas' losses) and norms (replica 0's
+ * gradient norm). */
+int diloco_step(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb, int bl,
+                int bm, int64_t step, double lr);
+/* --diloco-sim's validation: each replica on its share, the losses added in the order of the
+ * distributed run's. */
+double diloco_sim_validate(diloco_t *d, stage_t *s, const corpus_t *cp, mb_acts_t *mbs, int nmb,
+                           int bl, int bm, double scale);
+/* The summary's DiLoCo fields (rank 0 writes; every rank calls: it gathers each rank's outer
+ * state size). */
+void diloco_summary(const diloco_t *d, const engine_t *e, int64_t steps_run, FILE *log);
 
 #endif
