@@ -27,9 +27,9 @@
  * and a shrink that waits for it then fails by its timeout. */
 #define PROBE_MS 2000
 
-/* Marks dead[r] for each rank whose listener refuses a connection: its process is gone. All
- * probes run at once, bounded by PROBE_MS. */
-static loomResult_t find_dead(struct loomComm *c, uint8_t *dead)
+/* One round of probes of every rank r with want[r] set, at once, bounded by PROBE_MS: marks
+ * dead[r] for each whose listener refuses the connection (its process is gone). */
+static loomResult_t probe_round(struct loomComm *c, const uint8_t *want, uint8_t *dead)
 {
     const int n = c->nranks;
     int *fds = malloc((size_t)n * sizeof(int));
@@ -43,7 +43,7 @@ static loomResult_t find_dead(struct loomComm *c, uint8_t *dead)
     int pending = 0;
     for (int r = 0; r < n; r++) {
         fds[r] = -1;
-        if (r == c->rank || dead[r])
+        if (!want[r])
             continue;
         if (loom_socket_connect_start(&c->shrink_addrs[r], &fds[r]) != loomSuccess) {
             fds[r] = -1; /* could not even try: counted alive, as an unanswered probe */
@@ -85,6 +85,38 @@ static loomResult_t find_dead(struct loomComm *c, uint8_t *dead)
     free(fds);
     free(pfd);
     return loomSuccess;
+}
+
+/* Marks dead[r] for each rank whose process is gone. A dying process may still hold its
+ * listener for a moment after its connections closed (the kernel closes a process's
+ * descriptors one by one, and under a sanitizer its exit takes long): the rank this rank's
+ * layer saw die (`lost`, or -1) is probed again until it refuses, within the timeout, so that
+ * every survivor counts it dead whichever moment it probed. */
+static loomResult_t find_dead(struct loomComm *c, int lost, uint8_t *dead)
+{
+    const int n = c->nranks;
+    uint8_t *want = calloc((size_t)n, 1);
+    if (want == NULL) {
+        LOOM_WARN("loomCommShrink: out of memory for %d ranks", n);
+        return loomSystemError;
+    }
+    for (int r = 0; r < n; r++)
+        want[r] = r != c->rank && !dead[r];
+    loomResult_t res = probe_round(c, want, dead);
+    const uint64_t deadline = loom_deadline_ms(c->timeout_ms);
+    memset(want, 0, (size_t)n);
+    while (res == loomSuccess && lost >= 0 && lost != c->rank && !dead[lost] &&
+           loom_now_ns() < deadline) {
+        usleep(10 * 1000);
+        want[lost] = 1;
+        res = probe_round(c, want, dead);
+    }
+    if (res == loomSuccess && lost >= 0 && lost != c->rank && !dead[lost])
+        LOOM_WARN("loomCommShrink: rank %d was seen to die but still holds its rendezvous "
+                  "port after %lld ms: counted alive",
+                  lost, (long long)c->timeout_ms);
+    free(want);
+    return res;
 }
 
 /* The rendezvous secret of shrink number `epoch` of c to the survivors in keep[]. */
@@ -194,7 +226,7 @@ static loomResult_t shrink(struct loomComm *c, const int *excl, int nexcl, loomC
     if (flags == LOOM_SHRINK_DEFAULT)
         loom_comm_revoke(c);
     if (nexcl == 0)
-        LOOM_CHECK_GOTO(find_dead(c, gone), res, out);
+        LOOM_CHECK_GOTO(find_dead(c, loom_p2p_lost_rank(c->p2p), gone), res, out);
     int members = 0, newrank = -1, leader = -1;
     for (int r = 0; r < n; r++) {
         keep[r] = !gone[r];

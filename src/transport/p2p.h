@@ -72,6 +72,11 @@ void loom_p2p_on_break(loom_p2p_t *p2p, loom_p2p_break_fn_t fn, void *arg);
  * broke already. */
 void loom_p2p_fail(loom_p2p_t *p2p, loomResult_t res);
 
+/* The rank whose death (process gone, connection lost) broke the layer, as found here or as
+ * a peer's notice reported it; -1 if the layer is not broken or broke for another cause.
+ * Call it when no wait is running (after the calls have let go). */
+int loom_p2p_lost_rank(const loom_p2p_t *p2p);
+
 /* Post a send/receive of nbytes with tag to/from peer (peer may be self: the
  * message is copied locally when the matching receive is posted). Never
  * blocks. nbytes == 0 is allowed and still matches a message. */

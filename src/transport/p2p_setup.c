@@ -357,6 +357,13 @@ void loom_p2p_on_break(loom_p2p_t *p, loom_p2p_break_fn_t fn, void *arg)
         fn(arg, p->seq);
 }
 
+int loom_p2p_lost_rank(const loom_p2p_t *p)
+{
+    if (!p->broken || (p->cause.kind != N_DEAD && p->cause.kind != N_LOST))
+        return -1;
+    return p->cause.rank;
+}
+
 void loom_p2p_fail(loom_p2p_t *p, loomResult_t res)
 {
     const cause_t c = {.kind = N_ERROR, .rank = p->rank, .via = -1, .code = (uint32_t)res};
