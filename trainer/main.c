@@ -26,6 +26,9 @@ static void usage(FILE *f)
         "model:    --layers L (4) --d C (64) --heads H (4) --ctx T (64) --seed S (1)\n"
         "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
         "          --zero 0|1|2|3 (0)   --schedule 1f1b|gpipe   --tp-allreduce fp32|echo\n"
+        "          --pp-schedule 1f1b|gpipe|dualpipe (dualpipe: two copies of the stages, half of\n"
+        "          the micro-batches each way; --grad-halves: 1f1b/gpipe add each half's\n"
+        "          gradients apart, as dualpipe's copies do)\n"
         "          --no-overlap (reduce gradients after the backward instead of during it)\n"
         "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
         "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
@@ -63,6 +66,7 @@ enum optkind {
     OK_PLACE,
     OK_OPTIM,
     OK_SHARD,
+    OK_PPSCHED,
     OK_HELP
 };
 typedef struct {
@@ -121,6 +125,8 @@ static const optdef_t optdefs[] = {
     OPT("shard", OK_SHARD, shard),
     OPT("muon-lr", OK_DBL, muon_lr),
     OPT("muon-momentum", OK_DBL, muon_momentum),
+    OPT("pp-schedule", OK_PPSCHED, schedule),
+    OPT("grad-halves", OK_ON, grad_halves),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -200,6 +206,15 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
     case OK_SHARD: {
         static const char *names[] = {"none", "zero1", "owner", "rows"}; /* enum shard_mode */
         for (int i = 0; i < 4; i++)
+            if (!strcmp(arg, names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        return -1;
+    }
+    case OK_PPSCHED: {
+        static const char *names[] = {"1f1b", "gpipe", "dualpipe"}; /* enum schedule */
+        for (int i = 0; i < 3; i++)
             if (!strcmp(arg, names[i])) {
                 *(int *)field = i;
                 return 0;
@@ -333,7 +348,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o))
+    if (check_optim(o) || dualpipe_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -346,7 +361,7 @@ static int parse(int argc, char **argv, opts_t *o)
 /* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
 #define MEMN 11
 
-static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc"};
+static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc", "mirror"};
 static const char *kind_name[K_COUNT] = {"allreduce",   "echo",        "reducescatter",
                                          "allgather",   "send",        "recv",
                                          "shardreduce", "shardgather", "shardstep"};
@@ -458,15 +473,18 @@ static int setup_model(run_t *r)
     r->bm = r->bl / r->nmb;
     const int tl = r->o.model.ctx / r->g.cp;
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
-    r->sched = r->o.schedule == SCHED_GPIPE ? "gpipe" : "1f1b";
+    r->sched = (const char *[]){"1f1b", "gpipe", "dualpipe"}[r->o.schedule];
     stage_init(&r->s, &r->e, &r->c, &r->o, r->bm);
+    if (r->o.schedule == SCHED_DUALPIPE && dualpipe_init(&r->s, r->nmb, r->bm))
+        return 1;
     r->mbs = calloc((size_t)r->nmb, sizeof(mb_acts_t));
     if (!r->mbs) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
     for (int i = 0; i < r->nmb; i++) {
-        mb_alloc(&r->mbs[i], &r->e.lay, r->bm, tl);
+        mb_alloc(&r->mbs[i], r->s.dual ? dualpipe_mb_layout(&r->s, i, r->nmb) : &r->e.lay, r->bm,
+                 tl);
         r->act_floats += r->mbs[i].floats;
     }
     return 0;
@@ -604,7 +622,10 @@ static void train_step(run_t *r, int64_t step)
                     0);
     r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
     st.lr = lr_at(o, step);
-    eng_step(&r->e, st.lr);
+    if (r->s.dual)
+        dualpipe_step(&r->s, st.lr);
+    else
+        eng_step(&r->e, st.lr);
     if (o->model.moe_e > 0)
         moe_step_report(r, &st);
     /* after the step's counters: a new placement makes new plans */
@@ -645,13 +666,14 @@ static void summary_json(const run_t *r, const double *mem, double tps)
             "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
             "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
             "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
-            "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"moe\":%d,\"top_k\":%d,\"ep\":%d,"
-            "\"mem\":[",
+            "\"pp_wait_share\":%.4f,\"ideal_bubble\":%.4f,\"global_params\":%zu,\"moe\":%d,"
+            "\"top_k\":%d,\"ep\":%d,\"mem\":[",
             r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->nmb, r->sched,
             o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step), jnum(b1, r->loss),
             jnum(b2, r->val), tps, r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
-            r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len, o->model.moe_e,
-            o->model.moe_k, r->g.ep);
+            r->t_total > 0 ? r->wait_total / r->t_total : 0.0,
+            r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0, r->e.lay.global_len,
+            o->model.moe_e, o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
                 mem[MEMN * k + 1], mem[MEMN * k + 2], mem[MEMN * k + 3], mem[MEMN * k + 4],
@@ -680,6 +702,8 @@ static int report_summary(const run_t *r)
                         (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
                         (double)r->act_floats * 4,   (double)e->lay.total};
     muon_figures(e, mem + 6);
+    if (r->s.dual)
+        dualpipe_mem(&r->s, mem);
     double *all = calloc((size_t)r->c.size * MEMN, sizeof(double));
     if (!all) {
         fprintf(stderr, "loom-train: out of memory\n");
@@ -694,10 +718,10 @@ static int report_summary(const run_t *r)
                    (long long)(o->steps - r->first_step), r->loss, r->val, tps,
                    r->t_total > 0 ? 100.0 * r->comm_total / r->t_total : 0.0);
         if (r->g.pp > 1 && !o->quiet)
-            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; 1F1B's "
-                   "ideal bubble is (pp-1)/(m+pp-1) = %.1f%%\n",
-                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0,
-                   100.0 * (r->g.pp - 1) / (r->nmb + r->g.pp - 1));
+            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; %s's ideal "
+                   "bubble is %.1f%%\n",
+                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched,
+                   100.0 * schedule_ideal_bubble(&r->s, r->nmb));
         if (r->log)
             summary_json(r, all, tps);
     }
@@ -721,6 +745,7 @@ static int finish(run_t *r)
     for (int i = 0; i < r->nmb; i++)
         mb_free(&r->mbs[i]);
     free(r->mbs);
+    dualpipe_free(&r->s);
     stage_free(&r->s);
     eng_free(&r->e);
     corpus_free(&r->corpus);
