@@ -8,11 +8,11 @@
  * stage pp-1-r of copy B. The first half of the micro-batches enters at rank 0 and flows down
  * copy A; the second half enters at rank pp-1 and flows up copy B; both at once. Each rank's
  * order of work is its part of one program that every rank computes alike: a greedy simulation
- * in which a forward takes one time unit and a backward two, a ready backward goes before a
- * ready forward, and a rank runs first the forwards of the copy in which it is the earlier
- * stage. Messages are sent when made and received at the receiver's first point between two
- * operations at or after that time: both sides of every link post them in the same order, and
- * no rank can wait on one that waits on it (the points are ordered by the simulated time).
+ * in which a forward takes one time unit and a backward two and a ready backward goes before a
+ * ready forward (of a few tie-breaking policies, the one of the shortest makespan). Messages are
+ * sent when made and received at the receiver's first point between two operations at or after that
+ * time: both sides of every link post them in the same order, and no rank can wait on one that
+ * waits on it (the points are ordered by the simulated time).
  *
  * After the backward the two copies of each stage (rank r's copy A, rank pp-1-r's copy B) add
  * their gradients over the mirror pair {r, pp-1-r}, then over the data group, so both take the
@@ -81,9 +81,16 @@ static void *xcalloc(size_t n, size_t sz)
     return p;
 }
 
+/* The policies of the simulation, each a choice among the ready forwards and backwards of a
+ * rank; the program takes the one of the shortest makespan (no one policy is best for every pp
+ * and m). Backwards always go first. 0: the later stage's backward, the earlier stage's forward
+ * (of the rank's two); 1: the same backwards, and the forward of the copy with fewer micro-batches
+ * in flight on this rank; 2: the older micro-batch's backward, the earlier stage's forward. */
+#define POLICIES 3
+
 /* The whole pipeline's operations (every rank's), M micro-batches a copy; forward 1, backward 2
  * time units. Returns the count written to out (2PM or 4PM), or -1 if it stalls (a bug). */
-static int simulate(int P, int M, int backward, sop_t *out, int *makespan)
+static int simulate(int P, int M, int backward, int policy, sop_t *out, int *makespan)
 {
     size_t n = (size_t)2 * (size_t)P * (size_t)M;
     int *endf = xcalloc(n, sizeof(int)), *endb = xcalloc(n, sizeof(int));
@@ -97,24 +104,29 @@ static int simulate(int P, int M, int backward, sop_t *out, int *makespan)
         for (int r = 0; r < P; r++) {
             if (busy[r] > t)
                 continue;
-            /* best candidate: (kind: backward first, then key, then micro-batch) */
-            int bk = -1, bd = -1, bj = 0, bkey = 0;
+            /* the best ready operation by (kind, k1, k2, copy): a backward before a forward,
+             * then the policy's keys (POLICIES) */
+            int bk = -1, bd = -1, bj = 0, b1 = 0, b2 = 0;
             for (int d = 0; d < 2; d++) {
                 int st = stage_of(P, d, r), j = nextb[2 * r + d];
-                int cand = -1, key = 0;
+                int cand = -1, k1 = 0, k2 = 0;
                 if (backward && j < M && endf[AT(d, st, j)] >= 0 && endf[AT(d, st, j)] <= t &&
-                    (st == P - 1 || (endb[AT(d, st + 1, j)] >= 0 && endb[AT(d, st + 1, j)] <= t)))
-                    cand = OP_B, key = -st; /* the later stage's backward first */
+                    (st == P - 1 || (endb[AT(d, st + 1, j)] >= 0 && endb[AT(d, st + 1, j)] <= t))) {
+                    cand = OP_B;
+                    k1 = policy == 2 ? j : -st, k2 = policy == 2 ? -st : j;
+                }
                 j = cand < 0 ? nextf[2 * r + d] : j;
                 if (cand < 0 && j < M &&
-                    (st == 0 || (endf[AT(d, st - 1, j)] >= 0 && endf[AT(d, st - 1, j)] <= t)))
-                    cand = OP_F, key = st; /* the earlier stage's forward first */
+                    (st == 0 || (endf[AT(d, st - 1, j)] >= 0 && endf[AT(d, st - 1, j)] <= t))) {
+                    cand = OP_F;
+                    k1 = policy == 1 ? nextf[2 * r + d] - nextb[2 * r + d] : st;
+                    k2 = policy == 1 ? st * M + j : j;
+                }
                 if (cand < 0)
                     continue;
-                /* a backward beats a forward; then the smaller key, then the older micro-batch */
                 if (bk < 0 || (cand == OP_B && bk == OP_F) ||
-                    (cand == bk && (key < bkey || (key == bkey && j < bj))))
-                    bk = cand, bd = d, bj = j, bkey = key;
+                    (cand == bk && (k1 < b1 || (k1 == b1 && k2 < b2))))
+                    bk = cand, bd = d, bj = j, b1 = k1, b2 = k2;
             }
             if (bk < 0)
                 continue;
@@ -163,7 +175,12 @@ static int build_program(program_t *pg, int P, int M, int r, int backward)
 {
     int nops = P * 2 * M * (backward ? 2 : 1);
     sop_t *all = xcalloc((size_t)nops, sizeof(sop_t));
-    if (simulate(P, M, backward, all, &pg->makespan) != nops) {
+    int best = -1, span = 0;
+    for (int policy = 0; policy < POLICIES; policy++)
+        if (simulate(P, M, backward, policy, all, &span) == nops &&
+            (best < 0 || span < pg->makespan))
+            best = policy, pg->makespan = span;
+    if (best < 0 || simulate(P, M, backward, best, all, &span) != nops) {
         free(all);
         return -1;
     }
