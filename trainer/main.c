@@ -358,8 +358,9 @@ static int parse(int argc, char **argv, opts_t *o)
     return 0;
 }
 
-/* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
-#define MEMN 11
+/* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures), the pipeline
+ * wait's share of the timed steps. */
+#define MEMN 12
 
 static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc", "mirror"};
 static const char *kind_name[K_COUNT] = {"allreduce",   "echo",        "reducescatter",
@@ -681,6 +682,12 @@ static void summary_json(const run_t *r, const double *mem, double tps)
     fprintf(r->log, "],\"optim\":\"%s\",\"shard\":\"%s\",",
             o->optim == OPTIM_MUON ? "muon" : "adamw",
             (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
+    if (r->g.pp > 1) {
+        fprintf(r->log, "\"pp_wait\":[");
+        for (int k = 0; k < r->c.size; k++)
+            fprintf(r->log, "%s%.4f", k ? "," : "", mem[MEMN * k + 11]);
+        fprintf(r->log, "],");
+    }
     if (o->optim == OPTIM_MUON) {
         fprintf(r->log, "\"shard_figures\":[");
         for (int k = 0; k < r->c.size; k++)
@@ -702,6 +709,7 @@ static int report_summary(const run_t *r)
                         (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
                         (double)r->act_floats * 4,   (double)e->lay.total};
     muon_figures(e, mem + 6);
+    mem[11] = r->t_total > 0 ? r->wait_total / r->t_total : 0.0;
     if (r->s.dual)
         dualpipe_mem(&r->s, mem);
     double *all = calloc((size_t)r->c.size * MEMN, sizeof(double));

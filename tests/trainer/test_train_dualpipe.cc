@@ -8,6 +8,8 @@
 // step, from the summary, against closed forms; the schedule's ideal bubble; the refusals.
 #include "train_run.h"
 
+#include <algorithm>
+
 namespace {
 
 // The tiny model with L layers: the global parameter count.
@@ -112,6 +114,11 @@ TEST(DualPipe, HoldsBothCopiesAndCallsWhatItMust)
             for (int k = 0; k < pp; k++)
                 EXPECT_EQ(dm[k][0], 4.0 * (Floats(layers) + size_t(kV) * kC));
         }
+        // every rank's pipeline wait, a share of the timed steps
+        size_t w = dual.summary.find("\"pp_wait\":[");
+        ASSERT_NE(w, std::string::npos) << dual.summary;
+        std::string waits = dual.summary.substr(w, dual.summary.find(']', w) - w);
+        EXPECT_EQ(std::count(waits.begin(), waits.end(), ','), pp - 1) << waits;
         EXPECT_EQ(Comm(dual, "mirror.allreduce").first, 2 * steps);
         EXPECT_EQ(Comm(dual, "mirror.allreduce").second, steps * dm[0][1]);
         EXPECT_EQ(Comm(dual, "tie.allreduce").first, 0);
