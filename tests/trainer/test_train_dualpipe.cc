@@ -163,6 +163,24 @@ TEST(DualPipe, IdealBubbleIsBelow1F1B)
         }
 }
 
+// The first step's reduced gradients (--dump-grads, from copy A, which holds each stage once over
+// the ranks): the copies' sum and the tie's are 1F1B --grad-halves's, bit for bit.
+TEST(DualPipe, FirstStepGradientsAreTheSumOfTheHalves)
+{
+    const std::string g = TmpDir() + "/grads-";
+    TrainRun dual = Train("grads-dual", 4,
+                          Layers(4) + " --pp 4 --micro 4 --pp-schedule dualpipe --dump-grads " + g +
+                              "dual.bin");
+    TrainRun halves =
+        Train("grads-halves", 4,
+              Layers(4) + " --pp 4 --micro 4 --grad-halves --dump-grads " + g + "halves.bin");
+    ASSERT_TRUE(Complete(dual, Floats(4)));
+    ASSERT_TRUE(Complete(halves, Floats(4)));
+    std::string a = Slurp(g + "dual.bin"), b = Slurp(g + "halves.bin");
+    EXPECT_EQ(a.size(), Floats(4) * sizeof(float));
+    EXPECT_TRUE(a == b) << "the first step's gradients differ";
+}
+
 TEST(DualPipe, UnsupportedCombinationsAreRefused)
 {
     struct Case {
