@@ -177,6 +177,45 @@ LOOM_API loomResult_t loomCommDestroy(loomComm_t comm);
  * peers, nor for such a group. NULL is a no-op. Later calls with the handle
  * return InvalidArgument. */
 LOOM_API loomResult_t loomCommAbort(loomComm_t comm);
+/* Revokes comm after a failure is known: every operation pending on it (on
+ * any thread or stream) fails at once with RemoteError, every later one with
+ * RemoteError without running, and each peer's operations waiting on this
+ * rank fail with RemoteError naming it, so that the whole job learns of the
+ * failure within its detection time instead of a timeout. Returns once no
+ * operation of this rank is in progress on comm. Afterwards only
+ * loomCommShrink, loomCommDestroy, loomCommAbort and the queries are useful.
+ * flags must be LOOM_REVOKE_DEFAULT. Not collective; calling it again is a
+ * no-op. Errors: InvalidArgument (dead handle, flags). */
+#define LOOM_REVOKE_DEFAULT 0
+LOOM_API loomResult_t loomCommRevoke(loomComm_t comm, int flags);
+
+/* Makes *newcomm from the ranks of comm that are not excluded, renumbered in
+ * their order in comm (as loomCommSplit with one color would), without the
+ * excluded ranks and without comm's connections: the survivors meet at a
+ * rendezvous that each rank opened when comm was created, led by the lowest
+ * surviving rank. Collective over the survivors only.
+ *
+ * flags LOOM_SHRINK_DEFAULT, after a failure: comm is revoked first
+ * (loomCommRevoke), and the excluded ranks may be dead or hung. With
+ * nExclude 0 (excludeRanks may be NULL) loom finds the dead ranks itself:
+ * a rank is dead when its process no longer holds its rendezvous (a
+ * connection to it is refused), which every survivor sees alike once the
+ * process is gone. flags LOOM_SHRINK_PLANNED, a planned removal: comm stays
+ * usable and nExclude must be > 0.
+ *
+ * Every survivor must pass the same set (and make as many shrinks of comm as
+ * the others): survivors that disagree cannot authenticate to one another's
+ * rendezvous, and fail (InvalidUsage or Timeout) instead of building
+ * different communicators. The excluded ranks' resources (connections,
+ * shared memory) go with comm, which the caller still destroys or aborts;
+ * call loomCommShrink before that. config NULL inherits comm's timeout and
+ * transports. Errors: InvalidArgument (dead handle, NULL newcomm, a rank out
+ * of range or listed twice, this rank in the list, bad flags), InvalidUsage,
+ * SystemError, RemoteError, Timeout; *newcomm is NULL on error. */
+#define LOOM_SHRINK_DEFAULT 0
+#define LOOM_SHRINK_PLANNED 1
+LOOM_API loomResult_t loomCommShrink(loomComm_t comm, const int *excludeRanks, int nExclude,
+                                     loomComm_t *newcomm, loomConfig_t *config, int flags);
 /* The first asynchronous failure of an operation queued on a stream for this
  * communicator (Success if none). Non-blocking; thread safe. */
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t *asyncError);

@@ -5,8 +5,9 @@
  * all-reduce after each row-parallel layer in the forward and one per column-parallel input in
  * the backward) and context parallelism (ring attention: each rank keeps its queries and passes
  * key/value blocks around the CP ring, merging them with an online softmax; in the backward the
- * key/value gradients travel with their blocks and arrive home after a full turn). A MoE block's
- * MLP is moe.c's mixture of experts.
+ * key/value gradients travel with their blocks and arrive home after a full turn), or with --sp
+ * ulysses.c's all-to-all attention over the same split. A MoE block's MLP is moe.c's mixture of
+ * experts.
  */
 #include "train.h"
 
@@ -60,8 +61,8 @@ static void attention_fwd(stage_t *s, mb_acts_t *a, const float *qkv, float *att
 }
 
 /* Backward of attention_fwd: datt in, dq/dk/dv out (written) into dqkv. */
-static void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att,
-                          const float *lse, const float *datt, float *dqkv)
+void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                   const float *datt, float *dqkv)
 {
     const layout_t *lay = s->lay;
     tcomm_t *c = s->c;
@@ -108,7 +109,10 @@ void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_ac
     linear_fwd_f(b->qkv, b->h1, W(s, P, layer, TK_WQ), n, C, cl, 0);
     linear_fwd_f(b->qkv + blk, b->h1, W(s, P, layer, TK_WK), n, C, cl, 0);
     linear_fwd_f(b->qkv + 2 * blk, b->h1, W(s, P, layer, TK_WV), n, C, cl, 0);
-    attention_fwd(s, a, b->qkv, b->att, b->lse);
+    if (s->o->sp > 1)
+        ulysses_fwd(s, a, b->qkv, b->att, b->lse);
+    else
+        attention_fwd(s, a, b->qkv, b->att, b->lse);
     /* Row-parallel output projection: partial sums, completed by the TP all-reduce. */
     linear_fwd_f(b->x2, b->att, W(s, P, layer, TK_WO), n, cl, C, 0);
     tc_tp_forward(s->c, b->x2, nc, s->eval);
@@ -152,7 +156,10 @@ void block_backward(stage_t *s, int layer, const float *P, float *G, const float
                     b->rstd2, W(s, P, layer, TK_LN2W), n, C);
     /* Attention: dx is now the gradient of x2 and, through the residual, of x. */
     linear_bwd_f(s->datt, GW(s, G, layer, TK_WO), dx, b->att, W(s, P, layer, TK_WO), n, cl, C);
-    attention_bwd(s, a, b->qkv, b->att, b->lse, s->datt, s->dqkv);
+    if (s->o->sp > 1)
+        ulysses_bwd(s, a, b->qkv, b->att, b->lse, s->datt, s->dqkv);
+    else
+        attention_bwd(s, a, b->qkv, b->att, b->lse, s->datt, s->dqkv);
     linear_bwd_f(s->dh, GW(s, G, layer, TK_WQ), s->dqkv, b->h1, W(s, P, layer, TK_WQ), n, C, cl);
     for (int k = 1; k < 3; k++) {
         int kind = k == 1 ? TK_WK : TK_WV;

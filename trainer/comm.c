@@ -55,7 +55,8 @@ int tc_init(tcomm_t *c, const opts_t *o)
         /* every rank says it: the launcher may stop the others as soon as one exits */
         fprintf(
             stderr,
-            "loom-train: rank %d: dp %d x --tp %d x --pp %d x --cp %d must equal the %d ranks\n",
+            "loom-train: rank %d: dp %d x --tp %d x --pp %d x --cp (or --sp) %d must equal the %d "
+            "ranks\n",
             c->rank, g->dp, o->tp, o->pp, o->cp, c->size);
         loomCommDestroy(c->world);
         return -1;
@@ -239,6 +240,14 @@ void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, co
         }
     }
     tc_check(loomGroupEnd(), c, "loomGroupEnd");
+    c->comm_s += tc_now() - t;
+}
+
+void tc_alltoall(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv, size_t n)
+{
+    count(c, p, K_ALLTOALL, n * sizeof(float) * (size_t)comm_size(comm));
+    double t = tc_now();
+    tc_check(loomAllToAll(send, recv, n, loomFloat32, comm, NULL), c, "loomAllToAll");
     c->comm_s += tc_now() - t;
 }
 

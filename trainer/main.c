@@ -25,10 +25,14 @@ static void usage(FILE *f)
         "usage: loomrun -n N loom-train [options]\n"
         "model:    --layers L (4) --d C (64) --heads H (4) --ctx T (64) --seed S (1)\n"
         "grid:     --dp D (world / (tp*pp*cp)) --tp T (1) --pp P (1) --cp C (1)\n"
-        "          --zero 0|1|2|3 (0)   --schedule 1f1b|gpipe   --tp-allreduce fp32|echo\n"
-        "          --pp-schedule 1f1b|gpipe|dualpipe (dualpipe: two copies of the stages, half of\n"
-        "          the micro-batches each way; --grad-halves: 1f1b/gpipe add each half's\n"
-        "          gradients apart, as dualpipe's copies do)\n"
+        "          --sp S (Ulysses: the sequence split over S ranks as --cp does, attention\n"
+        "          head-sharded between two all-to-alls instead of the ring; 1)\n"
+        "          --zero 0|1|2|3 (0)   --tp-allreduce fp32|echo\n"
+        "          --pp-schedule 1f1b|gpipe|zb-h1|zb-h2|dualpipe (1f1b; --schedule is the same\n"
+        "          option; dualpipe: two copies of the stages, half of the micro-batches each "
+        "way)\n"
+        "          --grad-halves (1f1b, gpipe: each half of the micro-batches' gradients added\n"
+        "          apart, as dualpipe's two copies add them)\n"
         "          --no-overlap (reduce gradients after the backward instead of during it)\n"
         "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
         "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
@@ -66,7 +70,6 @@ enum optkind {
     OK_PLACE,
     OK_OPTIM,
     OK_SHARD,
-    OK_PPSCHED,
     OK_HELP
 };
 typedef struct {
@@ -89,6 +92,7 @@ static const optdef_t optdefs[] = {
     OPT("tp", OK_INT, tp),
     OPT("pp", OK_INT, pp),
     OPT("cp", OK_INT, cp),
+    OPT("sp", OK_INT, sp),
     OPT("zero", OK_INT, zero),
     OPT("batch", OK_INT, batch),
     OPT("micro", OK_INT, micro),
@@ -112,6 +116,7 @@ static const optdef_t optdefs[] = {
     OPT("no-overlap", OK_OFF, overlap),
     OPT("quiet", OK_ON, quiet),
     OPT("schedule", OK_SCHED, schedule),
+    OPT("pp-schedule", OK_SCHED, schedule),
     OPT("tp-allreduce", OK_TPRED, tp_reduce),
     OPT("moe", OK_MOE, model.moe_e),
     OPT("moe-every", OK_INT, model.moe_every),
@@ -125,11 +130,14 @@ static const optdef_t optdefs[] = {
     OPT("shard", OK_SHARD, shard),
     OPT("muon-lr", OK_DBL, muon_lr),
     OPT("muon-momentum", OK_DBL, muon_momentum),
-    OPT("pp-schedule", OK_PPSCHED, schedule),
     OPT("grad-halves", OK_ON, grad_halves),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
+
+#define TRAIN_SCHED_NAME(e, name) [e] = name,
+const char *const schedule_names[SCHED_COUNT] = {TRAIN_SCHEDULES(TRAIN_SCHED_NAME)};
+#undef TRAIN_SCHED_NAME
 
 /* Stores optarg into the option's field; -1 if the value is not valid for it. */
 static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
@@ -165,18 +173,23 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
         *(int *)field = 1;
         return 0;
     case OK_SCHED:
+        for (int i = 0; i < SCHED_COUNT; i++)
+            if (!strcmp(arg, schedule_names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        return -1;
     case OK_TPRED:
     case OK_MOEMODE:
     case OK_OPTIM: {
-        static const char *names[][2] = {[OK_SCHED] = {"1f1b", "gpipe"},
-                                         [OK_TPRED] = {"fp32", "echo"},
+        static const char *names[][2] = {[OK_TPRED] = {"fp32", "echo"},
                                          [OK_MOEMODE] = {"dedup", "naive"},
                                          [OK_OPTIM] = {"adamw", "muon"}};
         const char *a = names[d->kind][0], *b = names[d->kind][1];
         if (strcmp(arg, a) && strcmp(arg, b))
             return -1;
-        /* SCHED_1F1B, TP_FP32, loomMoeModeDedup, OPTIM_ADAMW = 0; SCHED_GPIPE, TP_ECHO,
-         * loomMoeModeNaive, OPTIM_MUON = 1 */
+        /* TP_FP32, loomMoeModeDedup, OPTIM_ADAMW = 0; TP_ECHO, loomMoeModeNaive,
+         * OPTIM_MUON = 1 */
         *(int *)field = strcmp(arg, a) ? 1 : 0;
         return 0;
     }
@@ -206,15 +219,6 @@ static int set_opt(opts_t *o, const optdef_t *d, const char *arg)
     case OK_SHARD: {
         static const char *names[] = {"none", "zero1", "owner", "rows"}; /* enum shard_mode */
         for (int i = 0; i < 4; i++)
-            if (!strcmp(arg, names[i])) {
-                *(int *)field = i;
-                return 0;
-            }
-        return -1;
-    }
-    case OK_PPSCHED: {
-        static const char *names[] = {"1f1b", "gpipe", "dualpipe"}; /* enum schedule */
-        for (int i = 0; i < 3; i++)
             if (!strcmp(arg, names[i])) {
                 *(int *)field = i;
                 return 0;
@@ -263,6 +267,61 @@ static int check_optim(opts_t *o)
     return bad ? -1 : 0;
 }
 
+/* --sp: Ulysses takes the grid's cp dimension for its sequence split (the same zigzag chunks, the
+ * same data group), so it sets cp; refuses what it cannot run. 0 or -1 with a message. */
+static int check_sp(opts_t *o)
+{
+    const char *bad = NULL;
+    char buf[256];
+    int hl = o->tp > 0 ? o->model.heads / o->tp : 0;
+    if (o->sp < 1)
+        bad = "--sp must be >= 1";
+    else if (o->sp == 1)
+        return 0;
+    else if (o->cp > 1)
+        bad = "--sp with --cp > 1 is not supported (both split the sequence over the grid's cp "
+              "dimension: Ulysses between all-to-alls, CP around a ring; choose one)";
+    else if (o->model.moe_e > 0)
+        bad = "--sp with --moe is not supported (the load-balancing loss is taken over the whole "
+              "sequences of a micro-batch, as with --cp)";
+    else if (o->model.heads % o->tp == 0 && hl % o->sp) {
+        snprintf(buf, sizeof(buf),
+                 "--sp %d must divide the heads per tensor-parallel rank (--heads %d / --tp %d = "
+                 "%d): Ulysses gives each rank of the sequence split whole heads",
+                 o->sp, o->model.heads, o->tp, hl);
+        bad = buf;
+    } else if (o->model.ctx % (2 * o->sp)) {
+        snprintf(buf, sizeof(buf),
+                 "--ctx %d must be a multiple of 2 * --sp (%d): each rank keeps two zigzag "
+                 "chunks of every sequence",
+                 o->model.ctx, 2 * o->sp);
+        bad = buf;
+    }
+    if (bad) {
+        fprintf(stderr, "loom-train: %s\n", bad);
+        return -1;
+    }
+    o->cp = o->sp;
+    return 0;
+}
+
+/* --pp-schedule zb-h1|zb-h2: the split backward keeps whole weight-gradient buffers until the
+ * deferred W's have run, which ZeRO-2/3 free after each backward; 0 or -1 with a message. */
+static int check_zb(const opts_t *o)
+{
+    if (o->schedule != SCHED_ZB_H1 && o->schedule != SCHED_ZB_H2)
+        return 0;
+    if (o->zero >= 2) {
+        fprintf(stderr,
+                "loom-train: --pp-schedule %s with --zero %d is not supported (the "
+                "deferred weight gradients need the whole gradient buffer of each unit "
+                "until the last W; ZeRO-2/3 keep only a shard)\n",
+                schedule_names[o->schedule], o->zero);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.model = {.vocab = 256, .ctx = 64, .d = 64, .heads = 4, .layers = 4, .seed = 1},
@@ -270,6 +329,7 @@ static int parse(int argc, char **argv, opts_t *o)
                   .tp = 1,
                   .pp = 1,
                   .cp = 1,
+                  .sp = 1,
                   .batch = 8,
                   .micro = 1,
                   .steps = 50,
@@ -320,6 +380,8 @@ static int parse(int argc, char **argv, opts_t *o)
                         "betas < 1\n");
         return -1;
     }
+    if (check_sp(o))
+        return -1;
     if (o->ep < 1 || o->model.moe_every < 1 ||
         ((o->ep > 1 || o->moe_trace || o->moe_replay) && !o->model.moe_e)) {
         fprintf(stderr, "loom-train: --ep and --moe-every must be >= 1; --ep > 1, --moe-trace and "
@@ -348,7 +410,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o) || dualpipe_check(o))
+    if (check_optim(o) || check_zb(o) || dualpipe_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -358,14 +420,14 @@ static int parse(int argc, char **argv, opts_t *o)
     return 0;
 }
 
-/* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures), the pipeline
- * wait's share of the timed steps. */
-#define MEMN 12
+/* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
+#define MEMN 11
 
-static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc", "mirror"};
-static const char *kind_name[K_COUNT] = {"allreduce",   "echo",        "reducescatter",
-                                         "allgather",   "send",        "recv",
-                                         "shardreduce", "shardgather", "shardstep"};
+static const char *purpose_name[P_COUNT] = {"tp",  "cp",   "pp", "data",
+                                            "tie", "misc", "sp", "mirror"};
+static const char *kind_name[K_COUNT] = {"allreduce", "echo",    "reducescatter", "allgather",
+                                         "send",      "recv",    "shardreduce",   "shardgather",
+                                         "shardstep", "alltoall"};
 
 static void json_counters(FILE *f, const tcomm_t *c)
 {
@@ -474,7 +536,7 @@ static int setup_model(run_t *r)
     r->bm = r->bl / r->nmb;
     const int tl = r->o.model.ctx / r->g.cp;
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
-    r->sched = (const char *[]){"1f1b", "gpipe", "dualpipe"}[r->o.schedule];
+    r->sched = schedule_names[r->o.schedule];
     stage_init(&r->s, &r->e, &r->c, &r->o, r->bm);
     if (r->o.schedule == SCHED_DUALPIPE && dualpipe_init(&r->s, r->nmb, r->bm))
         return 1;
@@ -529,6 +591,10 @@ static int open_outputs(run_t *r)
                r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->sched,
                o->tp_reduce == TP_ECHO ? "echo" : "fp32", o->model.layers, o->model.d,
                o->model.heads, o->model.ctx, r->e.lay.global_len, o->batch, o->model.ctx, r->nmb);
+    if (r->c.rank == 0 && !o->quiet && o->sp > 1)
+        printf("loom-train: Ulysses sequence parallelism: the cp split of %d, attention on %d of "
+               "the %d local heads between two all-to-alls\n",
+               o->sp, r->e.lay.hl / o->sp, r->e.lay.hl);
     if (r->c.rank == 0 && !o->quiet && o->optim == OPTIM_MUON) {
         static const char *shard[] = {"none (DDP Muon)", "zero1", "owner", "rows"};
         printf("loom-train: Muon on the attention and MLP matrices (lr %g, momentum %g), AdamW on "
@@ -659,21 +725,45 @@ static void train(run_t *r)
  * rank), for Muon every rank's loom_shard figures (shard: bytes sent, bytes received, step
  * collectives, state floats, Newton-Schulz multiply-adds per step; muon_figures) and rank 0's
  * collective counters, which let a test check what each mode calls. */
-static void summary_json(const run_t *r, const double *mem, double tps)
+/* Numbers per rank for the pipeline: its pipeline wait's share of the step, then zb_figures. */
+#define PIPEN (1 + ZB_FIGS)
+
+/* The pipeline's per-rank figures: every rank's pipeline wait share ("pp_wait_ranks") and, for the
+ * zero-bubble schedules, "zb": per rank the mean ms of an F, a B and a W, the most micro-batches
+ * in flight, the most deferred W's and the bytes they keep. */
+static void pipe_json(const run_t *r, const double *pipe)
+{
+    fprintf(r->log, "\"pp_wait_ranks\":[");
+    for (int k = 0; k < r->c.size; k++)
+        fprintf(r->log, "%s%.4f", k ? "," : "", pipe[PIPEN * k]);
+    fprintf(r->log, "],");
+    if (r->o.schedule != SCHED_ZB_H1 && r->o.schedule != SCHED_ZB_H2)
+        return;
+    fprintf(r->log, "\"zb\":[");
+    for (int k = 0; k < r->c.size; k++) {
+        const double *z = pipe + PIPEN * k + 1;
+        fprintf(r->log, "%s[%.4f,%.4f,%.4f,%.0f,%.0f,%.0f]", k ? "," : "", z[ZB_F_MS], z[ZB_B_MS],
+                z[ZB_W_MS], z[ZB_INFLIGHT], z[ZB_PENDING], z[ZB_KEEP_BYTES]);
+    }
+    fprintf(r->log, "],");
+}
+
+static void summary_json(const run_t *r, const double *mem, const double *pipe, double tps)
 {
     const opts_t *o = &r->o;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     fprintf(r->log,
-            "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,"
+            "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"sp\":%d,"
             "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
             "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
-            "\"pp_wait_share\":%.4f,\"ideal_bubble\":%.4f,\"global_params\":%zu,\"moe\":%d,"
+            "\"pp_wait_share\":%.4f,\"ideal_bubble\":%s,\"global_params\":%zu,\"moe\":%d,"
             "\"top_k\":%d,\"ep\":%d,\"mem\":[",
-            r->c.size, r->g.dp, r->g.tp, r->g.pp, r->g.cp, o->zero, r->nmb, r->sched,
-            o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step), jnum(b1, r->loss),
-            jnum(b2, r->val), tps, r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
+            r->c.size, r->g.dp, r->g.tp, r->g.pp, o->sp > 1 ? 1 : r->g.cp, o->sp, o->zero, r->nmb,
+            r->sched, o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step),
+            jnum(b1, r->loss), jnum(b2, r->val), tps,
+            r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
             r->t_total > 0 ? r->wait_total / r->t_total : 0.0,
-            r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0, r->e.lay.global_len,
+            jnum(b3, r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0), r->e.lay.global_len,
             o->model.moe_e, o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
@@ -682,12 +772,6 @@ static void summary_json(const run_t *r, const double *mem, double tps)
     fprintf(r->log, "],\"optim\":\"%s\",\"shard\":\"%s\",",
             o->optim == OPTIM_MUON ? "muon" : "adamw",
             (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
-    if (r->g.pp > 1) {
-        fprintf(r->log, "\"pp_wait\":[");
-        for (int k = 0; k < r->c.size; k++)
-            fprintf(r->log, "%s%.4f", k ? "," : "", mem[MEMN * k + 11]);
-        fprintf(r->log, "],");
-    }
     if (o->optim == OPTIM_MUON) {
         fprintf(r->log, "\"shard_figures\":[");
         for (int k = 0; k < r->c.size; k++)
@@ -695,6 +779,7 @@ static void summary_json(const run_t *r, const double *mem, double tps)
                     mem[MEMN * k + 7], mem[MEMN * k + 8], mem[MEMN * k + 9], mem[MEMN * k + 10]);
         fprintf(r->log, "],");
     }
+    pipe_json(r, pipe);
     json_counters(r->log, &r->c);
     fprintf(r->log, "}\n");
 }
@@ -709,15 +794,19 @@ static int report_summary(const run_t *r)
                         (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
                         (double)r->act_floats * 4,   (double)e->lay.total};
     muon_figures(e, mem + 6);
-    mem[11] = r->t_total > 0 ? r->wait_total / r->t_total : 0.0;
     if (r->s.dual)
         dualpipe_mem(&r->s, mem);
-    double *all = calloc((size_t)r->c.size * MEMN, sizeof(double));
+    double pipe[PIPEN] = {r->t_total > 0 ? r->wait_total / r->t_total : 0.0};
+    zb_figures(&r->s, pipe + 1);
+    double *all = calloc((size_t)r->c.size * (MEMN + PIPEN), sizeof(double));
+    double *pall = all ? all + (size_t)r->c.size * MEMN : NULL;
     if (!all) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
     tc_check(loomAllGather(mem, all, MEMN, loomFloat64, r->c.world, NULL), &r->c, "loomAllGather");
+    tc_check(loomAllGather(pipe, pall, PIPEN, loomFloat64, r->c.world, NULL), &r->c,
+             "loomAllGather");
     if (r->c.rank == 0) {
         double tps = r->timed ? (double)o->batch * o->model.ctx * r->timed / r->t_total : 0;
         if (!o->quiet)
@@ -725,13 +814,15 @@ static int report_summary(const run_t *r)
                    "comm %.1f%% of step time\n",
                    (long long)(o->steps - r->first_step), r->loss, r->val, tps,
                    r->t_total > 0 ? 100.0 * r->comm_total / r->t_total : 0.0);
+        double ideal = r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0;
+        char ib[64] = "";
+        if (isfinite(ideal))
+            snprintf(ib, sizeof(ib), "; its ideal bubble is %.1f%%", 100.0 * ideal);
         if (r->g.pp > 1 && !o->quiet)
-            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0; %s's ideal "
-                   "bubble is %.1f%%\n",
-                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched,
-                   100.0 * schedule_ideal_bubble(&r->s, r->nmb));
+            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0 (%s)%s\n",
+                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched, ib);
         if (r->log)
-            summary_json(r, all, tps);
+            summary_json(r, all, pall, tps);
     }
     free(all);
     return 0;

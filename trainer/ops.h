@@ -22,7 +22,7 @@
 #define OPS_DECLARE(T, S)                                                                          \
     /* y[n][out] = x[n][in] W[in][out] (+ y if accumulate). */                                     \
     void linear_fwd_##S(T *y, const T *x, const T *w, int n, int in, int out, int accumulate);     \
-    /* dW[in][out] += x^T dy; dx[n][in] = dy W^T (dx may be NULL). */                              \
+    /* dW[in][out] += x^T dy; dx[n][in] = dy W^T (either may be NULL: the zero-bubble B and W). */ \
     void linear_bwd_##S(T *dx, T *dw, const T *dy, const T *x, const T *w, int n, int in,          \
                         int out);                                                                  \
     /* LayerNorm over the last dimension (eps 1e-5): y = (x - mean) * rstd * g + b; mean[n] and    \

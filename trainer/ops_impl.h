@@ -121,8 +121,9 @@ void OPS_FN(linear_bwd)(T *dx, T *dw, const T *dy, const T *x, const T *w, int n
                 dx[i] = 0;
         return;
     }
-    OPS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n, (T)1, x, in, dy, out, (T)1, dw,
-             out);
+    if (dw)
+        OPS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n, (T)1, x, in, dy, out, (T)1,
+                 dw, out);
     if (dx)
         OPS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, out, (T)1, dy, out, w, out, (T)0,
                  dx, in);

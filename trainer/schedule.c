@@ -9,6 +9,7 @@
  */
 #include "train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,10 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
         return dualpipe_run(s, mbs, nmb, backward, scale);
     int pp = s->lay->g.pp, r = s->lay->g.pp_i;
     s->eval = !backward;
+    if (backward && (s->o->schedule == SCHED_ZB_H1 || s->o->schedule == SCHED_ZB_H2)) {
+        zb_run(s, mbs, nmb, scale);
+        return global_loss(s, mbs, nmb);
+    }
     if (!backward || s->o->schedule == SCHED_GPIPE) {
         for (int i = 0; i < nmb; i++) {
             recv_forward(s, &mbs[i]);
@@ -132,5 +137,7 @@ double schedule_ideal_bubble(const stage_t *s, int nmb)
     int pp = s->lay->g.pp;
     if (s->dual)
         return dualpipe_ideal_bubble(s);
+    if (s->o->schedule == SCHED_ZB_H1 || s->o->schedule == SCHED_ZB_H2)
+        return NAN; /* depends on the split backward's times (schedule_zb.c) */
     return (double)(pp - 1) / (double)(nmb + pp - 1);
 }

@@ -262,7 +262,8 @@ static void program_free(program_t *pg)
 int dualpipe_check(const opts_t *o)
 {
     const char *bad = NULL;
-    if (o->grad_halves && (o->schedule == SCHED_DUALPIPE || o->zero >= 2 || o->micro % 2))
+    if (o->grad_halves &&
+        ((o->schedule != SCHED_1F1B && o->schedule != SCHED_GPIPE) || o->zero >= 2 || o->micro % 2))
         bad = "--grad-halves needs --pp-schedule 1f1b or gpipe, --zero 0 or 1 and an even --micro";
     else if (o->schedule != SCHED_DUALPIPE)
         return 0;

@@ -119,6 +119,7 @@ int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int nseq)
     s->dup = xalloc(N * (size_t)lay->fl, sizeof(float), NULL);
     s->delta = xalloc(N * (size_t)lay->hl, sizeof(float), NULL);
     moe_init(s, (int)N);
+    ulysses_init(s, (int)N);
     return 0;
 }
 
@@ -135,6 +136,8 @@ void stage_free(stage_t *s)
     free(s->dx), free(s->dh), free(s->dtmp), free(s->dqkv), free(s->datt), free(s->dup);
     free(s->delta);
     moe_free(s);
+    ulysses_free(s);
+    zb_free(s);
     memset(s, 0, sizeof(*s));
 }
 

@@ -18,8 +18,19 @@
 
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
 
-/* SCHED_DUALPIPE: --pp-schedule dualpipe, the bidirectional pipeline (schedule_dualpipe.c) */
-enum schedule { SCHED_1F1B, SCHED_GPIPE, SCHED_DUALPIPE };
+/* The pipeline schedules, in --pp-schedule's spelling: one line each (enum and name).
+ * SCHED_DUALPIPE: the bidirectional pipeline (schedule_dualpipe.c). */
+#define TRAIN_SCHEDULES(X)                                                                         \
+    X(SCHED_1F1B, "1f1b")                                                                          \
+    X(SCHED_GPIPE, "gpipe")                                                                        \
+    X(SCHED_ZB_H1, "zb-h1")                                                                        \
+    X(SCHED_ZB_H2, "zb-h2")                                                                        \
+    X(SCHED_DUALPIPE, "dualpipe")
+#define TRAIN_SCHED_ENUM(e, name) e,
+enum schedule { TRAIN_SCHEDULES(TRAIN_SCHED_ENUM) SCHED_COUNT };
+#undef TRAIN_SCHED_ENUM
+/* The name of each schedule (main.c). */
+extern const char *const schedule_names[SCHED_COUNT];
 enum optim { OPTIM_ADAMW, OPTIM_MUON };
 /* --shard: ZeRO-1's sharded AdamW, or loom_shard's layouts for Muon (none: DDP Muon) */
 enum shard_mode { SHARD_UNSET = -1, SHARD_NONE, SHARD_ZERO1, SHARD_OWNER, SHARD_ROWS };
@@ -28,6 +39,8 @@ enum tp_reduce { TP_FP32, TP_ECHO };
 typedef struct {
     model_cfg_t model;
     int dp, tp, pp, cp;
+    int sp;    /* --sp: Ulysses sequence parallelism over the grid's cp dimension (1: none; when
+                  > 1, cp == sp and attention is ulysses.c's instead of the ring) */
     int zero;  /* 0 (plain DP), 1, 2, 3 */
     int batch; /* global batch, in sequences */
     int micro; /* micro-batches per step on each rank */
@@ -57,8 +70,9 @@ typedef struct {
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
-/* P_MIRROR: the sum of DualPipe's two copies of a stage (schedule_dualpipe.c) */
-enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_MIRROR, P_COUNT };
+/* P_SP: Ulysses' all-to-alls around attention (ulysses.c); P_MIRROR: the sum of DualPipe's two
+ * copies of a stage (schedule_dualpipe.c) */
+enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_SP, P_MIRROR, P_COUNT };
 /* K_SHARD*: loom_shard's ReduceGrads and GatherParams of one unit (or all of them), and the
  * collectives its Step issues (the Rows layout's gathers of the pre-Newton-Schulz update) */
 enum ckind {
@@ -71,6 +85,7 @@ enum ckind {
     K_SHARDREDUCE,
     K_SHARDGATHER,
     K_SHARDSTEP,
+    K_ALLTOALL,
     K_COUNT
 };
 
@@ -115,6 +130,9 @@ void tc_tp_backward(tcomm_t *c, float *buf, size_t n);
 void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, const float *s2,
                  int from, float *r1, float *r2, size_t n);
 /* Pipeline point to point (world ranks); either side may be absent (-1 / NULL). */
+/* Blocking loomAllToAll of float32: block j (n floats) of send goes to rank j; the bytes counted
+ * are the whole send buffer (n x comm size x 4), the block this rank keeps included. */
+void tc_alltoall(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv, size_t n);
 void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *recv, size_t rn);
 /* Several pipeline sends and receives (world ranks) as one group, counted and timed as tc_pp:
  * an op sends buf to peer when send is set, else receives into it. Sends to and receives from
@@ -258,6 +276,11 @@ typedef struct {
     uint64_t *cosel, *load; /* per local layer [E*E], [E]: co-selections since the last placement */
     struct loom_moe_trace_writer *trace; /* --moe-trace's file (trace.c), or NULL */
     struct loom_moe_trace *replay;       /* --moe-replay's routing, or NULL */
+    /* Ulysses (ulysses.c): the positions of a whole sequence in the order the all-to-all
+     * gathers them (cppos[0], cppos[1], ...), and two exchange buffers of 3 x [n][cl] */
+    int32_t *sppos;
+    float *spbuf[2];
+    struct zb_state *zb;   /* zero-bubble schedules (schedule_zb.c): deferred W's, timings */
     struct dualpipe *dual; /* --pp-schedule dualpipe: the second copy and the program, or NULL */
 } stage_t;
 
@@ -276,6 +299,26 @@ void block_forward(stage_t *s, int layer, const float *P, const float *PX, mb_ac
                    const float *x, float *xout);
 void block_backward(stage_t *s, int layer, const float *P, float *G, const float *PX, float *GX,
                     mb_acts_t *a, const float *x, float *dx);
+/* The backward of a block's attention (ring attention over CP): datt in, dq, dk, dv written into
+ * dqkv ([3][n][cl]). */
+void attention_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                   const float *datt, float *dqkv);
+
+/* ---- Ulysses sequence parallelism (ulysses.c) ---------------------------------------------- */
+
+/* Scratch for n local tokens a micro-batch (nothing when sp is 1); ulysses_free releases it. */
+void ulysses_init(stage_t *s, int n);
+void ulysses_free(stage_t *s);
+/* Attention of one block under --sp: qkv ([3][n][cl], this rank's tokens, all local heads) goes
+ * through an all-to-all over the cp communicator and comes back head-sharded ([3][nseq * T][cl /
+ * sp]: the whole sequences, heads/sp of the local heads), which the backward reuses: qkv is
+ * overwritten with it. Attention runs there; its output goes back by a second all-to-all to att
+ * ([n][cl]); lse ([nseq * T][hl / sp], as many floats as [n][hl]) stays head-sharded. */
+void ulysses_fwd(stage_t *s, mb_acts_t *a, float *qkv, float *att, float *lse);
+/* Its backward: datt ([n][cl]) with the softmax's row terms goes head-sharded by one all-to-all,
+ * dq/dk/dv come back by another into dqkv ([3][n][cl], written). */
+void ulysses_bwd(stage_t *s, mb_acts_t *a, const float *qkv, const float *att, const float *lse,
+                 const float *datt, float *dqkv);
 
 /* ---- Mixture of experts (moe.c) ------------------------------------------------------------ */
 
@@ -321,7 +364,8 @@ void replay_route(stage_t *s, int layer, const mb_acts_t *a, block_acts_t *b);
  * the schedule; mbs[i] holds micro-batch i's tokens. Returns the global mean loss. */
 double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale);
 /* The schedule's bubble share of the step with a backward twice as long as the forward and no
- * communication time: (pp-1)/(m+pp-1) for 1F1B and GPipe, DualPipe's from its program. */
+ * communication time: (pp-1)/(m+pp-1) for 1F1B and GPipe, DualPipe's from its program; NAN for
+ * the zero-bubble schedules, whose bubble depends on the split backward's measured times. */
 double schedule_ideal_bubble(const stage_t *s, int nmb);
 
 /* ---- DualPipe (schedule_dualpipe.c) ------------------------------------------------------- */
@@ -344,6 +388,25 @@ void dualpipe_step(stage_t *s, double lr);
  * activations; local floats). */
 void dualpipe_mem(const stage_t *s, double mem[6]);
 double dualpipe_ideal_bubble(const stage_t *s);
+
+/* ---- Zero-bubble schedules (schedule_zb.c, backward_zb.c) ---------------------------------- */
+
+/* ZB-H1 / ZB-H2: the forward and the split backward (B: input gradients, W: weight gradients,
+ * deferred into the bubbles) of every micro-batch of this rank, per the schedule. */
+void zb_run(stage_t *s, mb_acts_t *mbs, int nmb, double scale);
+void zb_free(stage_t *s);
+/* This rank's figures for the summary, indexed by the ZB_* below (zeros where the schedule is not
+ * zero-bubble). Not collective. */
+enum {
+    ZB_F_MS,       /* mean ms of one F of the stage */
+    ZB_B_MS,       /* of one B */
+    ZB_W_MS,       /* of one W */
+    ZB_INFLIGHT,   /* most micro-batches between their F and their W at once */
+    ZB_PENDING,    /* most W's deferred at once (B done, W not) */
+    ZB_KEEP_BYTES, /* bytes held for the deferred W's (pending slots x one micro-batch's) */
+    ZB_FIGS
+};
+void zb_figures(const stage_t *s, double out[ZB_FIGS]);
 
 /* ---- Data (data.c) ------------------------------------------------------------------------- */
 

@@ -21,6 +21,8 @@
 #include "loom.h"
 #include "p2p.h"
 #include "registry.h"
+#include "secret.h"
+#include "socket.h"
 
 struct loomComm {
     int rank;
@@ -52,6 +54,15 @@ struct loomComm {
     int closing;              /* teardown waits for refs: releases take the lock from then on */
     loomResult_t async_error; /* first failure of a stream task */
     char async_msg[256];
+
+    /* Shrink and revoke (shrink.c, lifecycle.c). Each rank listens from creation on, so that
+     * survivors of a failure can meet without this communicator's connections; nobody
+     * accepts on it until a shrink makes this rank the leader of their rendezvous. */
+    int shrink_fd;                     /* this rank's listener, -1 if none */
+    loom_sockaddr_t *shrink_addrs;     /* [nranks]: every rank's listener */
+    uint8_t secret[LOOM_SECRET_BYTES]; /* the job secret a shrink derives its own from */
+    uint32_t shrinks;                  /* shrinks made of this communicator */
+    int revoked;                       /* loomCommRevoke ran (atomic) */
 };
 
 typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_kind_t;
@@ -149,6 +160,10 @@ loomResult_t loom_check_overlap(const void *s, size_t sn, const void *r, size_t 
 loomResult_t loom_comm_echo(struct loomComm *comm, loom_echo_ctx_t **ctx_p);
 /* Drops a reference on an Echo state; frees it at zero (echo_api.c). */
 void loom_echo_state_release(struct loomEchoState *state);
+/* loomCommRevoke's work on a communicator the caller holds a reference on
+ * (lifecycle.c): the abort flag, the wait for calls in progress, the notice
+ * to every peer. Idempotent. */
+void loom_comm_revoke(struct loomComm *comm);
 /* Records an asynchronous failure on the communicator. */
 void loom_comm_set_async_error(struct loomComm *comm, loomResult_t res, const char *msg);
 

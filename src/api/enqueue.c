@@ -205,8 +205,11 @@ loomResult_t loom_task_execute(loom_task_t *t)
     if (aborted) {
         /* One WARN came from the abort itself; queued work must not flood the log. */
         loom_set_last_error("rank %d: operation on communicator %s not run: the communicator "
-                            "was aborted",
-                            comm->rank, comm->name);
+                            "was %s",
+                            comm->rank, comm->name,
+                            __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)
+                                ? "revoked (loomCommRevoke)"
+                                : "aborted");
         res = loomRemoteError;
     } else {
         loom_debug_set_rank(comm->rank);

@@ -144,6 +144,10 @@ static void apply_config(struct loomComm *c, const loomConfig_t *config)
 
 static void comm_free(struct loomComm *c)
 {
+    if (c->shrink_fd >= 0)
+        close(c->shrink_fd);
+    free(c->shrink_addrs);
+    loom_secret_wipe(c->secret, sizeof(c->secret));
     loom_coll_ctx_free(&c->coll);
     loom_echo_ctx_free(c->echo);
     free(c->peers);
@@ -219,6 +223,35 @@ static int64_t stream_spin_ns(int local_size)
     return spin < 0 ? 0 : spin;
 }
 
+/* What each rank tells the others at creation: its identity, and where its shrink
+ * rendezvous listens (shrink.c). */
+typedef struct {
+    loom_peer_info_t info;
+    loom_sockaddr_t shrink;
+} join_info_t;
+
+/* Opens this rank's shrink listener on the interface that reaches the rendezvous, then
+ * all-gathers identities and listener addresses into c->peers and c->shrink_addrs. */
+static loomResult_t exchange_identities(struct loomComm *c, loom_bootstrap_t *bs,
+                                        const loom_peer_info_t *me)
+{
+    join_info_t mine = {.info = *me};
+    LOOM_CHECK(loom_bootstrap_local_addr(bs, &mine.shrink));
+    LOOM_CHECK(loom_socket_listen(&mine.shrink, &c->shrink_fd));
+    join_info_t *all = calloc((size_t)c->nranks, sizeof(*all));
+    if (all == NULL) {
+        LOOM_WARN("out of memory for %d peers", c->nranks);
+        return loomSystemError;
+    }
+    loomResult_t res = loom_bootstrap_allgather(bs, &mine, sizeof(mine), all);
+    for (int r = 0; res == loomSuccess && r < c->nranks; r++) {
+        c->peers[r] = all[r].info;
+        c->shrink_addrs[r] = all[r].shrink;
+    }
+    free(all);
+    return res;
+}
+
 loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *id, int rank,
                               const loomConfig_t *config, int topo)
 {
@@ -233,12 +266,14 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     c->refs = 1;
+    c->shrink_fd = -1;
     c->rank = rank;
     c->nranks = nranks;
     apply_config(c, config);
     loom_debug_set_rank(rank);
     c->peers = calloc((size_t)nranks, sizeof(*c->peers));
-    if (c->peers == NULL) {
+    c->shrink_addrs = calloc((size_t)nranks, sizeof(*c->shrink_addrs));
+    if (c->peers == NULL || c->shrink_addrs == NULL) {
         LOOM_WARN("out of memory for %d peers", nranks);
         res = loomSystemError;
         goto err_free;
@@ -251,7 +286,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
         me.topo_flags =
             (file && *file ? LOOM_TOPO_FLAG_FILE : 0) | (dump && *dump ? LOOM_TOPO_FLAG_DUMP : 0);
     }
-    LOOM_CHECK_GOTO(loom_bootstrap_allgather(bs, &me, sizeof(me), c->peers), res, err_leave);
+    LOOM_CHECK_GOTO(exchange_identities(c, bs, &me), res, err_leave);
     for (int r = 0; r < nranks; r++) {
         if (c->peers[r].rank != r) {
             LOOM_WARN("rank %d: bootstrap returned rank %d in slot %d", rank, c->peers[r].rank, r);
@@ -264,6 +299,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     count_local(c);
     LOOM_CHECK_GOTO(loom_topo_at_init(c, bs), res, err_leave);
     c->spin_ns = stream_spin_ns(c->local_size);
+    memcpy(c->secret, id->secret, sizeof(c->secret));
     loom_tp_init_args_t args = {.rank = rank,
                                 .nranks = nranks,
                                 .peers = c->peers,

@@ -34,20 +34,20 @@ static void set_abort_flag(struct loomComm *c)
  * (parked) only keep the memory: they are not waited for. Under c->lock,
  * which `parked` changes under together with its references, so the two
  * counts read here agree. */
-static int comm_in_use(struct loomComm *c)
+static int comm_in_use(struct loomComm *c, int mine)
 {
-    return __atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) - c->parked > 1;
+    return __atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) - c->parked > mine;
 }
 
-/* Waits until no reference but the caller's and the parked ones is in use,
- * frees the connections, takes the communicator out of the registry and
- * drops the caller's reference (the last reference frees the memory). */
-static loomResult_t comm_teardown(struct loomComm *c)
+/* Waits until no reference but the caller's `mine` and the parked ones is in use. closing:
+ * mark the communicator closing first (a teardown). */
+static void wait_idle(struct loomComm *c, int mine, int closing)
 {
     pthread_mutex_lock(&c->lock);
-    __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
+    if (closing)
+        __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
-    while (comm_in_use(c)) {
+    while (comm_in_use(c, mine)) {
         /* A release that read `closing` before it was set wakes nobody: look again
          * every millisecond (loom_comm_release). */
         struct timespec until;
@@ -61,6 +61,14 @@ static loomResult_t comm_teardown(struct loomComm *c)
     }
     __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&c->lock);
+}
+
+/* Waits until no reference but the caller's and the parked ones is in use,
+ * frees the connections, takes the communicator out of the registry and
+ * drops the caller's reference (the last reference frees the memory). */
+static loomResult_t comm_teardown(struct loomComm *c)
+{
+    wait_idle(c, 1, 1);
     loomResult_t res = loom_p2p_destroy(c->p2p);
     c->p2p = NULL;
     /* The arena after the layer: peers read why this rank left from its notices, and no
@@ -103,6 +111,36 @@ LOOM_API loomResult_t loomCommAbort(loomComm_t comm)
         return loomSuccess;    /* the destroy or abort under way now stops its pending work */
     (void)comm_teardown(comm); /* errors of closing broken connections are expected here */
     return loomSuccess;
+}
+
+/* The abort flag stops what is pending (every wait checks it) and refuses what comes (a
+ * task's turn checks it); once this rank's calls have let go, breaking the layer tells every
+ * peer, whose waits on this rank then fail too. Without a release that wakes it (only a
+ * teardown's releases do), the wait for the calls looks again every millisecond. */
+void loom_comm_revoke(struct loomComm *c)
+{
+    if (__atomic_exchange_n(&c->revoked, 1, __ATOMIC_SEQ_CST))
+        return;
+    set_abort_flag(c);
+    wait_idle(c, 2, 0); /* the user's reference and this call's */
+    loom_p2p_fail(c->p2p, loomRemoteError);
+    LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - Revoke COMPLETE", c->name, c->rank,
+              c->nranks);
+}
+
+static loomResult_t revoke(loomComm_t comm, int flags)
+{
+    if (flags != LOOM_REVOKE_DEFAULT) {
+        LOOM_WARN("loomCommRevoke: flags %d: only LOOM_REVOKE_DEFAULT (0) is defined", flags);
+        return loomInvalidArgument;
+    }
+    loom_comm_revoke(comm);
+    return loomSuccess;
+}
+
+LOOM_API loomResult_t loomCommRevoke(loomComm_t comm, int flags)
+{
+    LOOM_WITH_COMM(comm, "loomCommRevoke", revoke(comm, flags));
 }
 
 static loomResult_t get_async_error(loomComm_t comm, loomResult_t *asyncError)

@@ -104,6 +104,7 @@ typedef struct {
     uint8_t *joined; /* [nranks] */
     uint64_t accept_again_ns;
     int fd_warned;
+    int quiet_probes; /* a shrink's rendezvous: silent closes are probes (see pend_step) */
     loom_stray_log_t strays;
 } root_t;
 
@@ -276,6 +277,16 @@ static loomResult_t pend_step(root_t *rt, int i, int *gone_p)
     if (!p->proven) {
         int done = 0;
         if (loom_handshake_step(&p->hs, &done) != loomSuccess) {
+            /* At a shrink's rendezvous, a connection closed before saying a byte is another
+             * survivor's liveness probe (it asks only whether this process still holds its
+             * port), not traffic to warn about. */
+            if (rt->quiet_probes && p->hs.fail == LOOM_HS_FAIL_CLOSED &&
+                loom_handshake_received(&p->hs) == 0) {
+                LOOM_INFO(LOOM_LOG_BOOTSTRAP, "bootstrap root: a connection closed before its "
+                                              "handshake (a liveness probe)");
+                pend_remove(rt, i);
+                return loomSuccess;
+            }
             pend_stray(rt, i, p->hs.why);
             return loomSuccess;
         }
@@ -551,6 +562,13 @@ static void *root_main(void *arg)
 loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_SECRET_BYTES],
                                        int64_t timeout_ms)
 {
+    return loom_bootstrap_root_start_shrink(listen_fd, secret, timeout_ms, 0);
+}
+
+loomResult_t loom_bootstrap_root_start_shrink(int listen_fd,
+                                              const uint8_t secret[LOOM_SECRET_BYTES],
+                                              int64_t timeout_ms, int quiet_probes)
+{
     root_t *rt = calloc(1, sizeof(*rt));
     if (rt == NULL) {
         LOOM_WARN("out of memory starting the bootstrap root (%zu bytes)", sizeof(*rt));
@@ -560,6 +578,7 @@ loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_
     rt->listen_fd = listen_fd;
     memcpy(rt->secret, secret, LOOM_SECRET_BYTES);
     rt->timeout_ms = timeout_ms;
+    rt->quiet_probes = quiet_probes;
     loom_stray_init(&rt->strays, "bootstrap root", LOOM_LOG_BOOTSTRAP);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -753,6 +772,21 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
     LOOM_INFO(LOOM_LOG_BOOTSTRAP, "rank %d joined the rendezvous at %s with %d ranks", rank, addr,
               nranks);
     *bs_p = bs;
+    return loomSuccess;
+}
+
+loomResult_t loom_bootstrap_local_addr(const loom_bootstrap_t *bs, loom_sockaddr_t *addr_p)
+{
+    socklen_t len = sizeof(*addr_p);
+    memset(addr_p, 0, sizeof(*addr_p));
+    if (getsockname(bs->fd, &addr_p->sa, &len) != 0) {
+        LOOM_WARN("getsockname on the rendezvous connection: %s", strerror(errno));
+        return loomSystemError;
+    }
+    if (addr_p->sa.sa_family == AF_INET6)
+        addr_p->sin6.sin6_port = 0;
+    else
+        addr_p->sin.sin_port = 0;
     return loomSuccess;
 }
 

@@ -31,6 +31,13 @@ void loom_id_encode(const loom_id_t *id, loomUniqueId *uid);
 loomResult_t loom_bootstrap_root_start(int listen_fd, const uint8_t secret[LOOM_SECRET_BYTES],
                                        int64_t timeout_ms);
 
+/* As loom_bootstrap_root_start; quiet_probes: a shrink's rendezvous, where a connection that
+ * closes before sending a byte is another survivor's liveness probe, dropped at INFO instead
+ * of logged and counted as a stray. */
+loomResult_t loom_bootstrap_root_start_shrink(int listen_fd,
+                                              const uint8_t secret[LOOM_SECRET_BYTES],
+                                              int64_t timeout_ms, int quiet_probes);
+
 /* Joins the rendezvous as rank of nranks. Blocking, bounded by timeout_ms;
  * Timeout names the ranks that never arrived. */
 loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int64_t timeout_ms,
@@ -38,6 +45,9 @@ loomResult_t loom_bootstrap_join(const loom_id_t *id, int rank, int nranks, int6
 /* out[r*len .. (r+1)*len) = rank r's data. Every rank must pass the same len. */
 loomResult_t loom_bootstrap_allgather(loom_bootstrap_t *bs, const void *data, size_t len,
                                       void *out);
+/* This rank's address on its connection to the root (port 0): an interface
+ * the root's network reaches, for a listener of this rank's own. */
+loomResult_t loom_bootstrap_local_addr(const loom_bootstrap_t *bs, loom_sockaddr_t *addr_p);
 /* Leaves the rendezvous (tells the root) and frees bs. */
 loomResult_t loom_bootstrap_leave(loom_bootstrap_t *bs);
 

@@ -522,17 +522,58 @@ TEST(ShimLoom, RefusalsAndQueries)
             XT_NCCL_REFUSED(ncclAllReduce(f, f, 2, ncclFloat32, op, comm, nullptr),
                             ncclInvalidArgument, "live PreMulSum op");
 
-            // What loom has no counterpart for.
+            // Shrink and revoke arguments (one rank: it cannot exclude itself).
             ncclComm_t shrunk = nullptr;
             int exclude = 0;
             XT_NCCL_REFUSED(
                 ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT),
-                ncclInvalidUsage, "no communicator shrink");
-            XT_NCCL_REFUSED(ncclCommRevoke(comm, 0), ncclInvalidUsage, "no communicator revoke");
+                ncclInvalidArgument, "own exclude list");
+            XT_NCCL_REFUSED(ncclCommShrink(comm, &exclude, 0, &shrunk, nullptr, 0),
+                            ncclInvalidArgument, "must be > 0");
+            XT_NCCL_REFUSED(ncclCommShrink(comm, &exclude, 1, &shrunk, nullptr, 7),
+                            ncclInvalidArgument, "shrinkFlags");
+            XT_NCCL_REFUSED(ncclCommRevoke(comm, 3), ncclInvalidArgument, "must be 0");
+            XT_CHECK(shrunk == nullptr);
             XT_NCCL_REFUSED(ncclGroupEnd(), ncclInvalidUsage, "no group is open");
             XT_NCCL(ncclCommFinalize(comm));
             XT_NCCL(ncclCommDestroy(comm));
             XT_NCCL_REFUSED(ncclCommDestroy(comm), ncclInvalidArgument, "not a communicator");
+        },
+        LoomMode()));
+}
+
+// ncclCommShrink on loom's shrink: a planned removal (NCCL_SHRINK_DEFAULT) keeps the parent, a
+// shrink after a failure (NCCL_SHRINK_ABORT) revokes it first; the children work, renumbered.
+TEST(ShimLoom, ShrinkAndRevoke)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t) {
+            ncclComm_t comm = NcclComm(rank, n);
+            CheckSum(comm, n, rank);
+            if (rank == 2) { // leaves; the others shrink without it
+                XT_NCCL(ncclCommDestroy(comm));
+                return;
+            }
+            int gone = 2, count = 0, me = -1;
+            ncclComm_t planned = nullptr, failed = nullptr;
+            XT_NCCL(ncclCommShrink(comm, &gone, 1, &planned, nullptr, NCCL_SHRINK_DEFAULT));
+            XT_NCCL(ncclCommCount(planned, &count));
+            XT_NCCL(ncclCommUserRank(planned, &me));
+            XT_CHECK_EQ(count, 2);
+            XT_CHECK_EQ(me, rank);
+            CheckSum(planned, 2, rank);
+            XT_NCCL(ncclCommShrink(comm, &gone, 1, &failed, nullptr, NCCL_SHRINK_ABORT));
+            CheckSum(failed, 2, rank);
+            float x = 1; // the parent is revoked: its calls fail without running
+            XT_NCCL_REFUSED(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr),
+                            ncclRemoteError, "revoked");
+            XT_NCCL(ncclCommRevoke(planned, NCCL_REVOKE_DEFAULT));
+            XT_NCCL_REFUSED(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, planned, nullptr),
+                            ncclRemoteError, "revoked");
+            XT_NCCL(ncclCommDestroy(planned));
+            XT_NCCL(ncclCommDestroy(failed));
+            XT_NCCL(ncclCommDestroy(comm));
         },
         LoomMode()));
 }

@@ -79,7 +79,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DualMode{"dp2xpp2_m2", 4, 2, "--dp 2 --pp 2 --micro 2", 4, true},
                       DualMode{"dp2xpp2_m4", 4, 2, "--dp 2 --pp 2 --micro 4", 8, true},
                       DualMode{"tp2xpp2_m4", 4, 2, "--tp 2 --pp 2 --micro 4", 4, false},
-                      DualMode{"cp2xpp2_m4", 4, 2, "--cp 2 --pp 2 --micro 4", 4, false}),
+                      DualMode{"cp2xpp2_m4", 4, 2, "--cp 2 --pp 2 --micro 4", 4, false},
+                      DualMode{"sp2xpp2_m4", 4, 2, "--sp 2 --pp 2 --micro 4", 4, false}),
     [](const ::testing::TestParamInfo<DualMode> &i) { return std::string(i.param.name); });
 
 // Per rank: both copies' parameters, gradients and AdamW moments (rank k holds 1F1B's stage k and
@@ -115,7 +116,7 @@ TEST(DualPipe, HoldsBothCopiesAndCallsWhatItMust)
                 EXPECT_EQ(dm[k][0], 4.0 * (Floats(layers) + size_t(kV) * kC));
         }
         // every rank's pipeline wait, a share of the timed steps
-        size_t w = dual.summary.find("\"pp_wait\":[");
+        size_t w = dual.summary.find("\"pp_wait_ranks\":[");
         ASSERT_NE(w, std::string::npos) << dual.summary;
         std::string waits = dual.summary.substr(w, dual.summary.find(']', w) - w);
         EXPECT_EQ(std::count(waits.begin(), waits.end(), ','), pp - 1) << waits;
@@ -198,6 +199,7 @@ TEST(DualPipe, UnsupportedCombinationsAreRefused)
           Case{2, "--pp 2 --micro 2 --save x --pp-schedule dualpipe", "--save"},
           Case{2, "--pp 2 --micro 2 --grad-halves --pp-schedule dualpipe", "--grad-halves"},
           Case{2, "--pp 2 --micro 3 --batch 6 --grad-halves", "--grad-halves"},
+          Case{2, "--pp 2 --micro 2 --grad-halves --pp-schedule zb-h1", "--grad-halves"},
           Case{2, "--pp 2 --micro 2 --pp-schedule zigzag", "bad value"}}) {
         TrainRun r = Train("refuse", c.ranks, c.args);
         EXPECT_NE(r.rc, 0) << c.args;

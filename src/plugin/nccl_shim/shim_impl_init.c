@@ -409,6 +409,54 @@ ncclResult_t shim_impl_CommSplit(ncclComm_t comm, int color, int key, ncclComm_t
     return r;
 }
 
+/* Loom mode: loomCommShrink, run to the end before returning (a non-blocking config gets a
+ * child that is ready at once). NCCL_SHRINK_ABORT is loom's default (the parent is revoked
+ * first, as NCCL aborts its work); NCCL_SHRINK_DEFAULT is a planned removal. */
+static ncclResult_t loom_shrink(shim_comm_t *p, int *excl, int nexcl, ncclComm_t *newcomm,
+                                ncclConfig_t *config, int flags)
+{
+    static const char fn[] = "ncclCommShrink";
+    loomComm_t pl = NULL, made = NULL;
+    shim_cfg_t cfg;
+    ncclResult_t r = ncclSuccess;
+    if (newcomm == NULL)
+        r = shim_fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    else if (nexcl <= 0)
+        r = shim_fail(ncclInvalidArgument, "%s: excludeRanksCount %d must be > 0", fn, nexcl);
+    else if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT)
+        r = shim_fail(ncclInvalidArgument,
+                      "%s: shrinkFlags %d: NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", fn, flags);
+    if (r == ncclSuccess)
+        r = shim_comm_ready(p, fn, &pl);
+    if (r == ncclSuccess)
+        r = parse_config(config, p->blocking, fn, &cfg);
+    if (r != ncclSuccess)
+        return r;
+    const char *name = cfg.name != NULL ? cfg.name : p->named ? p->name : NULL;
+    shim_comm_t *child = shim_comm_new(-1, 0, cfg.blocking, name);
+    if (child == NULL)
+        return shim_fail(ncclSystemError, "%s: out of memory", fn);
+    r = shim_loom(
+        loomCommShrink(pl, excl, nexcl, &made, NULL,
+                       flags == NCCL_SHRINK_ABORT ? LOOM_SHRINK_DEFAULT : LOOM_SHRINK_PLANNED));
+    if (r == ncclSuccess) {
+        child->loom = made;
+        child->cudev = p->cudev;
+        child->hosts = p->hosts; /* at most the parent's: only route mode's rules read it */
+        (void)loomCommUserRank(made, &child->rank);
+        (void)loomCommCount(made, &child->nranks);
+        child->state = ncclSuccess;
+        child->handle = (ncclComm_t)child;
+        r = shim_comm_list(child);
+        if (r != ncclSuccess)
+            child->loom = NULL, (void)loomCommAbort(made);
+    }
+    if (r == ncclSuccess)
+        *newcomm = child->handle;
+    shim_comm_release(child);
+    return r;
+}
+
 ncclResult_t shim_impl_CommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                                   ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
@@ -419,10 +467,10 @@ ncclResult_t shim_impl_CommShrink(ncclComm_t comm, int *excludeRanksList, int ex
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
         return not_ours(comm, "ncclCommShrink");
+    ncclResult_t r =
+        loom_shrink(c, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
     shim_comm_release(c);
-    return shim_fail(ncclInvalidUsage,
-                     "ncclCommShrink: loom has no communicator shrink yet; in loom mode "
-                     "communicators cannot be shrunk (split the survivors with ncclCommSplit)");
+    return r;
 }
 
 ncclResult_t shim_impl_CommRevoke(ncclComm_t comm, int revokeFlags)
@@ -432,10 +480,14 @@ ncclResult_t shim_impl_CommRevoke(ncclComm_t comm, int revokeFlags)
     shim_comm_t *c = shim_comm_find(comm);
     if (c == NULL)
         return not_ours(comm, "ncclCommRevoke");
+    loomComm_t l = NULL;
+    ncclResult_t r = shim_comm_ready(c, "ncclCommRevoke", &l);
+    if (r == ncclSuccess && revokeFlags != NCCL_REVOKE_DEFAULT)
+        r = shim_fail(ncclInvalidArgument, "ncclCommRevoke: revokeFlags %d must be 0", revokeFlags);
+    if (r == ncclSuccess)
+        r = shim_loom(loomCommRevoke(l, LOOM_REVOKE_DEFAULT));
     shim_comm_release(c);
-    return shim_fail(ncclInvalidUsage,
-                     "ncclCommRevoke: loom has no communicator revoke yet; in loom mode use "
-                     "ncclCommAbort to stop a communicator's operations");
+    return r;
 }
 
 /* ---- teardown ------------------------------------------------------------------- */
