@@ -141,16 +141,16 @@ TEST(DualPipe, HoldsBothCopiesAndCallsWhatItMust)
 }
 
 // The summary's ideal bubble: none with two stages (each rank is the first stage of one copy and
-// the last of the other), and with four at least the bound (pp/2 - 1)/(m + pp/2 - 1) and below
-// 1F1B's (pp - 1)/(m + pp - 1).
+// the last of the other), and deeper at least the bound (pp/2 - 1)/(m + pp/2 - 1) and below
+// 1F1B's (pp - 1)/(m + pp - 1). pp 6 and 8 also show that the deeper programs run to the end.
 TEST(DualPipe, IdealBubbleIsBelow1F1B)
 {
-    for (int pp : {2, 4})
+    for (int pp : {2, 4, 6, 8})
         for (int micro : {4, 8}) {
             TrainRun r = Train("bubble-pp" + std::to_string(pp) + "-m" + std::to_string(micro), pp,
-                               Layers(4) + " --pp " + std::to_string(pp) + " --micro " +
+                               Layers(8) + " --batch 16 --pp " + std::to_string(pp) + " --micro " +
                                    std::to_string(micro) + " --pp-schedule dualpipe");
-            ASSERT_TRUE(Complete(r, Floats(4)));
+            ASSERT_TRUE(Complete(r, Floats(8)));
             double b = JsonNum(r.summary, "ideal_bubble");
             double lower = double(pp / 2 - 1) / (micro + pp / 2 - 1);
             double f1b = double(pp - 1) / (micro + pp - 1);
