@@ -271,6 +271,27 @@ void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *re
     c->pp_wait_s += dt;
 }
 
+void tc_pp_many(tcomm_t *c, const tc_p2p_t *ops, int n)
+{
+    if (n <= 0)
+        return;
+    double t = tc_now();
+    tc_check(loomGroupStart(), c, "loomGroupStart");
+    for (int i = 0; i < n; i++) {
+        count(c, P_PP, ops[i].send ? K_SEND : K_RECV, ops[i].n * sizeof(float));
+        if (ops[i].send)
+            tc_check(loomSend(ops[i].buf, ops[i].n, loomFloat32, ops[i].peer, c->world, NULL), c,
+                     "loomSend");
+        else
+            tc_check(loomRecv(ops[i].buf, ops[i].n, loomFloat32, ops[i].peer, c->world, NULL), c,
+                     "loomRecv");
+    }
+    tc_check(loomGroupEnd(), c, "loomGroupEnd");
+    double dt = tc_now() - t;
+    c->comm_s += dt;
+    c->pp_wait_s += dt;
+}
+
 void tc_stream_sync(tcomm_t *c)
 {
     double t = tc_now();

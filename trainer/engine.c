@@ -49,6 +49,11 @@ static int uidx(const engine_t *e, const unit_t *u)
 
 int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
 {
+    return eng_init_at(e, o, c, c->g.pp_i);
+}
+
+int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i)
+{
     memset(e, 0, sizeof(*e));
     e->o = o;
     e->c = c;
@@ -56,7 +61,9 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->shards = c->data_size;
     e->srank = c->data_rank;
     e->local_steps = o->diloco > 0;
-    if (layout_build(&e->lay, &o->model, &c->g, e->shards))
+    grid_pos_t g = c->g;
+    g.pp_i = pp_i;
+    if (layout_build(&e->lay, &o->model, &g, e->shards))
         return -1;
     if (o->optim == OPTIM_MUON && muon_layout(e))
         return -1;
@@ -73,6 +80,8 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->v = falloc(e->vn); /* never NULL, so that a checkpoint may write its 0 floats */
     if (e->gsn)
         e->gshard = falloc(e->gsn);
+    if (o->grad_halves)
+        e->ghalf = falloc(e->gn); /* main.c allows it with full gradients only (ZeRO < 2) */
     int nu = e->lay.nu;
     e->ugath = calloc((size_t)nu, sizeof(float *));
     e->ugrad = calloc((size_t)nu, sizeof(float *));
@@ -106,6 +115,7 @@ void eng_free(engine_t *e)
     free(e->ugref);
     free(e->params);
     free(e->grads);
+    free(e->ghalf);
     free(e->gshard);
     free(e->m);
     free(e->v);
@@ -151,7 +161,7 @@ void eng_release(engine_t *e, const unit_t *u)
 float *eng_grad_begin(engine_t *e, const unit_t *u)
 {
     if (e->zero < 2)
-        return e->grads + u->off;
+        return (e->ghalf && e->half ? e->ghalf : e->grads) + u->off;
     int i = uidx(e, u);
     if (e->ugref[i]++ == 0) {
         e->ugrad[i] = falloc(u->padded);
@@ -177,6 +187,11 @@ static void reduce_unit(engine_t *e, const unit_t *u, loomStream_t s)
 void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
 {
     if (e->zero < 2) {
+        /* --grad-halves: the unit's halves are added once, first half + second half, as
+         * DualPipe adds its two copies' gradients, before any reduction. */
+        if (last_micro && e->ghalf)
+            for (size_t j = u->off; j < u->off + u->padded; j++)
+                e->grads[j] += e->ghalf[j];
         if (last_micro && e->o->overlap && !e->local_steps)
             e->plan ? muon_unit_done(e, u) : reduce_unit(e, u, e->c->stream);
         return;
@@ -206,6 +221,8 @@ void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
 void eng_zero_grads(engine_t *e)
 {
     memset(e->grads, 0, e->gn * sizeof(float));
+    if (e->ghalf)
+        memset(e->ghalf, 0, e->gn * sizeof(float));
 }
 
 /* What one optimizer pass over a range of the local vector needs. A local index i maps to
@@ -294,11 +311,24 @@ void eng_step(engine_t *e, double lr)
         if (eng_dump(e, e->o->dump_grads, 1))
             exit(1);
     }
+    double sumsq = eng_sumsq(e);
+    if (!e->local_steps) /* DiLoCo: each replica clips by its own gradients' norm */
+        tc_allreduce_d(c, P_MISC, c->world, &sumsq, 1);
+    eng_update(e, lr, sqrt(sumsq));
+}
+
+double eng_sumsq(engine_t *e)
+{
     pass_t a = {.e = e, .count_all = 1};
     for_owned(e, &a, sumsq_piece);
-    if (!e->local_steps) /* DiLoCo: each replica clips by its own gradients' norm */
-        tc_allreduce_d(c, P_MISC, c->world, &a.sumsq, 1);
-    double norm = sqrt(a.sumsq);
+    return a.sumsq;
+}
+
+void eng_update(engine_t *e, double lr, double norm)
+{
+    tcomm_t *c = e->c;
+    const layout_t *lay = &e->lay;
+    pass_t a = {.e = e, .count_all = 1};
     e->last_norm = norm;
     e->step++;
     a.lr = lr;

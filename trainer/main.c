@@ -28,7 +28,11 @@ static void usage(FILE *f)
         "          --sp S (Ulysses: the sequence split over S ranks as --cp does, attention\n"
         "          head-sharded between two all-to-alls instead of the ring; 1)\n"
         "          --zero 0|1|2|3 (0)   --tp-allreduce fp32|echo\n"
-        "          --pp-schedule 1f1b|gpipe|zb-h1|zb-h2 (1f1b; --schedule is the same option)\n"
+        "          --pp-schedule 1f1b|gpipe|zb-h1|zb-h2|dualpipe (1f1b; --schedule is the same\n"
+        "          option; dualpipe: two copies of the stages, half of the micro-batches each "
+        "way)\n"
+        "          --grad-halves (1f1b, gpipe: each half of the micro-batches' gradients added\n"
+        "          apart, as dualpipe's two copies add them)\n"
         "          --no-overlap (reduce gradients after the backward instead of during it)\n"
         "batch:    --batch B sequences per step (8) --micro M per rank (1) --steps N (50)\n"
         "optim:    --lr (3e-3) --warmup (10) --wd (0.1) --clip (1.0) --beta1 --beta2 --eps\n"
@@ -135,6 +139,7 @@ static const optdef_t optdefs[] = {
     OPT("outer-momentum", OK_DBL, outer_momentum),
     OPT("diloco-echo", OK_ON, diloco_echo),
     OPT("diloco-sim", OK_INT, diloco_sim),
+    OPT("grad-halves", OK_ON, grad_halves),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -416,7 +421,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o) || check_zb(o) || diloco_check(o))
+    if (check_optim(o) || check_zb(o) || diloco_check(o) || dualpipe_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -429,7 +434,8 @@ static int parse(int argc, char **argv, opts_t *o)
 /* Numbers per rank in the summary: 6 of memory, 5 of loom_shard (muon_figures). */
 #define MEMN 11
 
-static const char *purpose_name[P_COUNT] = {"tp", "cp", "pp", "data", "tie", "misc", "sp"};
+static const char *purpose_name[P_COUNT] = {"tp",  "cp",   "pp", "data",
+                                            "tie", "misc", "sp", "mirror"};
 static const char *kind_name[K_COUNT] = {"allreduce", "echo",    "reducescatter", "allgather",
                                          "send",      "recv",    "shardreduce",   "shardgather",
                                          "shardstep", "alltoall"};
@@ -554,13 +560,16 @@ static int setup_model(run_t *r)
     r->scale = 1.0 / ((double)r->o.batch * (double)r->o.model.ctx);
     r->sched = schedule_names[r->o.schedule];
     stage_init(&r->s, &r->e, &r->c, &r->o, r->bm);
+    if (r->o.schedule == SCHED_DUALPIPE && dualpipe_init(&r->s, r->nmb, r->bm))
+        return 1;
     r->mbs = calloc((size_t)r->nmb, sizeof(mb_acts_t));
     if (!r->mbs) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
     for (int i = 0; i < r->nmb; i++) {
-        mb_alloc(&r->mbs[i], &r->e.lay, r->bm, tl);
+        mb_alloc(&r->mbs[i], r->s.dual ? dualpipe_mb_layout(&r->s, i, r->nmb) : &r->e.lay, r->bm,
+                 tl);
         r->act_floats += r->mbs[i].floats;
     }
     return 0;
@@ -731,7 +740,10 @@ static void train_step(run_t *r, int64_t step)
             corpus_fill(&r->corpus, o, &r->s, &r->mbs[i], (uint64_t)step,
                         r->g.dp_i * r->bl + i * r->bm, 0);
         r->loss = schedule_run(&r->s, r->mbs, r->nmb, 1, r->scale);
-        eng_step(&r->e, st.lr);
+        if (r->s.dual)
+            dualpipe_step(&r->s, st.lr);
+        else
+            eng_step(&r->e, st.lr);
     }
     if (o->model.moe_e > 0)
         moe_step_report(r, &st);
@@ -793,19 +805,20 @@ static void pipe_json(const run_t *r, const double *pipe)
 static void summary_json(run_t *r, const double *mem, const double *pipe, double tps)
 {
     const opts_t *o = &r->o;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32];
     fprintf(r->log,
             "{\"summary\":1,\"ranks\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"sp\":%d,"
             "\"zero\":%d,\"micro\":%d,\"schedule\":\"%s\",\"echo\":%d,\"steps\":%lld,"
             "\"loss\":%s,\"val_loss\":%s,\"tok_s\":%.1f,\"comm_share\":%.4f,"
-            "\"pp_wait_share\":%.4f,\"global_params\":%zu,\"moe\":%d,\"top_k\":%d,\"ep\":%d,"
-            "\"mem\":[",
+            "\"pp_wait_share\":%.4f,\"ideal_bubble\":%s,\"global_params\":%zu,\"moe\":%d,"
+            "\"top_k\":%d,\"ep\":%d,\"mem\":[",
             r->c.size, r->g.dp, r->g.tp, r->g.pp, o->sp > 1 ? 1 : r->g.cp, o->sp, o->zero, r->nmb,
             r->sched, o->tp_reduce == TP_ECHO, (long long)(o->steps - r->first_step),
             jnum(b1, r->loss), jnum(b2, r->val), tps,
             r->t_total > 0 ? r->comm_total / r->t_total : 0.0,
-            r->t_total > 0 ? r->wait_total / r->t_total : 0.0, r->e.lay.global_len, o->model.moe_e,
-            o->model.moe_k, r->g.ep);
+            r->t_total > 0 ? r->wait_total / r->t_total : 0.0,
+            jnum(b3, r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0), r->e.lay.global_len,
+            o->model.moe_e, o->model.moe_k, r->g.ep);
     for (int k = 0; k < r->c.size; k++)
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
                 mem[MEMN * k + 1], mem[MEMN * k + 2], mem[MEMN * k + 3], mem[MEMN * k + 4],
@@ -837,6 +850,8 @@ static int report_summary(run_t *r)
                         (double)(e->on + e->vn) * 4, (double)e->peak_tmp * 4,
                         (double)r->act_floats * 4,   (double)e->lay.total};
     muon_figures(e, mem + 6);
+    if (r->s.dual)
+        dualpipe_mem(&r->s, mem);
     double pipe[PIPEN] = {r->t_total > 0 ? r->wait_total / r->t_total : 0.0};
     zb_figures(&r->s, pipe + 1);
     double *all = calloc((size_t)r->c.size * (MEMN + PIPEN), sizeof(double));
@@ -855,11 +870,13 @@ static int report_summary(run_t *r)
                    "comm %.1f%% of step time\n",
                    (long long)(o->steps - r->first_step), r->loss, r->val, tps,
                    r->t_total > 0 ? 100.0 * r->comm_total / r->t_total : 0.0);
+        double ideal = r->g.pp > 1 ? schedule_ideal_bubble(&r->s, r->nmb) : 0.0;
+        char ib[64] = "";
+        if (isfinite(ideal))
+            snprintf(ib, sizeof(ib), "; its ideal bubble is %.1f%%", 100.0 * ideal);
         if (r->g.pp > 1 && !o->quiet)
-            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0 (%s); 1F1B's "
-                   "ideal bubble is (pp-1)/(m+pp-1) = %.1f%%\n",
-                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched,
-                   100.0 * (r->g.pp - 1) / (r->nmb + r->g.pp - 1));
+            printf("loom-train: pipeline wait (bubble) %.1f%% of step time on rank 0 (%s)%s\n",
+                   r->t_total > 0 ? 100.0 * r->wait_total / r->t_total : 0.0, r->sched, ib);
         if (r->log)
             summary_json(r, all, pall, tps);
     }
@@ -885,6 +902,7 @@ static int finish(run_t *r)
     for (int i = 0; i < r->nmb; i++)
         mb_free(&r->mbs[i]);
     free(r->mbs);
+    dualpipe_free(&r->s);
     stage_free(&r->s);
     diloco_free(&r->dl);
     eng_free(&r->e);

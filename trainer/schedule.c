@@ -4,10 +4,12 @@
  * Megatron-LM runs it): stage r first runs pp-r-1 forwards, then alternates one forward with one
  * backward, then drains the backwards; at most pp micro-batches are in flight. GPipe: every
  * forward, then every backward. Both run backwards in micro-batch order, so that they accumulate
- * gradients identically. With one stage, 1F1B is plain gradient accumulation.
+ * gradients identically. With one stage, 1F1B is plain gradient accumulation. DualPipe has a
+ * file of its own (schedule_dualpipe.c).
  */
 #include "train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +50,10 @@ static void fwd(stage_t *s, mb_acts_t *a, double scale)
 {
     stage_forward(s, a, scale);
 }
-static void bwd(stage_t *s, mb_acts_t *a, int last)
+static void bwd(stage_t *s, mb_acts_t *mbs, int b, int nmb)
 {
-    stage_backward(s, a, s->dx, last);
+    s->e->half = 2 * b >= nmb; /* --grad-halves: the accumulator of the second half (engine.c) */
+    stage_backward(s, &mbs[b], s->dx, b == nmb - 1);
 }
 
 /* The step's loss: every micro-batch's loss, added in the order one process adds them (data rank,
@@ -84,6 +87,8 @@ static double global_loss(stage_t *s, mb_acts_t *mbs, int nmb)
 
 double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale)
 {
+    if (s->dual)
+        return dualpipe_run(s, mbs, nmb, backward, scale);
     int pp = s->lay->g.pp, r = s->lay->g.pp_i;
     s->eval = !backward;
     if (backward && (s->o->schedule == SCHED_ZB_H1 || s->o->schedule == SCHED_ZB_H2)) {
@@ -98,7 +103,7 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
         }
         for (int i = 0; backward && i < nmb; i++) {
             recv_backward(s, &mbs[i]);
-            bwd(s, &mbs[i], i == nmb - 1);
+            bwd(s, mbs, i, nmb);
             send_backward(s, &mbs[i]);
         }
         s->eval = 0;
@@ -118,7 +123,7 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
         /* send this output forward while the gradient of the oldest comes back */
         tc_pp(s->c, s->c->pp_next, stage_out(s, &mbs[f]), io_len(s, &mbs[f]), s->c->pp_next, s->dx,
               io_len(s, &mbs[b]));
-        bwd(s, &mbs[b], b == nmb - 1);
+        bwd(s, mbs, b, nmb);
         if (i == steady - 1)
             send_backward(s, &mbs[b]);
         else
@@ -127,8 +132,18 @@ double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double sc
     }
     for (int i = 0; i < warmup; i++, b++) {
         recv_backward(s, &mbs[b]);
-        bwd(s, &mbs[b], b == nmb - 1);
+        bwd(s, mbs, b, nmb);
         send_backward(s, &mbs[b]);
     }
     return global_loss(s, mbs, nmb);
+}
+
+double schedule_ideal_bubble(const stage_t *s, int nmb)
+{
+    int pp = s->lay->g.pp;
+    if (s->dual)
+        return dualpipe_ideal_bubble(s);
+    if (s->o->schedule == SCHED_ZB_H1 || s->o->schedule == SCHED_ZB_H2)
+        return NAN; /* depends on the split backward's times (schedule_zb.c) */
+    return (double)(pp - 1) / (double)(nmb + pp - 1);
 }

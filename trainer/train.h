@@ -19,12 +19,14 @@
 
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
 
-/* The pipeline schedules, in --pp-schedule's spelling: one line each (enum and name). */
+/* The pipeline schedules, in --pp-schedule's spelling: one line each (enum and name).
+ * SCHED_DUALPIPE: the bidirectional pipeline (schedule_dualpipe.c). */
 #define TRAIN_SCHEDULES(X)                                                                         \
     X(SCHED_1F1B, "1f1b")                                                                          \
     X(SCHED_GPIPE, "gpipe")                                                                        \
     X(SCHED_ZB_H1, "zb-h1")                                                                        \
-    X(SCHED_ZB_H2, "zb-h2")
+    X(SCHED_ZB_H2, "zb-h2")                                                                        \
+    X(SCHED_DUALPIPE, "dualpipe")
 #define TRAIN_SCHED_ENUM(e, name) e,
 enum schedule { TRAIN_SCHEDULES(TRAIN_SCHED_ENUM) SCHED_COUNT };
 #undef TRAIN_SCHED_ENUM
@@ -68,12 +70,14 @@ typedef struct {
     double outer_lr, outer_momentum; /* --outer-lr, --outer-momentum: DiLoCo's Nesterov */
     int diloco_echo;                 /* --diloco-echo: the deltas' all-reduce through Echo */
     int diloco_sim; /* --diloco-sim R: R replicas one after the other in this one process */
+    int grad_halves; /* --grad-halves: the two halves of the micro-batches accumulate apart */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
-/* P_SP: Ulysses' all-to-alls around attention (ulysses.c) */
-enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_SP, P_COUNT };
+/* P_SP: Ulysses' all-to-alls around attention (ulysses.c); P_MIRROR: the sum of DualPipe's two
+ * copies of a stage (schedule_dualpipe.c) */
+enum purpose { P_TP, P_CP, P_PP, P_DATA, P_TIE, P_MISC, P_SP, P_MIRROR, P_COUNT };
 /* K_SHARD*: loom_shard's ReduceGrads and GatherParams of one unit (or all of them), and the
  * collectives its Step issues (the Rows layout's gathers of the pre-Newton-Schulz update) */
 enum ckind {
@@ -135,6 +139,15 @@ void tc_exchange(tcomm_t *c, int p, loomComm_t comm, int to, const float *s1, co
  * are the whole send buffer (n x comm size x 4), the block this rank keeps included. */
 void tc_alltoall(tcomm_t *c, int p, loomComm_t comm, const float *send, float *recv, size_t n);
 void tc_pp(tcomm_t *c, int to, const float *send, size_t sn, int from, float *recv, size_t rn);
+/* Several pipeline sends and receives (world ranks) as one group, counted and timed as tc_pp:
+ * an op sends buf to peer when send is set, else receives into it. Sends to and receives from
+ * one peer match in the order posted. */
+typedef struct {
+    int peer, send;
+    float *buf;
+    size_t n;
+} tc_p2p_t;
+void tc_pp_many(tcomm_t *c, const tc_p2p_t *ops, int n);
 void tc_stream_sync(tcomm_t *c);
 
 /* ---- Parameters, gradients and optimizer (engine.c) ---------------------------------------- */
@@ -148,6 +161,8 @@ typedef struct {
     float *grads;  /* full local vector (zero < 2) or the rank's shards (zero 2, 3) */
     float *gshard; /* zero 1: the reduced gradients of the rank's shards; Muon: of its shard
                       of the plan (muon.c) */
+    float *ghalf;  /* --grad-halves: the second half's accumulator (full local vector) */
+    int half;      /* --grad-halves: the micro-batch in backward is of the second half */
     float *m, *v;  /* AdamW's moments: full (zero 0) or shards; Muon: m is loom_shard's state
                       (momentum of the matrices, Adam moments of the rest), v is unused */
     size_t pn, gn, on, vn, gsn; /* lengths of params, grads, m, v and gshard */
@@ -168,6 +183,9 @@ typedef struct {
 } engine_t;
 
 int eng_init(engine_t *e, const opts_t *o, tcomm_t *c);
+/* The same for the stage pp_i of the pipeline instead of the rank's own (DualPipe's second copy).
+ */
+int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i);
 void eng_free(engine_t *e);
 /* The unit's full local parameters, gathered if they are sharded; pair with eng_release. */
 float *eng_acquire(engine_t *e, const unit_t *u);
@@ -179,6 +197,10 @@ void eng_grad_end(engine_t *e, const unit_t *u, int last_micro);
 void eng_zero_grads(engine_t *e);
 /* Finishes the reductions, clips by the global norm, runs AdamW, re-gathers parameters. */
 void eng_step(engine_t *e, double lr);
+/* eng_step's two halves after the reductions: this rank's sum of squares of the reduced
+ * gradients it counts, and the clip by the global norm with AdamW and the re-gather. */
+double eng_sumsq(engine_t *e);
+void eng_update(engine_t *e, double lr, double norm);
 /* Writes the global parameter vector (or, with grads, the reduced gradients before clipping, as
  * eng_step does on the run's first step with --dump-grads) to
  * path on world rank 0. Collective over the world; returns 0 or -1. */
@@ -266,7 +288,8 @@ typedef struct {
      * gathers them (cppos[0], cppos[1], ...), and two exchange buffers of 3 x [n][cl] */
     int32_t *sppos;
     float *spbuf[2];
-    struct zb_state *zb; /* zero-bubble schedules (schedule_zb.c): deferred W's, timings */
+    struct zb_state *zb;   /* zero-bubble schedules (schedule_zb.c): deferred W's, timings */
+    struct dualpipe *dual; /* --pp-schedule dualpipe: the second copy and the program, or NULL */
 } stage_t;
 
 int stage_init(stage_t *s, engine_t *e, tcomm_t *c, const opts_t *o, int n);
@@ -348,6 +371,31 @@ void replay_route(stage_t *s, int layer, const mb_acts_t *a, block_acts_t *b);
 /* Runs the forward and backward of every micro-batch of this rank (or the forward only), per
  * the schedule; mbs[i] holds micro-batch i's tokens. Returns the global mean loss. */
 double schedule_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale);
+/* The schedule's bubble share of the step with a backward twice as long as the forward and no
+ * communication time: (pp-1)/(m+pp-1) for 1F1B and GPipe, DualPipe's from its program; NAN for
+ * the zero-bubble schedules, whose bubble depends on the split backward's measured times. */
+double schedule_ideal_bubble(const stage_t *s, int nmb);
+
+/* ---- DualPipe (schedule_dualpipe.c) ------------------------------------------------------- */
+
+/* --pp-schedule dualpipe's checks of the options; 0 or -1 with a message. */
+int dualpipe_check(const opts_t *o);
+/* Builds the second copy (engine and stage for stage pp-1-r), the communicator of the mirror
+ * pair {r, pp-1-r} and this rank's program for nmb micro-batches of nseq sequences; collective
+ * over the world. 0 or -1 with a message. */
+int dualpipe_init(stage_t *s, int nmb, int nseq);
+void dualpipe_free(stage_t *s);
+/* The layout micro-batch i's activations take: the first copy's for the first half, the second
+ * copy's for the second. */
+const layout_t *dualpipe_mb_layout(const stage_t *s, int i, int nmb);
+double dualpipe_run(stage_t *s, mb_acts_t *mbs, int nmb, int backward, double scale);
+/* The copies' gradients summed (mirror pair, then the data group, then the tied embedding),
+ * the clip by the global norm and AdamW on both copies. */
+void dualpipe_step(stage_t *s, double lr);
+/* Adds the second copy's memory to a summary row (bytes: params, grads, optimizer, temporaries,
+ * activations; local floats). */
+void dualpipe_mem(const stage_t *s, double mem[6]);
+double dualpipe_ideal_bubble(const stage_t *s);
 
 /* ---- Zero-bubble schedules (schedule_zb.c, backward_zb.c) ---------------------------------- */
 
