@@ -37,6 +37,11 @@ static void usage(FILE *f)
         "          none: DDP Muon) --muon-lr (0.02) --muon-momentum (0.95)\n"
         "data:     --data FILE (%s) --val-every N (0 = end only) --val-batches N (4)\n"
         "output:   --log-json FILE --save PREFIX --resume PREFIX --dump-params FILE --quiet\n"
+        "          --save-every N (also --save after every N steps)\n"
+        "elastic:  --elastic (when a rank dies, the survivors shrink the world, rebuild the grid\n"
+        "          with a smaller dp and go on from memory (plain DP) or the last --save;\n"
+        "          checkpoints become PREFIX.global, readable by any layout)\n"
+        "          --elastic-kill-rank R --elastic-kill-step K (tests: rank R dies in step K)\n"
         "checks:   --dump-grads FILE, --dump-batch FILE: the reduced gradients and the global "
         "batch\n"
         "          (tokens, then targets) of the run's first step\n"
@@ -124,6 +129,10 @@ static const optdef_t optdefs[] = {
     OPT("shard", OK_SHARD, shard),
     OPT("muon-lr", OK_DBL, muon_lr),
     OPT("muon-momentum", OK_DBL, muon_momentum),
+    OPT("elastic", OK_ON, elastic),
+    OPT("save-every", OK_INT, save_every),
+    OPT("elastic-kill-rank", OK_INT, kill_rank),
+    OPT("elastic-kill-step", OK_INT, kill_step),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -377,7 +386,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o))
+    if (check_optim(o) || elastic_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -460,6 +469,11 @@ typedef struct {
     int timed;
     int64_t first_step;
     double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
+    /* --elastic: this run's id, the step of its last PREFIX.global (-1: none yet), the step a
+     * global --resume checkpoint started it at (-1: none), recoveries made */
+    uint64_t run_id;
+    int64_t ckpt_step, resume_global;
+    int recoveries;
 } run_t;
 
 /* The communicator, the grid checks and the corpus; 0, or the exit code. */
@@ -522,7 +536,14 @@ static int resume(run_t *r)
     if (!r->o.resume)
         return 0;
     char err[512];
-    double failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
+    double failed;
+    uint64_t step, id;
+    if (ckpt_global_exists(r->o.resume)) { /* PREFIX.global (--elastic): any layout reads it */
+        failed = ckpt_global_load(&r->e, r->o.resume, &step, &id, err, sizeof(err)) ? 1 : 0;
+        r->resume_global = (int64_t)step;
+    } else {
+        failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
+    }
     if (failed)
         fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
     tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomSum, r->c.world, NULL), &r->c,
@@ -670,13 +691,165 @@ static void train_step(run_t *r, int64_t step)
         report_step(r, &st);
 }
 
-/* The steps left (all of them unless --resume), then the end-of-run validation. */
+/* --save: the per-rank checkpoint, or under --elastic the layout-independent one (collective);
+ * 0 or -1 with a message. */
+static int save(run_t *r)
+{
+    char err[512];
+    int rc = r->o.elastic ? ckpt_global_save(&r->e, r->o.save, r->run_id, err, sizeof(err))
+                          : eng_save(&r->e, r->o.save, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+    else if (r->o.elastic)
+        r->ckpt_step = r->e.step;
+    return rc;
+}
+
+static void free_model(run_t *r)
+{
+    for (int i = 0; i < r->nmb; i++)
+        mb_free(&r->mbs[i]);
+    free(r->mbs);
+    stage_free(&r->s);
+    eng_free(&r->e);
+    r->act_floats = 0;
+}
+
+/* --elastic, plain DP: every survivor holds the whole state (g: its global-order copy, of step
+ * `step`). A survivor may have finished the failed step before the failure reached it: then the
+ * lowest of those that did gives its state to the others. */
+static void restore_in_memory(run_t *r, float *g, int64_t step)
+{
+    tcomm_t *c = &r->c;
+    size_t n = r->e.lay.global_len;
+    double v[3] = {(double)step, -(double)step, 0};
+    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic steps");
+    if (v[0] != -v[1]) {
+        v[2] = step == (int64_t)v[0] ? c->rank : c->size;
+        tc_check(loomAllReduce(v + 2, v + 2, 1, loomFloat64, loomMin, c->world, NULL), c,
+                 "elastic holder");
+        tc_check(loomBroadcast(g, g, 3 * n, loomFloat32, (int)v[2], c->world, NULL), c,
+                 "elastic state");
+        step = (int64_t)v[0];
+    }
+    eng_import(&r->e, g, g + n, g + 2 * n);
+    r->e.step = step;
+}
+
+/* --elastic, not plain DP: this run's last PREFIX.global, else a global --resume checkpoint,
+ * else (a run from step 0) the initial state eng_init made. Returns the path taken. */
+static const char *restore_checkpoint(run_t *r)
+{
+    tcomm_t *c = &r->c;
+    double v[2] = {(double)r->ckpt_step, -(double)r->ckpt_step}, failed = 0;
+    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic ckpt");
+    const char *from = v[0] >= 0 ? r->o.save : r->resume_global >= 0 ? r->o.resume : NULL;
+    char err[512] = "";
+    if (!from && r->first_step > 0) {
+        snprintf(err, sizeof(err),
+                 "no checkpoint to reload: the run resumed from a per-rank checkpoint and has not "
+                 "saved yet (use --save-every)");
+        failed = 1;
+    } else if (from) {
+        uint64_t step = 0, id = 0;
+        failed = ckpt_global_load(&r->e, from, &step, &id, err, sizeof(err)) ? 1 : 0;
+        /* never a stale file: this run's, and not older than what any survivor saw saved (it
+         * may be newer where the failure hit the save's last collective) */
+        if (!failed && (v[0] >= 0 ? id != r->run_id || (double)step < -v[1]
+                                  : (int64_t)step != r->resume_global)) {
+            snprintf(err, sizeof(err), "%s.global is not the checkpoint this run wrote last", from);
+            failed = 1;
+        }
+    }
+    if (failed)
+        fprintf(stderr, "loom-train: rank %d: elastic: %s\n", c->rank, err);
+    tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomMax, c->world, NULL), c,
+             "elastic load");
+    if (failed > 0)
+        exit(3);
+    return from ? "checkpoint" : "initial";
+}
+
+/* --elastic: after a failure in step `failed`, the grid shrunk to the survivors, the model
+ * rebuilt for the new dp and the state restored; rank 0 logs an "elastic" event. */
+static void recover(run_t *r, const tc_recover_t *rec, int64_t failed)
+{
+    elastic_ev_t ev = {.failed_step = failed, .t_seen = rec->t};
+    r->c.recover = NULL; /* a failure during the recovery ends the run */
+    r->c.kill_after = 0;
+    int inmem = elastic_in_memory(&r->o);
+    size_t n = r->e.lay.global_len;
+    float *g = inmem ? calloc(3 * n, sizeof(float)) : NULL;
+    int64_t step = r->e.step;
+    if (inmem && !g) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        exit(1);
+    }
+    if (inmem)
+        eng_export(&r->e, g, g + n, g + 2 * n, 1);
+    elastic_shrink(&r->c, &r->o, &ev);
+    r->g = r->c.g;
+    free_model(r);
+    if (setup_model(r))
+        exit(1);
+    if (inmem) {
+        restore_in_memory(r, g, step);
+        ev.path = "in-memory";
+    } else {
+        ev.path = restore_checkpoint(r);
+    }
+    free(g);
+    r->recoveries++;
+    ev.resume_step = r->e.step;
+    ev.recovery_s = tc_now() - ev.t_seen;
+    if (r->c.rank != 0)
+        return;
+    if (!r->log && r->o.log_json && !(r->log = fopen(r->o.log_json, "a")))
+        fprintf(stderr, "loom-train: cannot write %s\n", r->o.log_json);
+    char lost[96] = "";
+    for (int i = 0, at = 0; i < ev.nlost; i++)
+        at += snprintf(lost + at, sizeof(lost) - (size_t)at, "%s%d", i ? "," : "", ev.lost[i]);
+    if (!r->o.quiet)
+        printf("loom-train: elastic: step %lld failed, rank %s lost; world %d -> %d (dp %d); "
+               "going on from step %lld, %s state; recovery %.3f s (shrink %.3f s)\n",
+               (long long)ev.failed_step + 1, lost, ev.old_world, ev.new_world, r->g.dp,
+               (long long)ev.resume_step, ev.path, ev.recovery_s, ev.shrink_s);
+    if (r->log) {
+        fprintf(r->log,
+                "{\"elastic\":%d,\"failed_step\":%lld,\"old_world\":%d,\"new_world\":%d,"
+                "\"dp\":%d,\"lost\":[%s],\"path\":\"%s\",\"resume_step\":%lld,"
+                "\"recovery_s\":%.6f,\"shrink_s\":%.6f}\n",
+                r->recoveries, (long long)ev.failed_step + 1, ev.old_world, ev.new_world, r->g.dp,
+                lost, ev.path, (long long)ev.resume_step, ev.recovery_s, ev.shrink_s);
+        fflush(r->log);
+    }
+}
+
+/* The steps left (all of them unless --resume), then the end-of-run validation. Under --elastic
+ * a failed collective unwinds the step to here (tc_check), and the run goes on from the step
+ * the recovery restored. */
 static void train(run_t *r)
 {
     r->loss = NAN, r->val = NAN;
     r->first_step = r->e.step;
-    for (int64_t step = r->e.step; step < r->o.steps; step++)
+    tc_recover_t rec;
+    volatile int64_t step = r->e.step;
+    if (r->o.elastic) {
+        r->run_id = elastic_run_id(&r->c);
+        if (setjmp(rec.jb)) {
+            recover(r, &rec, step);
+            step = r->e.step;
+        }
+        r->c.recover = &rec;
+    }
+    for (; step < r->o.steps; step++) {
+        elastic_arm_kill(&r->c, &r->o, step, r->recoveries);
         train_step(r, step);
+        if (r->o.save_every && (step + 1) % r->o.save_every == 0 && step + 1 < r->o.steps &&
+            save(r))
+            exit(1);
+    }
+    r->c.recover = NULL;
     if (r->o.val_batches > 0 && r->o.val_every == 0)
         r->val = validate(&r->s, &r->corpus, r->mbs, r->nmb, r->scale);
 }
@@ -705,7 +878,10 @@ static void summary_json(const run_t *r, const double *mem, double tps)
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
                 mem[MEMN * k + 1], mem[MEMN * k + 2], mem[MEMN * k + 3], mem[MEMN * k + 4],
                 mem[MEMN * k + 5]);
-    fprintf(r->log, "],\"optim\":\"%s\",\"shard\":\"%s\",",
+    fprintf(r->log, "]");
+    if (o->elastic)
+        fprintf(r->log, ",\"recoveries\":%d", r->recoveries);
+    fprintf(r->log, ",\"optim\":\"%s\",\"shard\":\"%s\",",
             o->optim == OPTIM_MUON ? "muon" : "adamw",
             (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
     if (o->optim == OPTIM_MUON) {
@@ -758,11 +934,8 @@ static int report_summary(const run_t *r)
 static int finish(run_t *r)
 {
     int rc = 0;
-    char err[512];
-    if (r->o.save && eng_save(&r->e, r->o.save, err, sizeof(err))) {
-        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+    if (r->o.save && save(r))
         rc = 1;
-    }
     if (r->o.dump_params && eng_dump(&r->e, r->o.dump_params, 0))
         rc = 1;
     if (r->log)
@@ -781,6 +954,7 @@ int main(int argc, char **argv)
 {
     static run_t run; /* zeroed, and alive as long as the engine's and stage's pointers into it */
     run_t *r = &run;
+    r->ckpt_step = r->resume_global = -1;
     int rc;
     if (parse(argc, argv, &r->o))
         return 2;
