@@ -152,3 +152,75 @@ void elastic_shrink(tcomm_t *c, opts_t *o, elastic_ev_t *ev)
     if (tc_grid(c, o))
         exit(1);
 }
+
+void elastic_restore_memory(engine_t *e, float *g, int64_t step)
+{
+    tcomm_t *c = e->c;
+    size_t n = e->lay.global_len;
+    double v[3] = {(double)step, -(double)step, 0};
+    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic steps");
+    if (v[0] != -v[1]) {
+        v[2] = step == (int64_t)v[0] ? c->rank : c->size;
+        tc_check(loomAllReduce(v + 2, v + 2, 1, loomFloat64, loomMin, c->world, NULL), c,
+                 "elastic holder");
+        tc_check(loomBroadcast(g, g, 3 * n, loomFloat32, (int)v[2], c->world, NULL), c,
+                 "elastic state");
+        step = (int64_t)v[0];
+    }
+    eng_import(e, g, g + n, g + 2 * n);
+    e->step = step;
+}
+
+const char *elastic_restore_ckpt(engine_t *e, const opts_t *o, const elastic_state_t *st,
+                                 int64_t first_step)
+{
+    tcomm_t *c = e->c;
+    double v[2] = {(double)st->ckpt_step, -(double)st->ckpt_step}, failed = 0;
+    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic ckpt");
+    const char *from = v[0] >= 0 ? o->save : st->resume_global >= 0 ? o->resume : NULL;
+    char err[512] = "";
+    if (!from && first_step > 0) {
+        snprintf(err, sizeof(err),
+                 "no checkpoint to reload: the run resumed from a per-rank checkpoint and has not "
+                 "saved since (use --save-every)");
+        failed = 1;
+    } else if (from) {
+        uint64_t step = 0, id = 0;
+        failed = ckpt_global_load(e, from, &step, &id, err, sizeof(err)) ? 1 : 0;
+        /* Never a stale file: this run's, and not older than what any survivor saw saved (it
+         * may be newer where the failure hit the save's last collective). */
+        if (!failed && (v[0] >= 0 ? id != st->run_id || (double)step < -v[1]
+                                  : (int64_t)step != st->resume_global)) {
+            snprintf(err, sizeof(err), "%s.global is not the checkpoint this run wrote last", from);
+            failed = 1;
+        }
+    }
+    if (failed)
+        fprintf(stderr, "loom-train: rank %d: elastic: %s\n", c->rank, err);
+    tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomMax, c->world, NULL), c,
+             "elastic load");
+    if (failed > 0)
+        exit(3);
+    return from ? "checkpoint" : "initial";
+}
+
+void elastic_report(FILE *log, const elastic_ev_t *ev, int n, int dp, int quiet)
+{
+    char lost[96] = "";
+    for (int i = 0, at = 0; i < ev->nlost; i++)
+        at += snprintf(lost + at, sizeof(lost) - (size_t)at, "%s%d", i ? "," : "", ev->lost[i]);
+    if (!quiet)
+        printf("loom-train: elastic: step %lld failed, rank %s lost; world %d -> %d (dp %d); "
+               "going on from step %lld, %s state; recovery %.3f s (shrink %.3f s)\n",
+               (long long)ev->failed_step + 1, lost, ev->old_world, ev->new_world, dp,
+               (long long)ev->resume_step, ev->path, ev->recovery_s, ev->shrink_s);
+    if (log) {
+        fprintf(log,
+                "{\"elastic\":%d,\"failed_step\":%lld,\"old_world\":%d,\"new_world\":%d,"
+                "\"dp\":%d,\"lost\":[%s],\"path\":\"%s\",\"resume_step\":%lld,"
+                "\"recovery_s\":%.6f,\"shrink_s\":%.6f}\n",
+                n, (long long)ev->failed_step + 1, ev->old_world, ev->new_world, dp, lost, ev->path,
+                (long long)ev->resume_step, ev->recovery_s, ev->shrink_s);
+        fflush(log);
+    }
+}

@@ -106,6 +106,7 @@ void eng_free(engine_t *e)
     free(e->params);
     free(e->grads);
     free(e->gshard);
+    free(e->rs_tmp);
     free(e->m);
     free(e->v);
     if (e->plan)
@@ -188,11 +189,13 @@ void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
     size_t s = shard_len(e, u);
     float *dst = e->grads + shard_base(e, u);
     if (e->shards > 1) {
-        float *tmp = falloc(s);
+        /* held by the engine, so that a step unwound by --elastic does not lose it */
+        float *tmp = e->rs_tmp = falloc(s);
         tc_reduce_scatter(e->c, P_DATA, e->c->data, e->ugrad[i], tmp, s, NULL);
         for (size_t j = 0; j < s; j++)
             dst[j] += tmp[j];
         free(tmp);
+        e->rs_tmp = NULL;
     } else {
         for (size_t j = 0; j < s; j++)
             dst[j] += e->ugrad[i][j];

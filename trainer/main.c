@@ -468,12 +468,8 @@ typedef struct {
     double t_total, comm_total, wait_total;
     int timed;
     int64_t first_step;
-    double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
-    /* --elastic: this run's id, the step of its last PREFIX.global (-1: none yet), the step a
-     * global --resume checkpoint started it at (-1: none), recoveries made */
-    uint64_t run_id;
-    int64_t ckpt_step, resume_global;
-    int recoveries;
+    double loss, val;   /* the last step's loss, the last validation loss (NAN: none yet) */
+    elastic_state_t el; /* --elastic: checkpoints written and recoveries made */
 } run_t;
 
 /* The communicator, the grid checks and the corpus; 0, or the exit code. */
@@ -540,7 +536,7 @@ static int resume(run_t *r)
     uint64_t step, id;
     if (ckpt_global_exists(r->o.resume)) { /* PREFIX.global (--elastic): any layout reads it */
         failed = ckpt_global_load(&r->e, r->o.resume, &step, &id, err, sizeof(err)) ? 1 : 0;
-        r->resume_global = (int64_t)step;
+        r->el.resume_global = (int64_t)step;
     } else {
         failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
     }
@@ -696,12 +692,12 @@ static void train_step(run_t *r, int64_t step)
 static int save(run_t *r)
 {
     char err[512];
-    int rc = r->o.elastic ? ckpt_global_save(&r->e, r->o.save, r->run_id, err, sizeof(err))
+    int rc = r->o.elastic ? ckpt_global_save(&r->e, r->o.save, r->el.run_id, err, sizeof(err))
                           : eng_save(&r->e, r->o.save, err, sizeof(err));
     if (rc)
         fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
     else if (r->o.elastic)
-        r->ckpt_step = r->e.step;
+        r->el.ckpt_step = r->e.step;
     return rc;
 }
 
@@ -713,61 +709,6 @@ static void free_model(run_t *r)
     stage_free(&r->s);
     eng_free(&r->e);
     r->act_floats = 0;
-}
-
-/* --elastic, plain DP: every survivor holds the whole state (g: its global-order copy, of step
- * `step`). A survivor may have finished the failed step before the failure reached it: then the
- * lowest of those that did gives its state to the others. */
-static void restore_in_memory(run_t *r, float *g, int64_t step)
-{
-    tcomm_t *c = &r->c;
-    size_t n = r->e.lay.global_len;
-    double v[3] = {(double)step, -(double)step, 0};
-    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic steps");
-    if (v[0] != -v[1]) {
-        v[2] = step == (int64_t)v[0] ? c->rank : c->size;
-        tc_check(loomAllReduce(v + 2, v + 2, 1, loomFloat64, loomMin, c->world, NULL), c,
-                 "elastic holder");
-        tc_check(loomBroadcast(g, g, 3 * n, loomFloat32, (int)v[2], c->world, NULL), c,
-                 "elastic state");
-        step = (int64_t)v[0];
-    }
-    eng_import(&r->e, g, g + n, g + 2 * n);
-    r->e.step = step;
-}
-
-/* --elastic, not plain DP: this run's last PREFIX.global, else a global --resume checkpoint,
- * else (a run from step 0) the initial state eng_init made. Returns the path taken. */
-static const char *restore_checkpoint(run_t *r)
-{
-    tcomm_t *c = &r->c;
-    double v[2] = {(double)r->ckpt_step, -(double)r->ckpt_step}, failed = 0;
-    tc_check(loomAllReduce(v, v, 2, loomFloat64, loomMax, c->world, NULL), c, "elastic ckpt");
-    const char *from = v[0] >= 0 ? r->o.save : r->resume_global >= 0 ? r->o.resume : NULL;
-    char err[512] = "";
-    if (!from && r->first_step > 0) {
-        snprintf(err, sizeof(err),
-                 "no checkpoint to reload: the run resumed from a per-rank checkpoint and has not "
-                 "saved yet (use --save-every)");
-        failed = 1;
-    } else if (from) {
-        uint64_t step = 0, id = 0;
-        failed = ckpt_global_load(&r->e, from, &step, &id, err, sizeof(err)) ? 1 : 0;
-        /* never a stale file: this run's, and not older than what any survivor saw saved (it
-         * may be newer where the failure hit the save's last collective) */
-        if (!failed && (v[0] >= 0 ? id != r->run_id || (double)step < -v[1]
-                                  : (int64_t)step != r->resume_global)) {
-            snprintf(err, sizeof(err), "%s.global is not the checkpoint this run wrote last", from);
-            failed = 1;
-        }
-    }
-    if (failed)
-        fprintf(stderr, "loom-train: rank %d: elastic: %s\n", c->rank, err);
-    tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomMax, c->world, NULL), c,
-             "elastic load");
-    if (failed > 0)
-        exit(3);
-    return from ? "checkpoint" : "initial";
 }
 
 /* --elastic: after a failure in step `failed`, the grid shrunk to the survivors, the model
@@ -793,36 +734,20 @@ static void recover(run_t *r, const tc_recover_t *rec, int64_t failed)
     if (setup_model(r))
         exit(1);
     if (inmem) {
-        restore_in_memory(r, g, step);
+        elastic_restore_memory(&r->e, g, step);
         ev.path = "in-memory";
     } else {
-        ev.path = restore_checkpoint(r);
+        ev.path = elastic_restore_ckpt(&r->e, &r->o, &r->el, r->first_step);
     }
     free(g);
-    r->recoveries++;
     ev.resume_step = r->e.step;
     ev.recovery_s = tc_now() - ev.t_seen;
+    r->el.recoveries++;
     if (r->c.rank != 0)
         return;
     if (!r->log && r->o.log_json && !(r->log = fopen(r->o.log_json, "a")))
         fprintf(stderr, "loom-train: cannot write %s\n", r->o.log_json);
-    char lost[96] = "";
-    for (int i = 0, at = 0; i < ev.nlost; i++)
-        at += snprintf(lost + at, sizeof(lost) - (size_t)at, "%s%d", i ? "," : "", ev.lost[i]);
-    if (!r->o.quiet)
-        printf("loom-train: elastic: step %lld failed, rank %s lost; world %d -> %d (dp %d); "
-               "going on from step %lld, %s state; recovery %.3f s (shrink %.3f s)\n",
-               (long long)ev.failed_step + 1, lost, ev.old_world, ev.new_world, r->g.dp,
-               (long long)ev.resume_step, ev.path, ev.recovery_s, ev.shrink_s);
-    if (r->log) {
-        fprintf(r->log,
-                "{\"elastic\":%d,\"failed_step\":%lld,\"old_world\":%d,\"new_world\":%d,"
-                "\"dp\":%d,\"lost\":[%s],\"path\":\"%s\",\"resume_step\":%lld,"
-                "\"recovery_s\":%.6f,\"shrink_s\":%.6f}\n",
-                r->recoveries, (long long)ev.failed_step + 1, ev.old_world, ev.new_world, r->g.dp,
-                lost, ev.path, (long long)ev.resume_step, ev.recovery_s, ev.shrink_s);
-        fflush(r->log);
-    }
+    elastic_report(r->log, &ev, r->el.recoveries, r->g.dp, r->o.quiet);
 }
 
 /* The steps left (all of them unless --resume), then the end-of-run validation. Under --elastic
@@ -835,7 +760,7 @@ static void train(run_t *r)
     tc_recover_t rec;
     volatile int64_t step = r->e.step;
     if (r->o.elastic) {
-        r->run_id = elastic_run_id(&r->c);
+        r->el.run_id = elastic_run_id(&r->c);
         if (setjmp(rec.jb)) {
             recover(r, &rec, step);
             step = r->e.step;
@@ -843,7 +768,7 @@ static void train(run_t *r)
         r->c.recover = &rec;
     }
     for (; step < r->o.steps; step++) {
-        elastic_arm_kill(&r->c, &r->o, step, r->recoveries);
+        elastic_arm_kill(&r->c, &r->o, step, r->el.recoveries);
         train_step(r, step);
         if (r->o.save_every && (step + 1) % r->o.save_every == 0 && step + 1 < r->o.steps &&
             save(r))
@@ -880,7 +805,7 @@ static void summary_json(const run_t *r, const double *mem, double tps)
                 mem[MEMN * k + 5]);
     fprintf(r->log, "]");
     if (o->elastic)
-        fprintf(r->log, ",\"recoveries\":%d", r->recoveries);
+        fprintf(r->log, ",\"recoveries\":%d", r->el.recoveries);
     fprintf(r->log, ",\"optim\":\"%s\",\"shard\":\"%s\",",
             o->optim == OPTIM_MUON ? "muon" : "adamw",
             (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
@@ -954,7 +879,7 @@ int main(int argc, char **argv)
 {
     static run_t run; /* zeroed, and alive as long as the engine's and stage's pointers into it */
     run_t *r = &run;
-    r->ckpt_step = r->resume_global = -1;
+    r->el.ckpt_step = r->el.resume_global = -1;
     int rc;
     if (parse(argc, argv, &r->o))
         return 2;

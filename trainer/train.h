@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "loom.h"
 #include "loom_echo.h"
@@ -165,6 +166,7 @@ typedef struct {
     float **ugath, **ugrad;
     int *uref, *ugref;
     size_t peak_tmp, cur_tmp; /* floats of temporary unit buffers: peak and now */
+    float *rs_tmp;            /* ZeRO-2/3: a unit's reduce-scatter result while it runs */
     int64_t step;
     double last_norm;
     int dumped_grads;
@@ -216,6 +218,14 @@ typedef struct {
     double t_seen, shrink_s, recovery_s;
 } elastic_ev_t;
 
+/* What a run keeps for its recoveries. */
+typedef struct {
+    uint64_t run_id;       /* elastic_run_id */
+    int64_t ckpt_step;     /* the step of this run's last PREFIX.global (-1: none yet) */
+    int64_t resume_global; /* the step of the global --resume checkpoint it began at (-1: none) */
+    int recoveries;
+} elastic_state_t;
+
 /* parse's checks of --elastic, --save-every and the kill options; 0 or -1 with a message. */
 int elastic_check(const opts_t *o);
 /* Arms --elastic-kill-*: on the victim, in the kill step, before its second data-group
@@ -232,6 +242,18 @@ int elastic_in_memory(const opts_t *o);
 /* An id of this run, drawn by world rank 0 and shared: a recovery reloads only a checkpoint that
  * this run wrote. Collective over the world. */
 uint64_t elastic_run_id(tcomm_t *c);
+/* The in-memory path (plain DP), on the rebuilt engine: g is this survivor's state (params, m, v
+ * in global order, 3 x global_len floats) after `step` steps. A survivor may have finished the
+ * failed step before the failure reached it: then the lowest of those that did gives its state
+ * to the others. Collective over the new world. */
+void elastic_restore_memory(engine_t *e, float *g, int64_t step);
+/* The checkpoint path, on the rebuilt engine: this run's last PREFIX.global (--save), else the
+ * global --resume checkpoint, else (a run begun at step 0) the initial state eng_init made. Exits
+ * on every survivor where none fits. Collective; returns "checkpoint" or "initial". */
+const char *elastic_restore_ckpt(engine_t *e, const opts_t *o, const elastic_state_t *st,
+                                 int64_t first_step);
+/* Rank 0's line and --log-json event (log may be NULL) of recovery number n. */
+void elastic_report(FILE *log, const elastic_ev_t *ev, int n, int dp, int quiet);
 
 /* ---- Muon through loom_shard (muon.c) ----------------------------------------------------- */
 
