@@ -201,6 +201,8 @@ const char *elastic_restore_ckpt(engine_t *e, const opts_t *o, const elastic_sta
              "elastic load");
     if (failed > 0)
         exit(3);
+    if (!from)
+        eng_init_params(e);
     return from ? "checkpoint" : "initial";
 }
 
@@ -210,17 +212,18 @@ void elastic_report(FILE *log, const elastic_ev_t *ev, int n, int dp, int quiet)
     for (int i = 0, at = 0; i < ev->nlost; i++)
         at += snprintf(lost + at, sizeof(lost) - (size_t)at, "%s%d", i ? "," : "", ev->lost[i]);
     if (!quiet)
-        printf("loom-train: elastic: step %lld failed, rank %s lost; world %d -> %d (dp %d); "
-               "going on from step %lld, %s state; recovery %.3f s (shrink %.3f s)\n",
-               (long long)ev->failed_step + 1, lost, ev->old_world, ev->new_world, dp,
-               (long long)ev->resume_step, ev->path, ev->recovery_s, ev->shrink_s);
+        printf(
+            "loom-train: elastic: step %lld failed, rank %s lost; world %d -> %d (dp %d); "
+            "going on from step %lld, %s state; recovery %.3f s (shrink %.3f s, rebuild %.3f s)\n",
+            (long long)ev->failed_step + 1, lost, ev->old_world, ev->new_world, dp,
+            (long long)ev->resume_step, ev->path, ev->recovery_s, ev->shrink_s, ev->rebuild_s);
     if (log) {
         fprintf(log,
                 "{\"elastic\":%d,\"failed_step\":%lld,\"old_world\":%d,\"new_world\":%d,"
                 "\"dp\":%d,\"lost\":[%s],\"path\":\"%s\",\"resume_step\":%lld,"
-                "\"recovery_s\":%.6f,\"shrink_s\":%.6f}\n",
+                "\"recovery_s\":%.6f,\"shrink_s\":%.6f,\"rebuild_s\":%.6f}\n",
                 n, (long long)ev->failed_step + 1, ev->old_world, ev->new_world, dp, lost, ev->path,
-                (long long)ev->resume_step, ev->recovery_s, ev->shrink_s);
+                (long long)ev->resume_step, ev->recovery_s, ev->shrink_s, ev->rebuild_s);
         fflush(log);
     }
 }

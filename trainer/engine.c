@@ -47,7 +47,7 @@ static int uidx(const engine_t *e, const unit_t *u)
     return (int)(u - e->lay.u);
 }
 
-int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
+int eng_alloc(engine_t *e, const opts_t *o, tcomm_t *c)
 {
     memset(e, 0, sizeof(*e));
     e->o = o;
@@ -79,17 +79,32 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
     e->ugref = calloc((size_t)nu, sizeof(int));
     if (!e->ugath || !e->ugrad || !e->uref || !e->ugref)
         return -1;
-    float *full = e->zero >= 3 ? falloc(total) : e->params;
+    e->step = 0;
+    return 0;
+}
+
+void eng_init_params(engine_t *e)
+{
+    float *full = e->zero >= 3 ? falloc(e->lay.total) : e->params;
     layout_init_params(&e->lay, full);
     if (e->zero >= 3) {
-        for (int i = 0; i < nu; i++) {
+        for (int i = 0; i < e->lay.nu; i++) {
             const unit_t *u = &e->lay.u[i];
             memcpy(e->params + shard_base(e, u), full + shard_lo(e, u),
                    shard_len(e, u) * sizeof(float));
         }
         free(full);
     }
+    memset(e->m, 0, e->on * sizeof(float));
+    memset(e->v, 0, e->vn * sizeof(float));
     e->step = 0;
+}
+
+int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
+{
+    if (eng_alloc(e, o, c))
+        return -1;
+    eng_init_params(e);
     return 0;
 }
 

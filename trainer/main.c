@@ -470,6 +470,7 @@ typedef struct {
     int64_t first_step;
     double loss, val;   /* the last step's loss, the last validation loss (NAN: none yet) */
     elastic_state_t el; /* --elastic: checkpoints written and recoveries made */
+    int restoring;      /* setup_model leaves the initial values out: the recovery restores */
 } run_t;
 
 /* The communicator, the grid checks and the corpus; 0, or the exit code. */
@@ -503,7 +504,7 @@ static int setup_comm(run_t *r)
 /* The engine, the stage and the activations of every micro-batch; 0, or the exit code. */
 static int setup_model(run_t *r)
 {
-    if (eng_init(&r->e, &r->o, &r->c)) {
+    if ((r->restoring ? eng_alloc : eng_init)(&r->e, &r->o, &r->c)) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
@@ -730,9 +731,13 @@ static void recover(run_t *r, const tc_recover_t *rec, int64_t failed)
         eng_export(&r->e, g, g + n, g + 2 * n, 1);
     elastic_shrink(&r->c, &r->o, &ev);
     r->g = r->c.g;
+    double t = tc_now();
     free_model(r);
+    r->restoring = 1;
     if (setup_model(r))
         exit(1);
+    r->restoring = 0;
+    ev.rebuild_s = tc_now() - t;
     if (inmem) {
         elastic_restore_memory(&r->e, g, step);
         ev.path = "in-memory";

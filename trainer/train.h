@@ -173,6 +173,10 @@ typedef struct {
 } engine_t;
 
 int eng_init(engine_t *e, const opts_t *o, tcomm_t *c);
+/* eng_init in two: the buffers (zeroed), then the initial parameters and moments of step 0
+ * (--elastic rebuilds without the initial values where it restores the state). */
+int eng_alloc(engine_t *e, const opts_t *o, tcomm_t *c);
+void eng_init_params(engine_t *e);
 void eng_free(engine_t *e);
 /* The unit's full local parameters, gathered if they are sharded; pair with eng_release. */
 float *eng_acquire(engine_t *e, const unit_t *u);
@@ -209,13 +213,14 @@ int ckpt_global_exists(const char *prefix);
 
 /* What a recovery did, for the log. */
 typedef struct {
-    int64_t failed_step;      /* the step (0-based) that failed */
-    int old_world, new_world; /* world sizes */
-    int nlost, lost[8];       /* old ranks found dead (the first 8) */
-    int old_rank;             /* this rank's number before the shrink */
-    const char *path;         /* "in-memory", "checkpoint" or "initial" */
-    int64_t resume_step;      /* the step the run goes on from (0-based) */
-    double t_seen, shrink_s, recovery_s;
+    int64_t failed_step;                 /* the step (0-based) that failed */
+    int old_world, new_world;            /* world sizes */
+    int nlost, lost[8];                  /* old ranks found dead (the first 8) */
+    int old_rank;                        /* this rank's number before the shrink */
+    const char *path;                    /* "in-memory", "checkpoint" or "initial" */
+    int64_t resume_step;                 /* the step the run goes on from (0-based) */
+    double t_seen, shrink_s, recovery_s; /* recovery_s: from t_seen to the state restored */
+    double rebuild_s;                    /* of which the engine and stage rebuilt */
 } elastic_ev_t;
 
 /* What a run keeps for its recoveries. */
@@ -248,8 +253,8 @@ uint64_t elastic_run_id(tcomm_t *c);
  * to the others. Collective over the new world. */
 void elastic_restore_memory(engine_t *e, float *g, int64_t step);
 /* The checkpoint path, on the rebuilt engine: this run's last PREFIX.global (--save), else the
- * global --resume checkpoint, else (a run begun at step 0) the initial state eng_init made. Exits
- * on every survivor where none fits. Collective; returns "checkpoint" or "initial". */
+ * global --resume checkpoint, else (a run begun at step 0) the initial state (eng_init_params).
+ * Exits on every survivor where none fits. Collective; returns "checkpoint" or "initial". */
 const char *elastic_restore_ckpt(engine_t *e, const opts_t *o, const elastic_state_t *st,
                                  int64_t first_step);
 /* Rank 0's line and --log-json event (log may be NULL) of recovery number n. */
