@@ -53,12 +53,17 @@ static const char usage_text[] =
     "  --bind core|none   pin rank r to the (r mod C)-th of the C CPUs loomrun may use\n"
     "                     (core, the default), or leave the ranks unpinned (none)\n"
     "  --timeout SEC      stop all ranks after SEC seconds and exit 124\n"
+    "  --keep-going       a rank that fails does not stop the others (for jobs whose\n"
+    "                     survivors go on without it, as loom-train --elastic does);\n"
+    "                     loomrun waits for every rank, then exits with the status of\n"
+    "                     the first one that failed (0 if none did)\n"
     "  -v                 print what each rank is given (rank, host id, cpu)\n"
     "  -h, --help         print this text\n"
     "\n"
     "SIGINT, SIGTERM and SIGHUP are passed on to the ranks. When a rank fails, the\n"
-    "others get SIGTERM, then SIGKILL 2 s later, and loomrun exits with the failed\n"
-    "rank's status (128+S if signal S killed it). Ranks die when loomrun dies.\n";
+    "others get SIGTERM, then SIGKILL 2 s later (unless --keep-going), and loomrun\n"
+    "exits with the failed rank's status (128+S if signal S killed it). Ranks die\n"
+    "when loomrun dies.\n";
 
 struct stream {
     int fd;  /* our end of a rank's stdout or stderr pipe; -1 once closed */
@@ -73,7 +78,7 @@ enum stop_reason { RUNNING, STOP_FAILED, STOP_TIMEOUT, STOP_SIGNAL };
 
 static struct {
     int nranks, groups, ncpus, *cpus;
-    bool label, bind, verbose, cyclic;
+    bool label, bind, verbose, cyclic, keep_going;
     double timeout_s;
     char **prog;
 } opt = {.bind = true};
@@ -85,6 +90,7 @@ static struct {
     struct stream *streams;
     enum stop_reason stop;
     int exit_code, stop_signal;
+    bool failed;     /* --keep-going: a rank failed, and exit_code is its status */
     int64_t kill_at; /* when ranks still alive get SIGKILL; -1: not due */
 } job = {.kill_at = -1};
 
@@ -133,9 +139,13 @@ static int parse_int(const char *s, const char *name, long lo, long hi)
 static void parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},           {"host-groups", required_argument, NULL, 'g'},
-        {"host-map", required_argument, NULL, 'm'}, {"bind", required_argument, NULL, 'b'},
-        {"timeout", required_argument, NULL, 't'},  {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},
+        {"host-groups", required_argument, NULL, 'g'},
+        {"host-map", required_argument, NULL, 'm'},
+        {"bind", required_argument, NULL, 'b'},
+        {"timeout", required_argument, NULL, 't'},
+        {"keep-going", no_argument, NULL, 'k'},
+        {NULL, 0, NULL, 0},
     };
     const char *hint = "see loomrun --help", *example = "loomrun -n 4 ./program args...";
     char *end;
@@ -171,6 +181,9 @@ static void parse_args(int argc, char **argv)
             opt.timeout_s = strtod(optarg, &end);
             if (end == optarg || *end || !(opt.timeout_s > 0 && opt.timeout_s < 1e9))
                 die_usage(hint, "--timeout wants a positive number of seconds, not '%s'", optarg);
+            break;
+        case 'k':
+            opt.keep_going = true;
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -337,6 +350,18 @@ static void stop_job(enum stop_reason why, int code)
     job.kill_at = now_ms() + KILL_GRACE_MS;
 }
 
+/* A rank failed with status code: the job stops, or with --keep-going goes on, remembering
+ * the first failure's status for loomrun's own. */
+static void rank_failed(int code)
+{
+    if (!opt.keep_going) {
+        stop_job(STOP_FAILED, code);
+    } else if (!job.failed) {
+        job.failed = true;
+        job.exit_code = code;
+    }
+}
+
 /* Runs in the child between fork and exec. */
 static void exec_rank(int r, int local_rank, int local_size, const char *host_id, pid_t parent,
                       const sigset_t *mask, const int *out_fds)
@@ -454,14 +479,14 @@ static void reap(void)
         if (WIFEXITED(status)) {
             fprintf(stderr, "loomrun: rank %d (pid %d) exited with status %d\n", r, (int)pid,
                     WEXITSTATUS(status));
-            stop_job(STOP_FAILED, WEXITSTATUS(status));
+            rank_failed(WEXITSTATUS(status));
         } else {
             int sig = WTERMSIG(status);
             const char *abbrev = sigabbrev_np(sig);
             fprintf(stderr, "loomrun: rank %d (pid %d) killed by signal %s%s%s\n", r, (int)pid,
                     abbrev ? "SIG" : "", abbrev ? abbrev : strsignal(sig),
                     WCOREDUMP(status) ? " (core dumped)" : "");
-            stop_job(STOP_FAILED, 128 + sig);
+            rank_failed(128 + sig);
         }
     }
 }

@@ -7,6 +7,7 @@
  */
 #include "train.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -22,6 +23,13 @@ void tc_check(loomResult_t r, const tcomm_t *c, const char *what)
 {
     if (r == loomSuccess)
         return;
+    if (r == loomRemoteError && c && c->recover) {
+        c->recover->what = what;
+        c->recover->t = tc_now();
+        fprintf(stderr, "loom-train: rank %d: %s failed: %s: %s; recovering (--elastic)\n", c->rank,
+                what, loomGetErrorString(r), loomGetLastError(c->world));
+        longjmp(c->recover->jb, 1);
+    }
     fprintf(stderr, "loom-train: rank %d: %s failed: %s: %s\n", c ? c->rank : -1, what,
             loomGetErrorString(r), loomGetLastError(c ? c->world : NULL));
     exit(1);
@@ -46,6 +54,11 @@ int tc_init(tcomm_t *c, const opts_t *o)
         tc_check(loomGetUniqueId(&id), NULL, "loomGetUniqueId");
         tc_check(loomCommInitRank(&c->world, 1, id, 0), NULL, "loomCommInitRank");
     }
+    return tc_grid(c, o);
+}
+
+int tc_grid(tcomm_t *c, const opts_t *o)
+{
     loomCommUserRank(c->world, &c->rank);
     loomCommCount(c->world, &c->size);
     grid_pos_t *g = &c->g;
@@ -136,6 +149,8 @@ static int comm_size(loomComm_t comm)
 
 static void count(tcomm_t *c, int p, int k, size_t bytes)
 {
+    if (p == P_DATA && c->kill_after > 0 && --c->kill_after == 0)
+        raise(SIGKILL); /* --elastic-kill-rank: a test's rank dies here */
     c->calls[p][k]++;
     c->bytes[p][k] += bytes;
 }

@@ -47,12 +47,8 @@ static int uidx(const engine_t *e, const unit_t *u)
     return (int)(u - e->lay.u);
 }
 
-int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
-{
-    return eng_init_at(e, o, c, c->g.pp_i);
-}
-
-int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i)
+/* The buffers of stage pp_i's engine (the rank's own, or DualPipe's second copy). */
+static int eng_alloc_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i)
 {
     memset(e, 0, sizeof(*e));
     e->o = o;
@@ -89,18 +85,43 @@ int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i)
     e->ugref = calloc((size_t)nu, sizeof(int));
     if (!e->ugath || !e->ugrad || !e->uref || !e->ugref)
         return -1;
-    float *full = e->zero >= 3 ? falloc(total) : e->params;
+    e->step = 0;
+    return 0;
+}
+
+int eng_alloc(engine_t *e, const opts_t *o, tcomm_t *c)
+{
+    return eng_alloc_at(e, o, c, c->g.pp_i);
+}
+
+void eng_init_params(engine_t *e)
+{
+    float *full = e->zero >= 3 ? falloc(e->lay.total) : e->params;
     layout_init_params(&e->lay, full);
     if (e->zero >= 3) {
-        for (int i = 0; i < nu; i++) {
+        for (int i = 0; i < e->lay.nu; i++) {
             const unit_t *u = &e->lay.u[i];
             memcpy(e->params + shard_base(e, u), full + shard_lo(e, u),
                    shard_len(e, u) * sizeof(float));
         }
         free(full);
     }
+    memset(e->m, 0, e->on * sizeof(float));
+    memset(e->v, 0, e->vn * sizeof(float));
     e->step = 0;
+}
+
+int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i)
+{
+    if (eng_alloc_at(e, o, c, pp_i))
+        return -1;
+    eng_init_params(e);
     return 0;
+}
+
+int eng_init(engine_t *e, const opts_t *o, tcomm_t *c)
+{
+    return eng_init_at(e, o, c, c->g.pp_i);
 }
 
 void eng_free(engine_t *e)
@@ -117,6 +138,7 @@ void eng_free(engine_t *e)
     free(e->grads);
     free(e->ghalf);
     free(e->gshard);
+    free(e->rs_tmp);
     free(e->m);
     free(e->v);
     if (e->plan)
@@ -204,11 +226,13 @@ void eng_grad_end(engine_t *e, const unit_t *u, int last_micro)
     size_t s = shard_len(e, u);
     float *dst = e->grads + shard_base(e, u);
     if (e->shards > 1) {
-        float *tmp = falloc(s);
+        /* held by the engine, so that a step unwound by --elastic does not lose it */
+        float *tmp = e->rs_tmp = falloc(s);
         tc_reduce_scatter(e->c, P_DATA, e->c->data, e->ugrad[i], tmp, s, NULL);
         for (size_t j = 0; j < s; j++)
             dst[j] += tmp[j];
         free(tmp);
+        e->rs_tmp = NULL;
     } else {
         for (size_t j = 0; j < s; j++)
             dst[j] += e->ugrad[i][j];

@@ -42,6 +42,11 @@ static void usage(FILE *f)
         "          none: DDP Muon) --muon-lr (0.02) --muon-momentum (0.95)\n"
         "data:     --data FILE (%s) --val-every N (0 = end only) --val-batches N (4)\n"
         "output:   --log-json FILE --save PREFIX --resume PREFIX --dump-params FILE --quiet\n"
+        "          --save-every N (also --save after every N steps)\n"
+        "elastic:  --elastic (when a rank dies, the survivors shrink the world, rebuild the grid\n"
+        "          with a smaller dp and go on from memory (plain DP) or the last --save;\n"
+        "          checkpoints become PREFIX.global, readable by any layout)\n"
+        "          --elastic-kill-rank R --elastic-kill-step K (tests: rank R dies in step K)\n"
         "checks:   --dump-grads FILE, --dump-batch FILE: the reduced gradients and the global "
         "batch\n"
         "          (tokens, then targets) of the run's first step\n"
@@ -140,6 +145,10 @@ static const optdef_t optdefs[] = {
     OPT("diloco-echo", OK_ON, diloco_echo),
     OPT("diloco-sim", OK_INT, diloco_sim),
     OPT("grad-halves", OK_ON, grad_halves),
+    OPT("elastic", OK_ON, elastic),
+    OPT("save-every", OK_INT, save_every),
+    OPT("elastic-kill-rank", OK_INT, kill_rank),
+    OPT("elastic-kill-step", OK_INT, kill_step),
     OPT("help", OK_HELP, quiet),
 };
 #define NOPTS (sizeof(optdefs) / sizeof(optdefs[0]))
@@ -421,7 +430,8 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o) || check_zb(o) || diloco_check(o) || dualpipe_check(o))
+    if (check_optim(o) || check_zb(o) || diloco_check(o) || dualpipe_check(o) ||
+        elastic_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "
@@ -504,8 +514,10 @@ typedef struct {
     double t_total, comm_total, wait_total;
     int timed;
     int64_t first_step;
-    double loss, val; /* the last step's loss, the last validation loss (NAN: none yet) */
-    diloco_t dl;      /* --diloco */
+    double loss, val;   /* the last step's loss, the last validation loss (NAN: none yet) */
+    diloco_t dl;        /* --diloco */
+    elastic_state_t el; /* --elastic: checkpoints written and recoveries made */
+    int restoring;      /* setup_model leaves the initial values out: the recovery restores */
 } run_t;
 
 static double run_validate(run_t *r)
@@ -547,7 +559,7 @@ static int setup_comm(run_t *r)
 /* The engine, the stage and the activations of every micro-batch; 0, or the exit code. */
 static int setup_model(run_t *r)
 {
-    if (eng_init(&r->e, &r->o, &r->c)) {
+    if ((r->restoring ? eng_alloc : eng_init)(&r->e, &r->o, &r->c)) {
         fprintf(stderr, "loom-train: out of memory\n");
         return 1;
     }
@@ -581,7 +593,14 @@ static int resume(run_t *r)
     if (!r->o.resume)
         return 0;
     char err[512];
-    double failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
+    double failed;
+    uint64_t step, id;
+    if (ckpt_global_exists(r->o.resume)) { /* PREFIX.global (--elastic): any layout reads it */
+        failed = ckpt_global_load(&r->e, r->o.resume, &step, &id, err, sizeof(err)) ? 1 : 0;
+        r->el.resume_global = (int64_t)step;
+    } else {
+        failed = eng_load(&r->e, r->o.resume, err, sizeof(err)) ? 1 : 0;
+    }
     if (failed)
         fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
     tc_check(loomAllReduce(&failed, &failed, 1, loomFloat64, loomSum, r->c.world, NULL), &r->c,
@@ -764,13 +783,98 @@ static void train_step(run_t *r, int64_t step)
         report_step(r, &st);
 }
 
-/* The steps left (all of them unless --resume), then the end-of-run validation. */
+/* --save: the per-rank checkpoint, or under --elastic the layout-independent one (collective);
+ * 0 or -1 with a message. */
+static int save(run_t *r)
+{
+    char err[512];
+    int rc = r->o.elastic ? ckpt_global_save(&r->e, r->o.save, r->el.run_id, err, sizeof(err))
+                          : eng_save(&r->e, r->o.save, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+    else if (r->o.elastic)
+        r->el.ckpt_step = r->e.step;
+    return rc;
+}
+
+static void free_model(run_t *r)
+{
+    for (int i = 0; i < r->nmb; i++)
+        mb_free(&r->mbs[i]);
+    free(r->mbs);
+    stage_free(&r->s);
+    eng_free(&r->e);
+    r->act_floats = 0;
+}
+
+/* --elastic: after a failure in step `failed`, the grid shrunk to the survivors, the model
+ * rebuilt for the new dp and the state restored; rank 0 logs an "elastic" event. */
+static void recover(run_t *r, const tc_recover_t *rec, int64_t failed)
+{
+    elastic_ev_t ev = {.failed_step = failed, .t_seen = rec->t};
+    r->c.recover = NULL; /* a failure during the recovery ends the run */
+    r->c.kill_after = 0;
+    int inmem = elastic_in_memory(&r->o);
+    size_t n = r->e.lay.global_len;
+    float *g = inmem ? calloc(3 * n, sizeof(float)) : NULL;
+    int64_t step = r->e.step;
+    if (inmem && !g) {
+        fprintf(stderr, "loom-train: out of memory\n");
+        exit(1);
+    }
+    if (inmem)
+        eng_export(&r->e, g, g + n, g + 2 * n, 1);
+    elastic_shrink(&r->c, &r->o, &ev);
+    r->g = r->c.g;
+    double t = tc_now();
+    free_model(r);
+    r->restoring = 1;
+    if (setup_model(r))
+        exit(1);
+    r->restoring = 0;
+    ev.rebuild_s = tc_now() - t;
+    if (inmem) {
+        elastic_restore_memory(&r->e, g, step);
+        ev.path = "in-memory";
+    } else {
+        ev.path = elastic_restore_ckpt(&r->e, &r->o, &r->el, r->first_step);
+    }
+    free(g);
+    ev.resume_step = r->e.step;
+    ev.recovery_s = tc_now() - ev.t_seen;
+    r->el.recoveries++;
+    if (r->c.rank != 0)
+        return;
+    if (!r->log && r->o.log_json && !(r->log = fopen(r->o.log_json, "a")))
+        fprintf(stderr, "loom-train: cannot write %s\n", r->o.log_json);
+    elastic_report(r->log, &ev, r->el.recoveries, r->g.dp, r->o.quiet);
+}
+
+/* The steps left (all of them unless --resume), then the end-of-run validation. Under --elastic
+ * a failed collective unwinds the step to here (tc_check), and the run goes on from the step
+ * the recovery restored. */
 static void train(run_t *r)
 {
     r->loss = NAN, r->val = NAN;
     r->first_step = r->e.step;
-    for (int64_t step = r->e.step; step < r->o.steps; step++)
+    tc_recover_t rec;
+    volatile int64_t step = r->e.step;
+    if (r->o.elastic) {
+        r->el.run_id = elastic_run_id(&r->c);
+        if (setjmp(rec.jb)) {
+            recover(r, &rec, step);
+            step = r->e.step;
+        }
+        r->c.recover = &rec;
+    }
+    for (; step < r->o.steps; step++) {
+        elastic_arm_kill(&r->c, &r->o, step, r->el.recoveries);
         train_step(r, step);
+        if (r->o.save_every && (step + 1) % r->o.save_every == 0 && step + 1 < r->o.steps &&
+            save(r))
+            exit(1);
+    }
+    r->c.recover = NULL;
     if (r->o.val_batches > 0 && r->o.val_every == 0)
         r->val = run_validate(r);
 }
@@ -823,7 +927,10 @@ static void summary_json(run_t *r, const double *mem, const double *pipe, double
         fprintf(r->log, "%s[%.0f,%.0f,%.0f,%.0f,%.0f,%.0f]", k ? "," : "", mem[MEMN * k],
                 mem[MEMN * k + 1], mem[MEMN * k + 2], mem[MEMN * k + 3], mem[MEMN * k + 4],
                 mem[MEMN * k + 5]);
-    fprintf(r->log, "],\"optim\":\"%s\",\"shard\":\"%s\",",
+    fprintf(r->log, "]");
+    if (o->elastic)
+        fprintf(r->log, ",\"recoveries\":%d", r->el.recoveries);
+    fprintf(r->log, ",\"optim\":\"%s\",\"shard\":\"%s\",",
             o->optim == OPTIM_MUON ? "muon" : "adamw",
             (const char *[]){"none", "zero1", "owner", "rows"}[o->shard]);
     if (o->optim == OPTIM_MUON) {
@@ -890,11 +997,8 @@ static int report_summary(run_t *r)
 static int finish(run_t *r)
 {
     int rc = 0;
-    char err[512];
-    if (r->o.save && eng_save(&r->e, r->o.save, err, sizeof(err))) {
-        fprintf(stderr, "loom-train: rank %d: %s\n", r->c.rank, err);
+    if (r->o.save && save(r))
         rc = 1;
-    }
     if (r->o.dump_params && eng_dump(&r->e, r->o.dump_params, 0))
         rc = 1;
     if (r->log)
@@ -915,6 +1019,7 @@ int main(int argc, char **argv)
 {
     static run_t run; /* zeroed, and alive as long as the engine's and stage's pointers into it */
     run_t *r = &run;
+    r->el.ckpt_step = r->el.resume_global = -1;
     int rc;
     if (parse(argc, argv, &r->o))
         return 2;

@@ -7,6 +7,7 @@
 #ifndef LOOM_TRAINER_TRAIN_H
 #define LOOM_TRAINER_TRAIN_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,9 @@ typedef struct {
     int diloco_echo;                 /* --diloco-echo: the deltas' all-reduce through Echo */
     int diloco_sim; /* --diloco-sim R: R replicas one after the other in this one process */
     int grad_halves; /* --grad-halves: the two halves of the micro-batches accumulate apart */
+    int elastic;                   /* --elastic: survivors of a dead rank go on (elastic.c) */
+    int save_every;                /* --save-every N: --save after every N steps (0: at the end) */
+    int kill_rank, kill_step; /* --elastic-kill-rank/-step (tests): that rank dies in that step */
 } opts_t;
 
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
@@ -94,6 +98,14 @@ enum ckind {
     K_COUNT
 };
 
+/* --elastic: where a failed collective unwinds to (elastic.c arms it around the training steps),
+ * and what failed. */
+typedef struct {
+    jmp_buf jb;
+    const char *what;
+    double t; /* when the failure was seen */
+} tc_recover_t;
+
 typedef struct {
     loomComm_t world, tp, cp, data, tie; /* tie: first and last stage (NULL elsewhere or pp 1) */
     loomComm_t ep;  /* the MoE blocks' expert-parallel group (one rank without --ep) */
@@ -109,13 +121,21 @@ typedef struct {
     loomEchoState_t echo;     /* the residual stream's feedback state */
     size_t echo_count;
     uint64_t calls[P_COUNT][K_COUNT], bytes[P_COUNT][K_COUNT];
-    double comm_s;    /* seconds spent waiting in communication */
-    double pp_wait_s; /* of which waiting on the pipeline neighbours */
+    double comm_s;         /* seconds spent waiting in communication */
+    double pp_wait_s;      /* of which waiting on the pipeline neighbours */
+    tc_recover_t *recover; /* --elastic, during the steps: a RemoteError unwinds to it */
+    int kill_after;        /* --elastic-kill-rank: raise SIGKILL before the n-th data-group
+                              collective from now (0: never) */
 } tcomm_t;
 
-/* Exits the process with the loom error after printing what failed. */
+/* Exits the process with the loom error after printing what failed; under --elastic, while
+ * c->recover is armed, a loomRemoteError (a peer died, or a survivor revoked) unwinds the step to
+ * it instead. */
 void tc_check(loomResult_t r, const tcomm_t *c, const char *what);
 int tc_init(tcomm_t *c, const opts_t *o);
+/* The grid over c->world (which tc_init made, or a shrink): positions, the split communicators
+ * and the stream. 0, or -1 with a message (c->world destroyed). */
+int tc_grid(tcomm_t *c, const opts_t *o);
 void tc_free(tcomm_t *c);
 double tc_now(void);
 /* Blocking (stream NULL) or queued collectives on float32, counted under purpose p. */
@@ -175,6 +195,7 @@ typedef struct {
     float **ugath, **ugrad;
     int *uref, *ugref;
     size_t peak_tmp, cur_tmp; /* floats of temporary unit buffers: peak and now */
+    float *rs_tmp;            /* ZeRO-2/3: a unit's reduce-scatter result while it runs */
     int64_t step;
     double last_norm;
     int dumped_grads;
@@ -186,6 +207,10 @@ int eng_init(engine_t *e, const opts_t *o, tcomm_t *c);
 /* The same for the stage pp_i of the pipeline instead of the rank's own (DualPipe's second copy).
  */
 int eng_init_at(engine_t *e, const opts_t *o, tcomm_t *c, int pp_i);
+/* eng_init in two: the buffers (zeroed), then the initial parameters and moments of step 0
+ * (--elastic rebuilds without the initial values where it restores the state). */
+int eng_alloc(engine_t *e, const opts_t *o, tcomm_t *c);
+void eng_init_params(engine_t *e);
 void eng_free(engine_t *e);
 /* The unit's full local parameters, gathered if they are sharded; pair with eng_release. */
 float *eng_acquire(engine_t *e, const unit_t *u);
@@ -208,6 +233,70 @@ int eng_dump(engine_t *e, const char *path, int grads);
 /* Checkpoint of this rank's state; returns 0 or -1 with a message. */
 int eng_save(engine_t *e, const char *path, char *err, size_t errlen);
 int eng_load(engine_t *e, const char *path, char *err, size_t errlen);
+
+/* ---- Elastic training (elastic.c, ckpt_global.c) -------------------------------------------- */
+
+/* The rank's parameters and AdamW moments to global-order vectors gp, gm, gv (global_len floats
+ * each): the elements this rank counts (each by one rank of the world, as eng_dump), or with all
+ * every element a plain-DP rank holds (ZeRO-0 only); and back (every element the rank holds). */
+void eng_export(engine_t *e, float *gp, float *gm, float *gv, int all);
+void eng_import(engine_t *e, const float *gp, const float *gm, const float *gv);
+/* The layout-independent checkpoint PREFIX.global (header, then parameters, m, v in global
+ * order): written by world rank 0, collective over the world, 0 on every rank or -1 with a
+ * message; read by any layout (this rank only), giving its step and the writing run's id. */
+int ckpt_global_save(engine_t *e, const char *prefix, uint64_t run_id, char *err, size_t errlen);
+int ckpt_global_load(engine_t *e, const char *prefix, uint64_t *step, uint64_t *run_id, char *err,
+                     size_t errlen);
+int ckpt_global_exists(const char *prefix);
+
+/* What a recovery did, for the log. */
+typedef struct {
+    int64_t failed_step;                 /* the step (0-based) that failed */
+    int old_world, new_world;            /* world sizes */
+    int nlost, lost[8];                  /* old ranks found dead (the first 8) */
+    int old_rank;                        /* this rank's number before the shrink */
+    const char *path;                    /* "in-memory", "checkpoint" or "initial" */
+    int64_t resume_step;                 /* the step the run goes on from (0-based) */
+    double t_seen, shrink_s, recovery_s; /* recovery_s: from t_seen to the state restored */
+    double rebuild_s;                    /* of which the engine and stage rebuilt */
+} elastic_ev_t;
+
+/* What a run keeps for its recoveries. */
+typedef struct {
+    uint64_t run_id;       /* elastic_run_id */
+    int64_t ckpt_step;     /* the step of this run's last PREFIX.global (-1: none yet) */
+    int64_t resume_global; /* the step of the global --resume checkpoint it began at (-1: none) */
+    int recoveries;
+} elastic_state_t;
+
+/* parse's checks of --elastic, --save-every and the kill options; 0 or -1 with a message. */
+int elastic_check(const opts_t *o);
+/* Arms --elastic-kill-*: on the victim, in the kill step, before its second data-group
+ * collective (the first unit's gradient reduction is then under way on the others). */
+void elastic_arm_kill(tcomm_t *c, const opts_t *o, int64_t step, int recovered);
+/* After a failure: revokes every communicator of the grid, shrinks the world to the survivors
+ * (loom finds the dead), aborts the old communicators, refuses what cannot be rebuilt (exits
+ * with a message on every survivor), sets o->dp to the new data-parallel degree and rebuilds the
+ * grid on the new world (tc_grid). The counters start again from zero. */
+void elastic_shrink(tcomm_t *c, opts_t *o, elastic_ev_t *ev);
+/* Whether the state in memory survives a failure: plain DP (ZeRO-0, every rank holds all of it,
+ * and a step changes it only after its last collective). */
+int elastic_in_memory(const opts_t *o);
+/* An id of this run, drawn by world rank 0 and shared: a recovery reloads only a checkpoint that
+ * this run wrote. Collective over the world. */
+uint64_t elastic_run_id(tcomm_t *c);
+/* The in-memory path (plain DP), on the rebuilt engine: g is this survivor's state (params, m, v
+ * in global order, 3 x global_len floats) after `step` steps. A survivor may have finished the
+ * failed step before the failure reached it: then the lowest of those that did gives its state
+ * to the others. Collective over the new world. */
+void elastic_restore_memory(engine_t *e, float *g, int64_t step);
+/* The checkpoint path, on the rebuilt engine: this run's last PREFIX.global (--save), else the
+ * global --resume checkpoint, else (a run begun at step 0) the initial state (eng_init_params).
+ * Exits on every survivor where none fits. Collective; returns "checkpoint" or "initial". */
+const char *elastic_restore_ckpt(engine_t *e, const opts_t *o, const elastic_state_t *st,
+                                 int64_t first_step);
+/* Rank 0's line and --log-json event (log may be NULL) of recovery number n. */
+void elastic_report(FILE *log, const elastic_ev_t *ev, int n, int dp, int quiet);
 
 /* ---- Muon through loom_shard (muon.c) ----------------------------------------------------- */
 

@@ -453,6 +453,25 @@ TEST(Loomrun, RankKilledBySignal)
     EXPECT_NE(run.err.find("killing the remaining 1 rank\n"), std::string::npos) << run.err;
 }
 
+/* --keep-going: the others run to their end; loomrun waits for them and exits with the first
+ * failure's status, naming every failed rank. */
+TEST(Loomrun, KeepGoingLetsTheOthersFinish)
+{
+    Launch run({"--keep-going", "-n", "4", "sh", "-c",
+                "if [ $LOOM_RANK = 1 ]; then kill -KILL $$; fi; sleep 1; "
+                "if [ $LOOM_RANK = 3 ]; then exit 5; fi; echo done $LOOM_RANK"});
+    EXPECT_EQ(run.exit_code(), 137) << run.err;
+    EXPECT_GE(run.elapsed, 1);
+    EXPECT_TRUE(has_line(run.err, "loomrun: rank 1 (pid ", ") killed by signal SIGKILL"))
+        << run.err;
+    EXPECT_TRUE(has_line(run.err, "loomrun: rank 3 (pid ", ") exited with status 5")) << run.err;
+    EXPECT_EQ(run.err.find("killing the remaining"), std::string::npos) << run.err;
+    for (int r : {0, 2})
+        EXPECT_NE(run.out.find("done " + std::to_string(r) + "\n"), std::string::npos) << run.out;
+    Launch ok({"--keep-going", "-n", "2", "true"});
+    EXPECT_EQ(ok.exit_code(), 0) << ok.err;
+}
+
 TEST(Loomrun, RanksIgnoringSigtermGetSigkill)
 {
     /* The fifo holds rank 0's failure back until rank 1 ignores SIGTERM. */
