@@ -29,6 +29,13 @@ int elastic_check(const opts_t *o)
               "that the world size fixes)";
     else if (o->elastic && o->dump_grads)
         bad = "--elastic with --dump-grads is not supported";
+    else if (o->elastic && o->diloco)
+        bad = "--elastic with --diloco is not supported (the replicas' own parameters and moments "
+              "and the outer state are in no checkpoint, and the lost replica's work since the "
+              "last outer step cannot be redone)";
+    else if (o->elastic && o->schedule == SCHED_DUALPIPE)
+        bad = "--elastic with --pp-schedule dualpipe is not supported (a pipeline cannot be "
+              "rebuilt without a rank, and DualPipe's checkpoint would hold one copy of two)";
     if (bad)
         fprintf(stderr, "loom-train: %s\n", bad);
     return bad ? -1 : 0;

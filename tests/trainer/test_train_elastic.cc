@@ -266,6 +266,9 @@ TEST(Elastic, RefusesWhatItCannotRebuild)
         {"--elastic --moe 4:2", "--elastic with --moe is not supported"},
         {"--elastic-kill-step 2", "--elastic-kill-rank and --elastic-kill-step need --elastic"},
         {"--save-every 2", "--save-every needs --save PREFIX"},
+        {"--elastic --diloco 2", "--elastic with --diloco is not supported"},
+        {"--elastic --pp 2 --micro 2 --pp-schedule dualpipe",
+         "--elastic with --pp-schedule dualpipe is not"},
     };
     for (const auto &b : bad) {
         ElasticRun r = RunElastic("refused", 1, b.first);
