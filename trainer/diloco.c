@@ -55,12 +55,7 @@ int diloco_replicas(const opts_t *o, const grid_pos_t *g)
 
 static float *dl_alloc(size_t n)
 {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory (%zu floats)\n", n);
-        exit(1);
-    }
-    return p;
+    return train_calloc(n, sizeof(float));
 }
 
 int diloco_init(diloco_t *d, engine_t *e, const opts_t *o)

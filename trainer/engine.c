@@ -34,12 +34,7 @@ static size_t shard_lo(const engine_t *e, const unit_t *u)
 
 static float *falloc(size_t n)
 {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory (%zu floats)\n", n);
-        exit(1);
-    }
-    return p;
+    return train_calloc(n, sizeof(float));
 }
 
 static int uidx(const engine_t *e, const unit_t *u)

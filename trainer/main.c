@@ -430,8 +430,7 @@ static int parse(int argc, char **argv, opts_t *o)
                         "--pp, --save or --resume (a checkpoint does not hold the placement)\n");
         return -1;
     }
-    if (check_optim(o) || check_zb(o) || diloco_check(o) || dualpipe_check(o) ||
-        elastic_check(o))
+    if (check_optim(o) || check_zb(o) || diloco_check(o) || dualpipe_check(o) || elastic_check(o))
         return -1;
     if (o->zero > 0 && o->pp > 1) {
         fprintf(stderr, "loom-train: --zero with --pp > 1 is not supported (as in DeepSpeed, "

@@ -17,21 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *moe_alloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 /* Grows *p to hold n floats (contents not kept). */
 static void grow(float **p, size_t n)
 {
     free(*p);
-    *p = moe_alloc(n, sizeof(float));
+    *p = train_calloc(n, sizeof(float));
 }
 
 /* Makes (or remakes) layer l's plan on its current placement. */
@@ -57,13 +47,13 @@ void moe_init(stage_t *s, int n)
     const layout_t *lay = s->lay;
     const model_cfg_t *m = &lay->cfg;
     size_t nl = (size_t)(lay->l1 - lay->l0), E = (size_t)m->moe_e;
-    s->plans = moe_alloc(nl, sizeof(loomMoePlan_t));
+    s->plans = train_calloc(nl, sizeof(loomMoePlan_t));
     if (E == 0)
         return;
-    s->rlog = moe_alloc((size_t)n * E, sizeof(float));
-    s->rdw = moe_alloc((size_t)n * (size_t)m->moe_k, sizeof(float));
-    s->cosel = moe_alloc(nl * E * E, sizeof(uint64_t));
-    s->load = moe_alloc(nl * E, sizeof(uint64_t));
+    s->rlog = train_calloc((size_t)n * E, sizeof(float));
+    s->rdw = train_calloc((size_t)n * (size_t)m->moe_k, sizeof(float));
+    s->cosel = train_calloc(nl * E * E, sizeof(uint64_t));
+    s->load = train_calloc(nl * E, sizeof(uint64_t));
     for (int l = lay->l0; l < lay->l1; l++)
         if (layout_is_moe(m, l))
             make_plan(s, l);
@@ -89,12 +79,12 @@ void moe_acts_alloc(block_acts_t *b, const layout_t *lay, int layer, int n, size
     if (!layout_is_moe(m, layer))
         return;
     size_t N = (size_t)n, E = (size_t)m->moe_e, k = (size_t)m->moe_k;
-    b->probs = moe_alloc(N * E, sizeof(float));
-    b->w = moe_alloc(N * k, sizeof(float));
-    b->auxg = moe_alloc(E, sizeof(float));
-    b->idx = moe_alloc(N * k, sizeof(int32_t));
-    b->ecount = moe_alloc((size_t)lay->nle, sizeof(int64_t));
-    b->eoff = moe_alloc((size_t)lay->nle, sizeof(int64_t));
+    b->probs = train_calloc(N * E, sizeof(float));
+    b->w = train_calloc(N * k, sizeof(float));
+    b->auxg = train_calloc(E, sizeof(float));
+    b->idx = train_calloc(N * k, sizeof(int32_t));
+    b->ecount = train_calloc((size_t)lay->nle, sizeof(int64_t));
+    b->eoff = train_calloc((size_t)lay->nle, sizeof(int64_t));
     *floats += N * E + N * k + E;
 }
 
@@ -244,8 +234,8 @@ static void move_experts(stage_t *s, engine_t *e, int l, const int32_t *old)
     int E = lay->cfg.moe_e, ep = lay->g.ep, slots = (E + ep - 1) / ep;
     size_t el = (size_t)8 * (size_t)lay->cfg.d * (size_t)lay->cfg.d, rec = 3 * el;
     float *bufs[3] = {e->params, e->m, e->v};
-    float *send = moe_alloc((size_t)slots * rec, sizeof(float));
-    float *all = moe_alloc((size_t)ep * (size_t)slots * rec, sizeof(float));
+    float *send = train_calloc((size_t)slots * rec, sizeof(float));
+    float *all = train_calloc((size_t)ep * (size_t)slots * rec, sizeof(float));
     for (int j = 0; j < lay->nle; j++)
         for (int b = 0; b < 3; b++)
             memcpy(send + (size_t)j * rec + (size_t)b * el, bufs[b] + u->off + (size_t)j * el,
@@ -268,7 +258,7 @@ int moe_replace(stage_t *s, engine_t *e)
     layout_t *lay = &e->lay;
     size_t E = (size_t)lay->cfg.moe_e;
     int moved = 0;
-    int32_t *now = moe_alloc(E, sizeof(int32_t)), *old = moe_alloc(E, sizeof(int32_t));
+    int32_t *now = train_calloc(E, sizeof(int32_t)), *old = train_calloc(E, sizeof(int32_t));
     for (int l = lay->l0; l < lay->l1; l++) {
         if (!layout_is_moe(&lay->cfg, l))
             continue;

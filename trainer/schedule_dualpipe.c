@@ -71,16 +71,6 @@ static int rank_of(int P, int d, int st)
     return d == 0 ? st : P - 1 - st;
 }
 
-static void *xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 /* The policies of the simulation, each a choice among the ready forwards and backwards of a
  * rank; the program takes the one of the shortest makespan (no one policy is best for every pp
  * and m). Backwards always go first. 0: the later stage's backward, the earlier stage's forward
@@ -93,9 +83,10 @@ static void *xcalloc(size_t n, size_t sz)
 static int simulate(int P, int M, int backward, int policy, sop_t *out, int *makespan)
 {
     size_t n = (size_t)2 * (size_t)P * (size_t)M;
-    int *endf = xcalloc(n, sizeof(int)), *endb = xcalloc(n, sizeof(int));
-    int *nextf = xcalloc((size_t)2 * P, sizeof(int)), *nextb = xcalloc((size_t)2 * P, sizeof(int));
-    int *busy = xcalloc((size_t)P, sizeof(int));
+    int *endf = train_calloc(n, sizeof(int)), *endb = train_calloc(n, sizeof(int));
+    int *nextf = train_calloc((size_t)2 * P, sizeof(int)),
+        *nextb = train_calloc((size_t)2 * P, sizeof(int));
+    int *busy = train_calloc((size_t)P, sizeof(int));
     for (size_t i = 0; i < n; i++)
         endf[i] = endb[i] = -1;
 #define AT(d, st, j) (((size_t)(d) * (size_t)P + (size_t)(st)) * (size_t)M + (size_t)(j))
@@ -174,7 +165,7 @@ static int cmp_int(const void *a, const void *b)
 static int build_program(program_t *pg, int P, int M, int r, int backward)
 {
     int nops = P * 2 * M * (backward ? 2 : 1);
-    sop_t *all = xcalloc((size_t)nops, sizeof(sop_t));
+    sop_t *all = train_calloc((size_t)nops, sizeof(sop_t));
     int best = -1, span = 0;
     for (int policy = 0; policy < POLICIES; policy++)
         if (simulate(P, M, backward, policy, all, &span) == nops &&
@@ -184,7 +175,7 @@ static int build_program(program_t *pg, int P, int M, int r, int backward)
         free(all);
         return -1;
     }
-    int mine = 0, *bt = xcalloc((size_t)nops * 2, sizeof(int)), nb = 0;
+    int mine = 0, *bt = train_calloc((size_t)nops * 2, sizeof(int)), nb = 0;
     for (int i = 0; i < nops; i++)
         if (all[i].r == r) {
             bt[nb++] = all[i].t0, bt[nb++] = all[i].t1;
@@ -197,8 +188,9 @@ static int build_program(program_t *pg, int P, int M, int r, int backward)
             bt[u++] = bt[i];
     nb = u;
     /* messages from and to r, each with the boundary at which r posts it */
-    msg_t *msgs = xcalloc((size_t)nops, sizeof(msg_t));
-    int *mat = xcalloc((size_t)nops, sizeof(int)), *mtime = xcalloc((size_t)nops, sizeof(int));
+    msg_t *msgs = train_calloc((size_t)nops, sizeof(msg_t));
+    int *mat = train_calloc((size_t)nops, sizeof(int)),
+        *mtime = train_calloc((size_t)nops, sizeof(int));
     int nm = 0;
     for (int i = 0; i < nops; i++) {
         int to, what;
@@ -220,8 +212,8 @@ static int build_program(program_t *pg, int P, int M, int r, int backward)
         mat[nm] = at, mtime[nm] = o->t1;
         nm++;
     }
-    pg->msgs = xcalloc((size_t)nm, sizeof(msg_t));
-    pg->steps = xcalloc((size_t)(nb + mine), sizeof(step_t));
+    pg->msgs = train_calloc((size_t)nm, sizeof(msg_t));
+    pg->steps = train_calloc((size_t)(nb + mine), sizeof(step_t));
     pg->nmsgs = 0, pg->nsteps = 0, pg->maxgroup = 0;
     for (int k = 0; k < nb; k++) {
         int m0 = pg->nmsgs;
@@ -291,7 +283,7 @@ int dualpipe_check(const opts_t *o)
 
 int dualpipe_init(stage_t *s, int nmb, int nseq)
 {
-    struct dualpipe *d = xcalloc(1, sizeof(*d));
+    struct dualpipe *d = train_calloc(1, sizeof(*d));
     const grid_pos_t *g = &s->lay->g;
     tcomm_t *c = s->c;
     d->P = g->pp, d->r = g->pp_i, d->M = nmb / 2;
@@ -309,14 +301,14 @@ int dualpipe_init(stage_t *s, int nmb, int nseq)
                            d->r, &d->mirror, NULL),
              c, "split mirror");
     d->io = (size_t)nseq * (size_t)(s->lay->cfg.ctx / g->cp) * (size_t)s->lay->cfg.d;
-    d->gin = xcalloc((size_t)2 * (size_t)d->M * d->io, sizeof(float));
+    d->gin = train_calloc((size_t)2 * (size_t)d->M * d->io, sizeof(float));
     if (build_program(&d->train, d->P, d->M, d->r, 1) ||
         build_program(&d->eval, d->P, d->M, d->r, 0)) {
         fprintf(stderr, "loom-train: the DualPipe program could not be built\n");
         return -1;
     }
     int mg = d->train.maxgroup > d->eval.maxgroup ? d->train.maxgroup : d->eval.maxgroup;
-    d->ops = xcalloc((size_t)mg, sizeof(tc_p2p_t));
+    d->ops = train_calloc((size_t)mg, sizeof(tc_p2p_t));
     s->dual = d;
     return 0;
 }
@@ -358,7 +350,7 @@ static double dual_loss(stage_t *s, mb_acts_t *mbs, int nmb)
     const struct dualpipe *d = s->dual;
     const grid_pos_t *g = &s->lay->g;
     size_t n = (size_t)nmb, world = (size_t)s->c->size;
-    double *mine = xcalloc(n * (world + 1), sizeof(double)), *all = mine + n, loss = 0;
+    double *mine = train_calloc(n * (world + 1), sizeof(double)), *all = mine + n, loss = 0;
     for (int i = 0; i < nmb; i++) {
         const layout_t *lay = 2 * i < nmb ? s->lay : &d->e.lay;
         if (lay->last && g->tp_i == 0)

@@ -53,16 +53,6 @@ struct zb_state {
     int pending, pending_max;   /* W's deferred: B done, W not */
 };
 
-static void *zcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
 /* Warm-up forwards and W delay of stage r. */
 static void shape(int kind, int pp, int r, int nmb, int *warmup, int *delay)
 {
@@ -107,8 +97,8 @@ static int send_dir(const zb_step_t *o, int pp, int r)
 static int program(int kind, int pp, int r, int nmb, zb_step_t *prog)
 {
     int nops = 3 * nmb, n = 0;
-    zb_step_t *ops = zcalloc((size_t)nops, sizeof(*ops));
-    char *posted = zcalloc((size_t)nops, 1);
+    zb_step_t *ops = train_calloc((size_t)nops, sizeof(*ops));
+    char *posted = train_calloc((size_t)nops, 1);
     pass_order(kind, pp, r, nmb, ops);
     for (int i = 0; i < nops; i++) {
         const zb_step_t *o = &ops[i];
@@ -139,9 +129,9 @@ static int program(int kind, int pp, int r, int nmb, zb_step_t *prog)
 static int check_programs(int kind, int pp, int nmb)
 {
     size_t cap = 7 * (size_t)nmb + 1;
-    zb_step_t *progs = zcalloc((size_t)pp * cap, sizeof(zb_step_t));
-    int *len = zcalloc((size_t)pp, sizeof(int)), *pc = zcalloc((size_t)pp, sizeof(int));
-    char *sdone = zcalloc((size_t)pp, 1), *rdone = zcalloc((size_t)pp, 1);
+    zb_step_t *progs = train_calloc((size_t)pp * cap, sizeof(zb_step_t));
+    int *len = train_calloc((size_t)pp, sizeof(int)), *pc = train_calloc((size_t)pp, sizeof(int));
+    char *sdone = train_calloc((size_t)pp, 1), *rdone = train_calloc((size_t)pp, 1);
     for (int r = 0; r < pp; r++)
         len[r] = program(kind, pp, r, nmb, progs + (size_t)r * cap);
     for (int progress = 1; progress;) {
@@ -187,18 +177,18 @@ static struct zb_state *state(stage_t *s, int nmb)
                 schedule_names[kind], pp, nmb);
         exit(1);
     }
-    z = zcalloc(1, sizeof(*z));
+    z = train_calloc(1, sizeof(*z));
     z->kind = kind, z->nmb = nmb;
-    z->prog = zcalloc(7 * (size_t)nmb + 1, sizeof(zb_step_t));
+    z->prog = train_calloc(7 * (size_t)nmb + 1, sizeof(zb_step_t));
     z->nprog = program(kind, pp, r, nmb, z->prog);
     shape(kind, pp, r, nmb, &warmup, &d);
     z->nslot = d + 1 < nmb ? d + 1 : nmb;
-    z->slot = zcalloc((size_t)z->nslot, sizeof(zb_keep_t));
+    z->slot = train_calloc((size_t)z->nslot, sizeof(zb_keep_t));
     int n = s->o->batch / s->lay->g.dp / s->o->micro * (s->lay->cfg.ctx / s->lay->g.cp);
     for (int i = 0; i < z->nslot; i++)
         zb_keep_alloc(&z->slot[i], s->lay, n);
     for (int i = 0; i < 2; i++)
-        z->g[i] = zcalloc((size_t)n * (size_t)s->lay->cfg.d, sizeof(float));
+        z->g[i] = train_calloc((size_t)n * (size_t)s->lay->cfg.d, sizeof(float));
     s->zb = z;
     return z;
 }

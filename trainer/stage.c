@@ -17,14 +17,9 @@
 
 static void *xalloc(size_t n, size_t sz, size_t *count)
 {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "loom-train: out of memory\n");
-        exit(1);
-    }
     if (count)
         *count += n;
-    return p;
+    return train_calloc(n, sz);
 }
 
 int mb_alloc(mb_acts_t *a, const layout_t *lay, int nseq, int tl)

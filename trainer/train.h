@@ -18,6 +18,10 @@
 #include "loom_shard.h"
 #include "model.h"
 
+/* calloc of n elements of sz bytes (at least one), or exit with a message: the trainer has no
+ * use for a run that cannot hold its state (alloc.c). */
+void *train_calloc(size_t n, size_t sz);
+
 /* ---- Options (main.c) ---------------------------------------------------------------------- */
 
 /* The pipeline schedules, in --pp-schedule's spelling: one line each (enum and name).
@@ -70,10 +74,10 @@ typedef struct {
     int diloco;                      /* --diloco H: an outer step every H inner steps (0: off) */
     double outer_lr, outer_momentum; /* --outer-lr, --outer-momentum: DiLoCo's Nesterov */
     int diloco_echo;                 /* --diloco-echo: the deltas' all-reduce through Echo */
-    int diloco_sim; /* --diloco-sim R: R replicas one after the other in this one process */
+    int diloco_sim;  /* --diloco-sim R: R replicas one after the other in this one process */
     int grad_halves; /* --grad-halves: the two halves of the micro-batches accumulate apart */
-    int elastic;                   /* --elastic: survivors of a dead rank go on (elastic.c) */
-    int save_every;                /* --save-every N: --save after every N steps (0: at the end) */
+    int elastic;     /* --elastic: survivors of a dead rank go on (elastic.c) */
+    int save_every;  /* --save-every N: --save after every N steps (0: at the end) */
     int kill_rank, kill_step; /* --elastic-kill-rank/-step (tests): that rank dies in that step */
 } opts_t;
 
