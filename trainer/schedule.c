@@ -63,25 +63,27 @@ static void bwd(stage_t *s, mb_acts_t *mbs, int b, int nmb)
  * the last stage, by TP rank 0; the other ranks give zeros, which add exactly. */
 static double global_loss(stage_t *s, mb_acts_t *mbs, int nmb)
 {
-    size_t n = (size_t)nmb, world = (size_t)s->c->size;
-    double *mine = calloc(n * (world + 1), sizeof(double)), *all = mine + n, loss = 0;
-    if (!mine) {
-        fprintf(stderr, "loom-train: out of memory\n");
-        exit(1);
+    size_t n = (size_t)nmb, world = (size_t)s->c->size, need = n * (world + 1);
+    /* The stage's buffer, not one per call: --elastic may leave this function by a longjmp
+     * from the all-gather. */
+    if (need > s->lossbuf_n) {
+        free(s->lossbuf);
+        s->lossbuf = train_calloc(need, sizeof(double));
+        s->lossbuf_n = need;
     }
+    double *mine = s->lossbuf, *all = mine + n, loss = 0;
+    memset(mine, 0, need * sizeof(double));
     if (s->lay->last && s->lay->g.tp_i == 0)
         for (size_t i = 0; i < n; i++)
             mine[i] = mbs[i].loss;
     if (s->local_loss) { /* DiLoCo gathers them at its outer step */
         for (size_t i = 0; i < n; i++)
             loss += mine[i];
-        free(mine);
         return loss;
     }
     tc_allgather_d(s->c, P_MISC, s->c->world, mine, all, n);
     for (size_t i = 0; i < n * world; i++)
         loss += all[i];
-    free(mine);
     return loss;
 }
 

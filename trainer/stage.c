@@ -130,6 +130,7 @@ void stage_free(stage_t *s)
     }
     free(s->dx), free(s->dh), free(s->dtmp), free(s->dqkv), free(s->datt), free(s->dup);
     free(s->delta);
+    free(s->lossbuf);
     moe_free(s);
     ulysses_free(s);
     zb_free(s);

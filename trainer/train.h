@@ -365,6 +365,8 @@ typedef struct {
     int32_t **cppos; /* [cp][tl]: the positions held by each CP rank (zigzag chunks) */
     int eval;        /* forward only (validation): plain fp32 TP all-reduces */
     int local_loss;  /* DiLoCo's inner steps: the loss is this rank's sum, not gathered */
+    double *lossbuf; /* global_loss's buffer (schedule.c), lossbuf_n doubles */
+    size_t lossbuf_n;
     /* scratch, sized for one micro-batch */
     float *ml, *kvbuf[2], *dkvbuf[2], *dx, *dh, *dtmp, *dqkv, *datt, *dup, *delta, *logits;
     /* MoE (moe.c): a plan per local layer (NULL for a dense block), the router's scratch, the
