@@ -64,9 +64,58 @@ void CheckNoLeak(const Resources &base)
     XT_CHECK_EQ(now.threads, base.threads);
 }
 
+// The uneven collectives, float32: rank j's part has count + 7j elements (AllGatherV,
+// ReduceScatterV), the part from rank i to rank j count + 5((i + j) % 3) (AllToAllv).
+void RunGridV(loomComm_t comm, int n, int me)
+{
+    for (size_t count : {size_t(1), size_t(30000)}) {
+        loomtest::SetContext("v collectives count " + std::to_string(count));
+        std::vector<size_t> cnt(n), disp(n);
+        size_t total = 0;
+        for (int j = 0; j < n; j++) {
+            cnt[j] = count + 7 * static_cast<size_t>(j);
+            disp[j] = total;
+            total += cnt[j];
+        }
+        std::vector<float> mine(cnt[me]), got(total), want(total);
+        loomtest::FillPattern(mine.data(), cnt[me] * 4, me, 21);
+        for (int j = 0; j < n; j++)
+            loomtest::FillPattern(want.data() + disp[j], cnt[j] * 4, j, 21);
+        XT_CHECK_LOOM(loomAllGatherV(mine.data(), cnt[me], got.data(), cnt.data(), disp.data(),
+                                     loomFloat32, comm, nullptr));
+        XT_CHECK(memcmp(got.data(), want.data(), total * 4) == 0);
+        Bytes send(total * 4), red(cnt[me] * 4), ref(total * 4);
+        loomtest::FillReduceInput(send.data(), loomFloat32, loomSum, me, 23, 0, total);
+        loomtest::FillReduceExpected(ref.data(), loomFloat32, loomSum, n, 23, 0, total);
+        XT_CHECK_LOOM(loomReduceScatterV(send.data(), red.data(), cnt.data(), loomFloat32, loomSum,
+                                         comm, nullptr));
+        XT_CHECK_EQ(
+            loomtest::CompareElements(red.data(), ref.data() + disp[me] * 4, cnt[me], loomFloat32),
+            "");
+        auto part = [count](int from, int to) {
+            return count + 5 * static_cast<size_t>((from + to) % 3);
+        };
+        std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+        size_t sn = 0, rn = 0;
+        for (int j = 0; j < n; j++) {
+            sc[j] = part(me, j), sd[j] = sn, sn += sc[j];
+            rc[j] = part(j, me), rd[j] = rn, rn += rc[j];
+        }
+        std::vector<float> a2s(sn), a2r(rn), a2w(rn);
+        for (int j = 0; j < n; j++) {
+            loomtest::FillPattern(a2s.data() + sd[j], sc[j] * 4, me * 64 + j, 25);
+            loomtest::FillPattern(a2w.data() + rd[j], rc[j] * 4, j * 64 + me, 25);
+        }
+        XT_CHECK_LOOM(loomAllToAllv(a2s.data(), sc.data(), sd.data(), a2r.data(), rc.data(),
+                                    rd.data(), loomFloat32, comm, nullptr));
+        XT_CHECK(memcmp(a2r.data(), a2w.data(), rn * 4) == 0);
+    }
+}
+
 // The collective grid on comm, every result compared exactly with its reference: each
 // collective at 1, 1000 and 70000 elements (past the fault environment's 64 KiB chunks);
-// reductions of float32 sum, bfloat16 max and int32 sum; every root; a send/recv ring.
+// reductions of float32 sum, bfloat16 max and int32 sum; every root; a send/recv ring; and the
+// uneven collectives (RunGridV).
 void RunGrid(loomComm_t comm)
 {
     int n = 0, me = 0;
@@ -145,6 +194,7 @@ void RunGrid(loomComm_t comm)
         XT_CHECK(ring == ref);
         seed++;
     }
+    RunGridV(comm, n, me);
     XT_CHECK_LOOM(loomBarrier(comm, nullptr));
     loomtest::SetContext("");
 }
