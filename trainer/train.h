@@ -81,6 +81,10 @@ typedef struct {
     int kill_rank, kill_step; /* --elastic-kill-rank/-step (tests): that rank dies in that step */
 } opts_t;
 
+/* Parses the command line into o (options.c): defaults, values, and the checks of every mode;
+ * on a bad or refused option prints why and returns -1 (--help: prints the usage and exits). */
+int opts_parse(int argc, char **argv, opts_t *o);
+
 /* ---- Communicators and counters (comm.c) --------------------------------------------------- */
 
 /* P_SP: Ulysses' all-to-alls around attention (ulysses.c); P_MIRROR: the sum of DualPipe's two
