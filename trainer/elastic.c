@@ -5,7 +5,7 @@
  * the grid with a smaller data-parallel degree; main.c then rebuilds the model for it and
  * restores the state (in memory under plain DP, else from the layout-independent checkpoint of
  * ckpt_global.c). What cannot be rebuilt is refused here with a message on every survivor.
- * trainer/README.md, "Elastic training", says what happens when.
+ * trainer/doc/elastic.md says what happens when.
  */
 #include "train.h"
 
