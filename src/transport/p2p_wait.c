@@ -309,6 +309,11 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_
             last_liveness = now;
             int dead = find_dead_peer(p, reqs, n);
             if (dead >= 0) {
+                /* A peer that broke, told every peer why and exited since the look above: its
+                 * notice, already here, names the first cause, which its death would hide. */
+                int from = loom_p2p_notices_poll_all(p);
+                if (from >= 0)
+                    return notice_failed(p, reqs, n, from, start);
                 cause_t c = {.kind = N_DEAD, .rank = dead, .via = -1};
                 return fail(p, reqs, n, &c, loomRemoteError, start, NULL);
             }
@@ -347,9 +352,12 @@ loomResult_t loom_p2p_wait_event(loom_p2p_t *p, int ev, int peer, int waited, un
         c = (cause_t){.kind = N_ABORT, .rank = p->rank, .via = -1};
     else if (from >= 0)
         return notice_failed(p, &w, nw, from, start_ns);
-    else if (!found && (dead = find_dead_peer(p, NULL, p->nranks)) >= 0)
+    else if (!found && (dead = find_dead_peer(p, NULL, p->nranks)) >= 0) {
+        /* As in a wait on requests: a notice that arrived before the death names the cause. */
+        if ((from = loom_p2p_notices_poll_all(p)) >= 0)
+            return notice_failed(p, &w, nw, from, start_ns);
         c = (cause_t){.kind = N_DEAD, .rank = dead, .via = -1};
-    else if (ev == LOOM_P2P_EV_TIMEOUT)
+    } else if (ev == LOOM_P2P_EV_TIMEOUT)
         c = (cause_t){.kind = N_TIMEOUT, .rank = waited, .via = -1};
     else if (!found)
         return loomSuccess;
