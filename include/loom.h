@@ -4,8 +4,10 @@
  *
  * The calls mirror NCCL's one for one (same argument order, same in-place
  * conventions, same result codes), so that code written for NCCL ports by
- * renaming. Buffers are host memory. A NULL stream means "complete before
- * returning"; a loomStream_t is an ordered asynchronous queue.
+ * renaming. Buffers are host memory, or device memory where loom has a
+ * device runtime (CUDA, docs/gpu.md): every call takes either, in any mix. A
+ * NULL stream means "complete before returning"; a loomStream_t is an
+ * ordered asynchronous queue, its own or a CUDA stream it wraps.
  *
  * Thread safety: a communicator may be used from several threads; calls on it
  * execute in the order they were issued (the order the library observes), and
@@ -259,6 +261,33 @@ LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t stream, loomHostFn_t
  * given if another thread destroys the stream. Errors: InvalidArgument (live
  * is NULL). */
 LOOM_API loomResult_t loomStreamIsLive(const void *handle, int *live);
+
+/* ---- Device buffers (docs/gpu.md) --------------------------------------
+ * Where loom has a device runtime - built with the cuda feature and the
+ * application's process uses CUDA (the driver is loaded when the
+ * communicator is created), or LOOM_DEVICE=emulated, CI's stand-in - every
+ * call accepts device memory for any buffer, told apart from host memory by
+ * its address. Results are the same bits as with host buffers. */
+
+/* Wraps a CUDA stream (a cudaStream_t; NULL is CUDA's default stream) in a
+ * loom stream: a call given it runs after the work queued on cudaStream
+ * before the call and before the work queued there after it, and returns
+ * once queued, as an NCCL call does. loomStreamSynchronize and
+ * loomStreamQuery cover the CUDA stream's work up to the last loom call;
+ * loomStreamDestroy leaves the CUDA stream alone, which must outlive the
+ * loom stream. With LOOM_DEVICE=emulated, cudaStream is a stream of the
+ * emulation (NULL: its default stream). Errors: InvalidArgument (stream
+ * NULL), InvalidUsage (no device runtime; the last error says why),
+ * SystemError. */
+LOOM_API loomResult_t loomStreamCreateFromCuda(loomStream_t *stream, void *cudaStream);
+/* size bytes of device memory on the calling thread's current device
+ * (cudaMalloc; the emulation's device memory with LOOM_DEVICE=emulated). size
+ * 0 gives *ptr = NULL. Errors: InvalidArgument (ptr NULL), InvalidUsage (no
+ * device runtime), UnhandledDeviceError, SystemError. */
+LOOM_API loomResult_t loomMemAlloc(void **ptr, size_t size);
+/* Frees what loomMemAlloc gave; NULL is a no-op. Errors: InvalidArgument (a
+ * pointer loomMemAlloc did not give), UnhandledDeviceError. */
+LOOM_API loomResult_t loomMemFree(void *ptr);
 
 /* ---- Collectives (NCCL argument order) ---------------------------------
  * Every call: blocking when stream is NULL, otherwise queued on the stream.
