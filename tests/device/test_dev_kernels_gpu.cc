@@ -284,13 +284,13 @@ TEST_F(DevKernels, ReduceMatchesHost)
     std::printf("reduce: %zu kernel runs bitwise equal to the host twin\n", runs);
 }
 
-/* More than 2^31 elements: bfloat16 sum of two sources of 2^31 + 37 (8 GiB
- * in all). The sources are constant but for random windows at the start,
- * around 2^31 and at the end; dst starts as NaNs, so an element a 32-bit
- * index never reaches, or one it reaches twice, shows. */
+/* More than 2^31 elements: bfloat16 sum of two sources of 2^31 + 2^20 + 37
+ * (12 GiB in all). The sources are constant but for random windows at the
+ * start, around 2^31 and at the end; dst starts as NaNs, so an element a
+ * 32-bit index never reaches, or one it reaches twice, shows. */
 TEST_F(DevKernels, ReduceBeyond2To31)
 {
-    const size_t n = ((size_t)1 << 31) + 37, bytes = n * 2, win = 1 << 16;
+    const size_t n = ((size_t)1 << 31) + (1 << 20) + 37, bytes = n * 2, win = 1 << 16;
     size_t free_b = 0, total_b = 0;
     ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
     if (free_b < 3 * bytes + ((size_t)1 << 30))
@@ -311,7 +311,8 @@ TEST_F(DevKernels, ReduceBeyond2To31)
         up(b.at(2 * s), wb.back());
     }
     const void *srcs[2] = {a.at(0), b.at(0)};
-    sync(loom_dk_reduce(stream_, loomBfloat16, loomSum, d.at(0), srcs, 2, n, 2), "2^31 + 37");
+    sync(loom_dk_reduce(stream_, loomBfloat16, loomSum, d.at(0), srcs, 2, n, 2),
+         "2^31 + 2^20 + 37");
     std::vector<uint8_t> got = down(d.at(0), bytes);
     uint16_t one = 0, x = 0x3f3f, y = 0x4040;
     const void *hs[2] = {&x, &y};
