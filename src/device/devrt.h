@@ -21,10 +21,14 @@
  *    direction (host, device, IPC-mapped peer memory);
  *  - write_u32 stores v at addr after all earlier work of the stream has
  *    completed and is visible (a full memory barrier first);
- *  - wait_u32 holds every later operation of the stream until *addr >= v
- *    (unsigned compare); it has no timeout of its own: the host side
- *    releases a wait that must end by storing a larger value (the
- *    transports' abort value, LOOM_DEV_FLAG_ABORT);
+ *  - wait_u32 holds every later operation of the stream until
+ *    (int32_t)(*addr - v) >= 0, CUDA's cyclic "greater or equal"
+ *    (CU_STREAM_WAIT_VALUE_GEQ), which is *addr >= v while both are below
+ *    2^31: flag protocols keep their values in [0, 2^31 - 1] (above, the
+ *    comparison wraps: 0xffffffff does not release a wait for 1). It has no
+ *    timeout of its own: the host side releases a wait that must end by
+ *    storing a larger value (the transports' abort value,
+ *    LOOM_DEV_FLAG_ABORT = 2^31 - 1, the largest);
  *  - addr of write_u32/wait_u32 is the device address of a flag word:
  *    device memory, or host memory mapped with host_map (shared-memory
  *    segments included, so flags can live where every process and the host

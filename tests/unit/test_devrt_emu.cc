@@ -2,7 +2,8 @@
 //
 // test_devrt_emu.cc - the emulated device runtime's streams (devrt.h, devrt_emu.h): operations
 // run in issue order; a wait_u32 holds every later operation until a host store or another
-// stream's write_u32 reaches its value (the abort value too, unsigned); events; the default
+// stream's write_u32 reaches its value (the abort value too; compared cyclically, as CUDA
+// does); events; the default
 // stream and its order with blocking streams; destroy with work still queued; the capture mark;
 // the kernels give dev_kernels_host.c's bits; bad arguments are refused with a message. Memory,
 // IPC and the choice of runtime are in test_devrt_emu_mem.cc.
@@ -16,6 +17,7 @@
 
 #include "dev_kernels.h"
 #include "devrt_emu_util.h"
+#include "devtp.h"
 #include "q4.h"
 
 extern "C" {
@@ -30,8 +32,6 @@ using loomtest::StoreU32;
 using loomtest::WaitFor;
 
 namespace {
-
-constexpr uint32_t kAbort = 0xffffffffu; // the transports' LOOM_DEV_FLAG_ABORT
 
 struct Stream {
     loom_dev_stream_t s = nullptr;
@@ -131,22 +131,49 @@ TEST(DevrtEmu, WaitReleasedByAnotherStreamsWrite)
     EXPECT_EQ(out[1023], 0x11);
 }
 
-TEST(DevrtEmu, AbortValueReleasesAWaitUnsigned)
+TEST(DevrtEmu, AbortValueReleasesAWait)
 {
     Stream st;
     DevBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
-    ASSERT_EQ(Emu()->wait_u32(st.s, f, 0x80000001u), loomSuccess); // negative as int32
+    ASSERT_EQ(Emu()->wait_u32(st.s, f, 3), loomSuccess);
     ASSERT_EQ(Emu()->write_u32(st.s, f + 1, 1), loomSuccess);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    StoreU32(f, 5); // larger as int32, smaller unsigned: held
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_EQ(LoadU32(f + 1), 0u);
     const auto t0 = std::chrono::steady_clock::now();
-    StoreU32(f, kAbort);
+    StoreU32(f, LOOM_DEV_FLAG_ABORT);
     ASSERT_TRUE(WaitFor([&] { return LoadU32(f + 1) == 1; }, 1.0));
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+    // The abort value releases a wait for any value a protocol may use, even the largest.
+    ASSERT_EQ(Emu()->wait_u32(st.s, f + 2, LOOM_DEV_FLAG_ABORT), loomSuccess);
+    StoreU32(f + 2, LOOM_DEV_FLAG_ABORT);
+    EXPECT_TRUE(Drain(st.s));
+}
+
+TEST(DevrtEmu, WaitComparesCyclicallyAsCuda)
+{
+    // CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - v) >= 0. 0xffffffff is "below" 1, so a
+    // protocol that used it as an abort value would hang on a GPU; it hangs here too.
+    Stream st;
+    DevBuf flag(64);
+    ASSERT_TRUE(flag.p);
+    uint32_t *f = flag.as<uint32_t>();
+    ASSERT_EQ(Emu()->wait_u32(st.s, f, 1), loomSuccess);
+    ASSERT_EQ(Emu()->write_u32(st.s, f + 1, 1), loomSuccess);
+    StoreU32(f, 0xffffffffu);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(LoadU32(f + 1), 0u);
+    StoreU32(f, 0x80000001u); // 2^31 past 1 wraps as well
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(LoadU32(f + 1), 0u);
+    StoreU32(f, 0x7fffffffu); // 2^31 - 2 past 1: reached
+    EXPECT_TRUE(WaitFor([&] { return LoadU32(f + 1) == 1; }));
+    // Counters that wrap keep working: 0x00000002 is past 0xfffffffe.
+    ASSERT_EQ(Emu()->wait_u32(st.s, f + 2, 0xfffffffeu), loomSuccess);
+    ASSERT_EQ(Emu()->write_u32(st.s, f + 3, 1), loomSuccess);
+    StoreU32(f + 2, 2);
+    EXPECT_TRUE(WaitFor([&] { return LoadU32(f + 3) == 1; }));
 }
 
 TEST(DevrtEmu, WriteMakesEarlierWorkVisible)

@@ -115,21 +115,28 @@ static void stream_unref(struct loom_dev_stream *s)
 
 // ---- running operations -----------------------------------------------------
 
-/* Until *addr >= v: yield for a short while (a release usually comes soon),
- * then sleep, doubling from 1 us to 64 us, so a long wait costs little CPU
- * and ends at most 64 us late. */
+/* CU_STREAM_WAIT_VALUE_GEQ's test, cyclic (devrt.h): a protocol whose values
+ * leave [0, 2^31) fails here as it would on a GPU. */
+static int reached(const uint32_t *addr, uint32_t v)
+{
+    return (int32_t)(__atomic_load_n(addr, __ATOMIC_ACQUIRE) - v) >= 0;
+}
+
+/* Until the word reaches v: yield for a short while (a release usually
+ * comes soon), then sleep, doubling from 1 us to 64 us, so a long wait costs
+ * little CPU and ends at most 64 us late. */
 static void wait_word(const uint32_t *addr, uint32_t v)
 {
-    if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) >= v)
+    if (reached(addr, v))
         return;
     const uint64_t start = loom_now_ns();
     while (loom_now_ns() - start < 20000) {
-        if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) >= v)
+        if (reached(addr, v))
             return;
         sched_yield();
     }
     long sleep_ns = 1000;
-    while (__atomic_load_n(addr, __ATOMIC_ACQUIRE) < v) {
+    while (!reached(addr, v)) {
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 64000)
