@@ -139,15 +139,16 @@ loomResult_t loom_dev_own_stream(loom_dev_state_t *d, loom_dev_stream_t *s)
 
 // ---- naming -------------------------------------------------------------------
 
-/* "AllReduce", "Echo", "Send/Recv group of 4": what the call is, for messages. */
+/* "allreduce", "echo", "group of 4 operations": what the call is, for messages (the
+ * collectives by loom_coll_name, as loom's other traces name them). */
 static void task_kind(const loom_task_t *t, char *buf, size_t len)
 {
     if (t->nops == 1 && t->ops[0].kind == LOOM_OP_COLL)
         snprintf(buf, len, "%s", loom_coll_name(t->ops[0].coll.kind));
     else if (t->nops == 1 && t->ops[0].kind == LOOM_OP_ECHO)
-        snprintf(buf, len, "EchoAllReduce");
+        snprintf(buf, len, "echo");
     else if (t->nops == 1)
-        snprintf(buf, len, "%s", t->ops[0].kind == LOOM_OP_SEND ? "Send" : "Recv");
+        snprintf(buf, len, "%s", t->ops[0].kind == LOOM_OP_SEND ? "send" : "recv");
     else
         snprintf(buf, len, "group of %d operations", t->nops);
 }

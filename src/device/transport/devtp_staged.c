@@ -227,12 +227,13 @@ void loom_staged_release_calls(loom_dev_state_t *d)
 
 static loomResult_t staged_open(loom_dev_comm_t *dc, void **state, char *why, size_t why_len)
 {
+    if (!dc->rt->memops_ok(why, why_len))
+        return loomUnhandledDeviceError; /* the stream cannot meet the proxy on flag words */
     staged_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL) {
         snprintf(why, why_len, "out of memory");
         return loomSystemError;
     }
-    (void)dc;
     *state = st;
     return loomSuccess;
 }
