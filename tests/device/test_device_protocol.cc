@@ -13,8 +13,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -224,10 +227,13 @@ TEST(DeviceProtocol, WatchdogTimesOutACallItsStreamNeverReaches)
 }
 
 // Rank 1 never takes part; rank 0's stream is blocked in the call's wait until rank 0 aborts.
-void AbortReleases(const std::string &transports)
+void AbortReleases(const std::string &transports, StreamKind kind)
 {
     loomtest::RunOptions o = devtest::Options(transports);
     o.create_comm = false;
+    o.rank_env = [kind](int) {
+        return loomtest::EnvList{{"DEVTEST_KIND", std::to_string(static_cast<int>(kind))}};
+    };
     XT_ASSERT_RUN(loomtest::RunRanks(
         2,
         [](int rank, int, loomComm_t) {
@@ -237,7 +243,7 @@ void AbortReleases(const std::string &transports)
                 XT_CHECK_LOOM(loomCommAbort(comm));
                 return;
             }
-            devtest::Stream s(StreamKind::WrapCreated);
+            devtest::Stream s(static_cast<StreamKind>(atoi(getenv("DEVTEST_KIND"))));
             devtest::DevBuf x(64 << 10);
             memset(x.data(), 0, x.size());
             XT_CHECK_LOOM(
@@ -255,12 +261,19 @@ void AbortReleases(const std::string &transports)
 
 TEST(DeviceProtocol, AbortReleasesABlockedStreamWithinOneSecond)
 {
-    AbortReleases("staged");
+    AbortReleases("staged", StreamKind::WrapCreated);
 }
 
 TEST(DeviceProtocol, AbortReleasesABlockedStreamDefaultTransports)
 {
-    AbortReleases("");
+    AbortReleases("", StreamKind::WrapCreated);
+}
+
+// A worker stream's call waits on the communicator's own device stream: the abort ends that
+// wait too, and the worker's.
+TEST(DeviceProtocol, AbortReleasesAWorkerStreamWithinOneSecond)
+{
+    AbortReleases("staged", StreamKind::Worker);
 }
 
 // Rank 0 issues on A then B, rank 1 on B then A, each communicator on its own stream.
@@ -308,6 +321,95 @@ TEST(DeviceProtocol, TwoCommunicatorsInOppositeOrdersDoNotDeadlock)
 TEST(DeviceProtocol, TwoCommunicatorsInOppositeOrdersDefaultTransports)
 {
     OppositeOrders("");
+}
+
+// Communicators made, used on device buffers and streams, and destroyed, twenty times: no
+// thread, staging buffer or device allocation is left behind.
+TEST(DeviceProtocol, TeardownLeavesNothingBehind)
+{
+    loomtest::RunOptions o = devtest::Options();
+    o.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int rank, int n, loomComm_t) {
+            auto threads = [] {
+                // A destroyed stream of the emulation ends its thread once its work is done:
+                // count when only the default stream's runs.
+                for (int i = 0; i < 200 && loom_devrt_emu_live_streams() > 1; i++)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                XT_CHECK_EQ(loom_devrt_emu_live_streams(), 1);
+                int k = 0;
+                for (const auto &e : std::filesystem::directory_iterator("/proc/self/task"))
+                    k += e.is_directory() ? 1 : 0;
+                return k;
+            };
+            loom_devrt_emu_counts_t c0, c1;
+            int t0 = -1;
+            for (int round = 0; round < 20; round++) {
+                loomComm_t comm = loomtest::CreateComm();
+                {
+                    devtest::Stream w(StreamKind::Worker), s(StreamKind::WrapCreated);
+                    devtest::CheckCase(devtest::Case{devtest::Coll::AllReduce}, comm, rank, n,
+                                       StreamKind::Null);
+                    devtest::CheckCase(devtest::Case{devtest::Coll::Echo}, comm, rank, n,
+                                       StreamKind::WrapDefault);
+                    devtest::DevBuf x(1 << 16);
+                    XT_CHECK_LOOM(loomAllGather(x.data() + rank * 400, x.data(), 100, loomFloat32,
+                                                comm, w.get()));
+                    XT_CHECK_LOOM(loomAllReduce(x.data(), x.data(), 1 << 14, loomFloat32, loomMax,
+                                                comm, s.get()));
+                }
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                if (round == 0) { /* after the first round: what stays for the process */
+                    loom_devrt_emu_counts(&c0);
+                    t0 = threads();
+                    for (int i = 0; i < 30; i++) { /* threads that are ending do not count */
+                        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                        t0 = std::min(t0, threads());
+                    }
+                }
+            }
+            loom_devrt_emu_counts(&c1);
+            XT_CHECK_EQ(c1.dev, c0.dev);
+            XT_CHECK_EQ(c1.host, c0.host);
+            XT_CHECK_EQ(c1.mapped, c0.mapped);
+            XT_CHECK_EQ(c1.ipc, c0.ipc);
+            for (int i = 0; i < 300 && threads() > t0; i++) /* leaks would stay: 20 rounds */
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            XT_CHECK_EQ(threads(), t0);
+        },
+        o));
+}
+
+// A group without a stream spanning two communicators, one with device buffers (waited for once
+// the other's host task ran) and one with host buffers.
+TEST(DeviceProtocol, GroupOverTwoCommunicatorsWithoutAStream)
+{
+    loomtest::RunOptions o = devtest::Options();
+    o.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int n, loomComm_t) {
+            loomComm_t a = loomtest::CreateComm(), b = loomtest::CreateComm();
+            {
+                devtest::DevBuf x(4096 * 4);
+                float *f = reinterpret_cast<float *>(x.data());
+                for (int i = 0; i < 4096; i++)
+                    f[i] = static_cast<float>(rank + i);
+                std::vector<int32_t> h(4096, rank), g(4096 * static_cast<size_t>(n));
+                XT_CHECK_LOOM(loomGroupStart());
+                XT_CHECK_LOOM(loomAllReduce(f, f, 4096, loomFloat32, loomSum, a, nullptr));
+                XT_CHECK_LOOM(loomAllGather(h.data(), g.data(), 4096, loomInt32, b, nullptr));
+                XT_CHECK_LOOM(loomGroupEnd());
+                for (int i = 0; i < 4096; i += 101)
+                    XT_CHECK_EQ(f[i], static_cast<float>(n * i + n * (n - 1) / 2));
+                for (int r = 0; r < n; r++)
+                    XT_CHECK_EQ(g[static_cast<size_t>(r) * 4096 + 7], r);
+            }
+            XT_CHECK_LOOM(loomCommDestroy(a));
+            XT_CHECK_LOOM(loomCommDestroy(b));
+        },
+        o));
 }
 
 // A capturing stream: host staging refuses the call with a clear InvalidUsage (on every rank,
