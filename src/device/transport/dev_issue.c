@@ -188,12 +188,12 @@ static const char *mode_name(loom_dev_mode_t m)
 /* Why a call is refused once the device path failed. */
 static loomResult_t refused(loom_dev_state_t *d, const char *kind)
 {
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     const loomResult_t res = d->fail_res != loomSuccess ? d->fail_res : loomRemoteError;
     LOOM_WARN("rank %d: %s on communicator %s refused: the communicator's device path "
               "failed earlier: %s",
               d->dc.rank, kind, d->comm->name, d->fail_msg);
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     return res;
 }
 
@@ -318,6 +318,7 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     c->phase = LOOM_DEV_PH_QUEUED;
     c->phase_ns = loom_now_ns();
     __atomic_add_fetch(&c->refs, c->ev != NULL ? 2 : 1, __ATOMIC_ACQ_REL); /* proxy, watchdog */
+    pthread_mutex_lock(&d->qlock);
     if (d->fifo_tail)
         d->fifo_tail->fifo_next = c;
     else
@@ -330,8 +331,12 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
             d->live_head = c;
         d->live_tail = c;
     }
+    /* A release that ran while this call was queued did not see it in the live list. */
+    if (loom_dev_failed(d))
+        loom_dev_call_abort_words(c);
     pthread_cond_signal(&d->work);
     pthread_cond_signal(&d->wd);
+    pthread_mutex_unlock(&d->qlock);
     pthread_mutex_unlock(&d->lock);
     if (qres != loomSuccess) {
         char msg[512];
