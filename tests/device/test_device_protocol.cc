@@ -381,6 +381,28 @@ TEST(DeviceProtocol, TeardownLeavesNothingBehind)
         o));
 }
 
+// A communicator made by loomCommSplit has a device state of its own (its creation opens the
+// transports over the child's ranks).
+TEST(DeviceProtocol, SplitChildrenRunDeviceCalls)
+{
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        4,
+        [](int rank, int, loomComm_t comm) {
+            loomComm_t child = nullptr;
+            XT_CHECK_LOOM(loomCommSplit(comm, rank % 2, rank, &child, nullptr));
+            int cr = -1, cn = 0;
+            XT_CHECK_LOOM(loomCommUserRank(child, &cr));
+            XT_CHECK_LOOM(loomCommCount(child, &cn));
+            for (const devtest::Case &c :
+                 {devtest::Case{devtest::Coll::AllReduce, loomBfloat16, loomSum},
+                  devtest::Case{devtest::Coll::AllToAllv, loomFloat32},
+                  devtest::Case{devtest::Coll::Echo, loomFloat32}})
+                devtest::CheckCase(c, child, cr, cn, StreamKind::WrapCreated);
+            XT_CHECK_LOOM(loomCommDestroy(child));
+        },
+        devtest::Options()));
+}
+
 // A group without a stream spanning two communicators, one with device buffers (waited for once
 // the other's host task ran) and one with host buffers.
 TEST(DeviceProtocol, GroupOverTwoCommunicatorsWithoutAStream)
