@@ -83,6 +83,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,7 @@ static void store_abort(ipc_state_t *st)
 static void *keeper_main(void *arg)
 {
     ipc_state_t *st = arg;
-    while (!atomic_load(&st->stop_keeper)) {
+    while (!__atomic_load_n(&st->stop_keeper, __ATOMIC_ACQUIRE)) {
         store_abort(st);
         struct timespec ts = {0, IPC_KEEP_US * 1000L};
         nanosleep(&ts, NULL);
@@ -266,10 +267,10 @@ void loom_devtp_ipc_release(loom_dev_comm_t *dc, void *state)
     ipc_state_t *st = state;
     if (st == NULL || st->seg == NULL)
         return;
-    atomic_store(&st->released, 1);
+    __atomic_store_n(&st->released, 1, __ATOMIC_RELEASE);
     store_abort(st);
     pthread_mutex_lock(&st->keeper_lock);
-    if (!st->keeper_started && !atomic_load(&st->stop_keeper)) {
+    if (!st->keeper_started && !__atomic_load_n(&st->stop_keeper, __ATOMIC_ACQUIRE)) {
         if (pthread_create(&st->keeper, NULL, keeper_main, st) == 0)
             st->keeper_started = 1;
         else
@@ -311,7 +312,7 @@ static void ipc_free(ipc_state_t *st, int leak_device)
 {
     const loom_devrt_t *rt = st->rt;
     pthread_mutex_lock(&st->keeper_lock);
-    atomic_store(&st->stop_keeper, 1);
+    __atomic_store_n(&st->stop_keeper, 1, __ATOMIC_RELEASE);
     int joined = st->keeper_started;
     st->keeper_started = 0;
     pthread_mutex_unlock(&st->keeper_lock);
@@ -342,7 +343,7 @@ static void ipc_close(loom_dev_comm_t *dc, void *state)
     if (st == NULL)
         return;
     int64_t timeout = dc->timeout_ms > 0 ? dc->timeout_ms : 0;
-    int released = atomic_load(&st->released);
+    int released = __atomic_load_n(&st->released, __ATOMIC_ACQUIRE);
     int idle = loom_devtp_track_wait(&st->track, st->rt, released ? IPC_CLOSE_ABORTED_MS : timeout);
     if (idle && !released)
         idle = wait_peers_done(st, timeout);

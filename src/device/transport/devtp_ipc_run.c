@@ -197,7 +197,7 @@ loomResult_t loom_devtp_ipc_run(loom_dev_comm_t *dc, void *state, const loom_col
                             st->nranks);
         return loomInvalidArgument;
     }
-    if (atomic_load(&st->released)) {
+    if (__atomic_load_n(&st->released, __ATOMIC_ACQUIRE)) {
         loom_set_last_error("ipc device transport: released (the communicator was aborted, "
                             "revoked or timed out): nothing more is queued");
         return loomInvalidUsage;

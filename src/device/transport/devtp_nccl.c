@@ -225,7 +225,7 @@ static void nccl_release(loom_dev_comm_t *dc, void *state)
     nccl_state_t *st = state;
     if (st == NULL)
         return;
-    atomic_store(&st->released, 1);
+    __atomic_store_n(&st->released, 1, __ATOMIC_RELEASE);
     pthread_mutex_lock(&st->lock);
     if (!st->aborted && st->comm != NULL) {
         st->aborted = 1;
@@ -253,8 +253,9 @@ static void nccl_close(loom_dev_comm_t *dc, void *state)
     if (st == NULL)
         return;
     int64_t timeout = dc->timeout_ms > 0 ? dc->timeout_ms : 0;
-    int idle = loom_devtp_track_wait(&st->track, st->rt,
-                                     atomic_load(&st->released) ? NCCL_CLOSE_MS : timeout);
+    int idle = loom_devtp_track_wait(
+        &st->track, st->rt,
+        __atomic_load_n(&st->released, __ATOMIC_ACQUIRE) ? NCCL_CLOSE_MS : timeout);
     pthread_mutex_lock(&st->lock);
     if (idle && !st->aborted && st->comm != NULL) {
         loom_nccl_result_t res = st->lib->CommDestroy(st->comm);

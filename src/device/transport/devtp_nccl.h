@@ -10,7 +10,6 @@
 #define LOOM_DEVTP_NCCL_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 
 #include "devtp.h"
@@ -79,8 +78,8 @@ typedef struct {
     size_t chunk_bytes;
     /* run and release never use comm at once: release aborts it under lock */
     pthread_mutex_t lock;
-    int aborted; /* under lock */
-    atomic_int released;
+    int aborted;  /* under lock */
+    int released; /* __atomic: set by release */
     loom_devtp_track_t track;
 } nccl_state_t;
 
