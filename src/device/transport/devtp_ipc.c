@@ -125,13 +125,24 @@ typedef struct {
     char seg_name[64]; /* rank 0's */
 } ipc_entry_t;
 
-static pthread_once_t proc_once = PTHREAD_ONCE_INIT;
+/* A random token of this process: ranks with equal tokens share an address
+ * space (pids alone may repeat across pid namespaces). A child made by fork
+ * draws a new one: it inherits the variable, not the parent's address space. */
+static pthread_mutex_t proc_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t proc_token;
+static pid_t proc_token_pid;
 
-static void proc_token_init(void)
+static uint64_t process_token(void)
 {
-    if (loom_random_bytes(&proc_token, sizeof(proc_token)) != loomSuccess)
-        proc_token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+    pthread_mutex_lock(&proc_lock);
+    if (proc_token_pid != getpid()) {
+        if (loom_random_bytes(&proc_token, sizeof(proc_token)) != loomSuccess)
+            proc_token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+        proc_token_pid = getpid();
+    }
+    uint64_t t = proc_token;
+    pthread_mutex_unlock(&proc_lock);
+    return t;
 }
 
 static size_t seg_bytes_for(int nranks)
@@ -375,8 +386,7 @@ static loomResult_t setup_local(loom_dev_comm_t *dc, ipc_state_t *st, ipc_entry_
                                 size_t why_len)
 {
     const loom_devrt_t *rt = dc->rt;
-    pthread_once(&proc_once, proc_token_init);
-    me->proc = proc_token;
+    me->proc = process_token();
     me->pid = (int32_t)getpid();
     me->device = dc->device;
     size_t bytes = scratch_bytes_param();
