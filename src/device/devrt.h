@@ -127,6 +127,11 @@ typedef struct loom_devrt {
     loomResult_t (*q4_decode_acc)(loom_dev_stream_t s, const uint8_t *src, size_t n, float *acc);
     loomResult_t (*cast)(loom_dev_stream_t s, void *dst, loomDataType_t ddt, const void *src,
                          loomDataType_t sdt, size_t n);
+
+    /* 1 if write_u32 and wait_u32 work here; 0 with the reason in why (one
+     * line) when they do not (a CUDA driver without the stream memory
+     * operations: both then fail with UnhandledDeviceError). Never fails. */
+    int (*memops_ok)(char *why, size_t why_len);
 } loom_devrt_t;
 
 /* The process's device runtime. LOOM_DEVICE=emulated gives the emulation;
@@ -138,7 +143,9 @@ typedef struct loom_devrt {
  * the cuda feature", "the CUDA driver is not loaded in this process". A
  * runtime once found stays the process's; until one is, every call looks
  * again (communicator creation calls it, so an application that starts CUDA
- * after loading loom still gets the device path). Thread safe. */
+ * after loading loom still gets the device path). Thread safe.
+ * loom_devrt_why_none looks too: "" when there is a runtime, else the reason
+ * (the calling thread's text, valid until its next call). */
 const loom_devrt_t *loom_devrt(void);
 const char *loom_devrt_why_none(void);
 /* The implementations, for loom_info and the tests: NULL when this build or
