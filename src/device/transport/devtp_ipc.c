@@ -7,7 +7,8 @@
  * This file sets it up, releases and tears it down; devtp_ipc_run.c queues
  * the calls.
  *
- * Set-up (open, collective): each rank allocates a scratch buffer of
+ * Set-up (open, collective): each rank checks that its runtime has the
+ * stream memory operations (memops_ok), allocates a scratch buffer of
  * LOOM_DEVICE_IPC_BYTES on its device and exports it; rank 0 creates the
  * flags segment in LOOM_SHM_DIR (mode 0600, a random name, O_EXCL, every
  * flag initialised) and the ranks exchange {process, device, scratch address
@@ -386,6 +387,12 @@ static loomResult_t setup_local(loom_dev_comm_t *dc, ipc_state_t *st, ipc_entry_
                                 size_t why_len)
 {
     const loom_devrt_t *rt = dc->rt;
+    char memops[LOOM_DEVTP_WHY_BYTES] = "";
+    if (rt->memops_ok != NULL && !rt->memops_ok(memops, sizeof(memops))) {
+        loom_devtp_why(why, why_len, "the flag protocol needs stream memory operations: %s",
+                       memops);
+        return loomInvalidUsage;
+    }
     me->proc = process_token();
     me->pid = (int32_t)getpid();
     me->device = dc->device;
