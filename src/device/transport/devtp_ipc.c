@@ -74,6 +74,11 @@
  * word would block again, so a keeper thread stores the abort value again
  * every IPC_KEEP_US until close. After a release the calls in flight give
  * undefined results (the watchdog reports the communicator's error).
+ * Ranks that are threads of one process share its device: a call that
+ * synchronizes the whole device (cudaFree, the emulation's mem_free) made by
+ * one rank while another rank's stream waits in this protocol for it would
+ * deadlock; run() makes none, and a caller must not make one while a peer's
+ * stream may still wait for this rank's next call.
  * close() waits (bounded by the timeout) for the work this rank queued and
  * for every peer's done word of this rank (peers no longer read its scratch)
  * before it frees anything; what a stream that never finishes might still
