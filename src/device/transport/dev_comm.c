@@ -76,7 +76,8 @@ static loomResult_t agree(struct loomComm *c, const agree_t *mine, agree_t *out)
                     continue;
                 out->ok[i] = 0;
                 all[r].why[i][LOOM_DEV_WHY_BYTES - 1] = '\0';
-                if (r == c->rank)
+                /* A transport's own agreement may have named the rank already. */
+                if (r == c->rank || strncmp(all[r].why[i], "rank ", 5) == 0)
                     snprintf(out->why[i], LOOM_DEV_WHY_BYTES, "%s", all[r].why[i]);
                 else
                     snprintf(out->why[i], LOOM_DEV_WHY_BYTES, "rank %d: %.*s", r,
