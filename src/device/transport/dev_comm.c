@@ -331,12 +331,15 @@ void loom_dev_comm_destroy(struct loomComm *c)
     loom_dev_state_t *d = c->dev;
     if (d == NULL)
         return;
-    if (d->threads && !drain(d, d->dc.timeout_ms)) {
+    /* An abort released every wait already: what does not pass soon is held by other work of
+     * its stream, which an abort does not wait for. */
+    const int64_t bound = loom_dev_aborted(d) ? 2000 : d->dc.timeout_ms;
+    if (d->threads && !drain(d, bound)) {
         char msg[256];
         snprintf(msg, sizeof(msg),
-                 "rank %d: communicator %s: device calls still queued at its destroy did not "
+                 "rank %d: communicator %s: device calls still queued at its teardown did not "
                  "complete within %lld ms",
-                 c->rank, c->name, (long long)d->dc.timeout_ms);
+                 c->rank, c->name, (long long)bound);
         loom_dev_fail(d, loomTimeout, msg);
         if (!drain(d, 2000)) {
             LOOM_WARN("rank %d: communicator %s: a device stream never passed its released "

@@ -290,6 +290,8 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     }
     char kind[48], why[3 * LOOM_DEV_WHY_BYTES] = "";
     task_kind(&c->task, kind, sizeof(kind));
+    /* Now: once queued, the proxy may let go of the operations at any time. */
+    const size_t bytes = d->trace ? task_bytes(&c->task, d->dc.nranks) : 0;
     loomResult_t res = issue_prepare(d, c, mode, ds, why, sizeof(why), kind);
     if (res != loomSuccess)
         goto fail;
@@ -347,7 +349,7 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     }
     if (d->trace)
         LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_DEVICE, "device %s: %zu bytes on %s, transport %s",
-                  c->name, task_bytes(&c->task, d->dc.nranks), mode_name(mode), why);
+                  c->name, bytes, mode_name(mode), why);
     *call_p = c;
     return loomSuccess;
 fail:
