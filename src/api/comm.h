@@ -68,6 +68,8 @@ struct loomComm {
      * a device runtime, NULL otherwise; a task goes there when it names device memory or its
      * stream wraps a device stream. Host tasks of a communicator without it pay one load. */
     struct loom_dev_state *dev;
+    const struct loom_devrt *dev_rt; /* loom_devrt() when this rank joined (init.c) */
+    int dev_rt_absent;               /* the first rank that joined without one, -1: none */
 };
 
 typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_kind_t;

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "comm.h"
 #include "dev_comm.h"
+#include "devrt.h"
 #include "init.h"
 #include "net_auto.h"
 #include "param.h"
@@ -224,11 +225,15 @@ static int64_t stream_spin_ns(int local_size)
     return spin < 0 ? 0 : spin;
 }
 
-/* What each rank tells the others at creation: its identity, and where its shrink
- * rendezvous listens (shrink.c). */
+/* What each rank tells the others at creation: its identity, where its shrink
+ * rendezvous listens (shrink.c), and whether it has a device runtime (the
+ * device state is made only when every rank has one, so that its collective
+ * set-up runs on all ranks or on none). */
 typedef struct {
     loom_peer_info_t info;
     loom_sockaddr_t shrink;
+    int32_t device_rt;
+    int32_t pad;
 } join_info_t;
 
 /* Opens this rank's shrink listener on the interface that reaches the rendezvous, then
@@ -236,7 +241,8 @@ typedef struct {
 static loomResult_t exchange_identities(struct loomComm *c, loom_bootstrap_t *bs,
                                         const loom_peer_info_t *me)
 {
-    join_info_t mine = {.info = *me};
+    c->dev_rt = loom_devrt();
+    join_info_t mine = {.info = *me, .device_rt = c->dev_rt != NULL};
     LOOM_CHECK(loom_bootstrap_local_addr(bs, &mine.shrink));
     LOOM_CHECK(loom_socket_listen(&mine.shrink, &c->shrink_fd));
     join_info_t *all = calloc((size_t)c->nranks, sizeof(*all));
@@ -245,9 +251,12 @@ static loomResult_t exchange_identities(struct loomComm *c, loom_bootstrap_t *bs
         return loomSystemError;
     }
     loomResult_t res = loom_bootstrap_allgather(bs, &mine, sizeof(mine), all);
+    c->dev_rt_absent = -1;
     for (int r = 0; res == loomSuccess && r < c->nranks; r++) {
         c->peers[r] = all[r].info;
         c->shrink_addrs[r] = all[r].shrink;
+        if (!all[r].device_rt && c->dev_rt_absent < 0)
+            c->dev_rt_absent = r;
     }
     free(all);
     return res;

@@ -486,6 +486,34 @@ TEST(DeviceProtocol, CaptureRunsOnACapturableTransport)
         devtest::Options()));
 }
 
+// A communicator of ranks of which one has no device runtime has no device state on any rank
+// (the ranks learn it from one another's identities at creation), so its creation does not wait
+// for a set-up that rank never joins, and host calls run as ever.
+TEST(DeviceProtocol, RankWithoutRuntimeMeansNoDeviceStateAnywhere)
+{
+    loomtest::RunOptions o = devtest::Options();
+    o.rank_env = [](int rank) {
+        return rank == 1 ? loomtest::EnvList{{"LOOM_DEVICE", "none"}} : loomtest::EnvList{};
+    };
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        3,
+        [](int rank, int nranks, loomComm_t comm) {
+            float in = (float)(rank + 1), out = 0;
+            XT_CHECK_LOOM(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, nullptr));
+            XT_CHECK(out == (float)(nranks * (nranks + 1) / 2));
+            // The ranks with a runtime still have device memory, but no device path here: the
+            // wrapped stream, which only the device path can serve, is refused.
+            if (rank != 1) {
+                loomStream_t s = nullptr;
+                XT_CHECK_LOOM(loomStreamCreateFromCuda(&s, nullptr));
+                XT_CHECK_LOOM_RES(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, s),
+                                  loomInvalidUsage);
+                XT_CHECK_LOOM(loomStreamDestroy(s));
+            }
+        },
+        o));
+}
+
 // Without a device runtime: loomMemAlloc and loomStreamCreateFromCuda say why; loomMemFree
 // refuses host memory.
 TEST(DeviceProtocol, NoRuntimeGivesInvalidUsage)

@@ -317,6 +317,8 @@ static loomResult_t cuda_host_unmap(void *p)
 
 // ---- streams and events -----------------------------------------------------------
 
+#define PRELOAD_DEVICES 64 /* devices whose kernels are loaded eagerly (more load lazily) */
+
 static loomResult_t cuda_stream_create(loom_dev_stream_t *s)
 {
     cudaStream_t cs = NULL;
@@ -326,6 +328,21 @@ static loomResult_t cuda_stream_create(loom_dev_stream_t *s)
     }
     /* A blocking stream: it follows what the application queued on the legacy default stream. */
     CUDA_TRY(cudaStreamCreate(&cs), "cudaStreamCreate");
+    /* Every communicator's device state makes a stream before its first call: load loom's
+     * kernels there, once per device, so that no module is loaded lazily while a stream
+     * waits on a flag (a lazy load takes the context's lock and can deadlock against it). */
+    static int preloaded[PRELOAD_DEVICES];
+    int dev = -1;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < PRELOAD_DEVICES &&
+        !__atomic_exchange_n(&preloaded[dev], 1, __ATOMIC_ACQ_REL)) {
+        int rc = loom_dk_preload(cs);
+        cudaError_t e = rc == 0 ? cudaStreamSynchronize(cs) : (cudaError_t)rc;
+        if (e != cudaSuccess) {
+            __atomic_store_n(&preloaded[dev], 0, __ATOMIC_RELEASE);
+            (void)cudaStreamDestroy(cs);
+            return cuda_fail("loom_dk_preload", e);
+        }
+    }
     *s = (loom_dev_stream_t)cs;
     return loomSuccess;
 }

@@ -205,9 +205,16 @@ static loomResult_t open_all(loom_dev_state_t *d)
 
 loomResult_t loom_dev_comm_create(struct loomComm *c)
 {
-    const loom_devrt_t *rt = loom_devrt();
+    const loom_devrt_t *rt = c->dev_rt;
     if (rt == NULL)
         return loomSuccess;
+    if (c->dev_rt_absent >= 0) { /* known alike on every rank from the identities */
+        LOOM_INFO(LOOM_LOG_DEVICE,
+                  "comm %s rank %d: no device state: rank %d has no device runtime (LOOM_DEVICE, "
+                  "or CUDA not loaded when it joined)",
+                  c->name, c->rank, c->dev_rt_absent);
+        return loomSuccess;
+    }
     loom_dev_state_t *d = state_new(c, rt);
     if (d == NULL) {
         LOOM_WARN("rank %d: out of memory for the device state of communicator %s", c->rank,
@@ -219,6 +226,14 @@ loomResult_t loom_dev_comm_create(struct loomComm *c)
         state_free(d);
         return res;
     }
+    /* The communicator's own stream now rather than at its first call: on CUDA, making a
+     * stream loads loom's kernels (devrt_cuda.c), which must not happen lazily once streams
+     * wait on flags. A failure here leaves it to the first call, which reports it. */
+    loom_dev_stream_t own;
+    if (loom_dev_own_stream(d, &own) != loomSuccess)
+        LOOM_INFO(LOOM_LOG_DEVICE,
+                  "comm %s rank %d: the device stream will be made at the first call", c->name,
+                  c->rank);
     char list[3 * (LOOM_DEV_WHY_BYTES + 16)] = "";
     size_t len = 0;
     for (int i = 0; i < LOOM_DEVTP_NUM && len < sizeof(list); i++)
