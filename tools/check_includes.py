@@ -11,7 +11,7 @@
 # topology sees core; plugin (the NCCL tuner, and the drop-in NCCL library, which reads
 # loom's id layout and narrow-float conversions from core's headers at compile time) sees
 # core and topology; api sees everything below it and of the device path only its entry,
-# dev_comm.h; bench, examples, trainer, tests/coll and tests/echo see only
+# dev_comm.h, and devrt.h (which runtime the process has); bench, examples, trainer, tests/coll and tests/echo see only
 # the public headers and their own folder's headers (tests/trainer: and the
 # trainer's kernels, ops.h).
 # The device path (src/device/, docs/gpu.md) is checked part by part: dev_elem.h, the element
@@ -49,6 +49,7 @@ ALLOWED = {
 # Single headers a module may include beyond its modules' (base name -> modules).
 ALLOWED_HEADERS = {
     "dev_comm.h": {"api"},  # the device path's entry, as src/api sees it
+    "devrt.h": {"api"},  # which device runtime the process has (loom_devrt)
     "shm_seg.h": {"device-transport"},  # the segment files the ipc flags live in
 }
 # The device path's parts: its top-level interface headers and folders (src/device/).
