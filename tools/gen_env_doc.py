@@ -15,15 +15,12 @@ LAUNCHER = [
     ("OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI's convention (address as for Slurm)"),
 ]
 
-# Read by libloom-nccl.so, the drop-in NCCL library (docs/nccl-plugins.md), not by libloom.
+# Read by libloom-nccl.so, the drop-in NCCL library (docs/nccl-plugins.md), not by libloom
+# (LOOM_NCCL_LIBRARY, read by both, is a row of params.def).
 NCCL_SHIM = [
     ("LOOM_NCCL_MODE", "route",
      "forward: every call goes to the real libnccl.so.2; route: loom or NCCL per call; loom: "
      "loom only, no real library is opened; another value: a WARN, and route"),
-    ("LOOM_NCCL_LIBRARY", "(empty)",
-     "absolute path of the real libnccl.so.2 (never the shim itself); empty: looked for in "
-     "$NCCL_HOME/lib, $CUDA_HOME/lib64, $CUDA_HOME/lib, $CUDA_PATH/lib64, $CUDA_PATH/lib, "
-     "/usr/local/cuda/lib64, /usr/local/cuda/lib and the system library directories"),
     ("LOOM_NCCL_ROUTE", "(empty)",
      "route mode: the rules that send each call to loom, to Echo or to the real NCCL, e.g. "
      "`coll=allreduce dtype=bf16 bytes>=1M -> echo; * -> nccl` (docs/nccl-plugins.md, Routing "
@@ -75,7 +72,8 @@ def render(rows):
             "unrelated jobs apart but not anyone who can reach the port (rank 0 WARNs it).", ""]
     out += ["## Variables of the drop-in NCCL library (libloom-nccl.so)", "",
             "Read by libloom-nccl.so, not by libloom. LOOM_DEBUG, LOOM_DEBUG_SUBSYS (SHIM) and",
-            "LOOM_DEBUG_FILE set its log as loom's.", "",
+            "LOOM_DEBUG_FILE set its log as loom's; LOOM_NCCL_LIBRARY (above, shared with the nccl",
+            "device transport) names the real library it forwards to.", "",
             "| variable | default | meaning |", "|---|---|---|"]
     for v, d, m in NCCL_SHIM:
         out.append(f"| `{v}` | `{d}` | {m} |")

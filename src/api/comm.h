@@ -63,6 +63,11 @@ struct loomComm {
     uint8_t secret[LOOM_SECRET_BYTES]; /* the job secret a shrink derives its own from */
     uint32_t shrinks;                  /* shrinks made of this communicator */
     int revoked;                       /* loomCommRevoke ran (atomic) */
+
+    /* The device path (src/device/transport/dev_comm.h): set at creation when the process has
+     * a device runtime, NULL otherwise; a task goes there when it names device memory or its
+     * stream wraps a device stream. Host tasks of a communicator without it pay one load. */
+    struct loom_dev_state *dev;
 };
 
 typedef enum { LOOM_OP_COLL, LOOM_OP_SEND, LOOM_OP_RECV, LOOM_OP_ECHO } loom_op_kind_t;
@@ -93,7 +98,9 @@ typedef struct loom_task {
     struct loom_task *next; /* stream queue / group list */
     loomHostFn_t host_fn;   /* a host function's task (comm NULL, no ops) */
     void *host_arg;
-    loom_op_t first; /* storage of a one-operation task (no second allocation) */
+    struct loom_dev_call *dev_call; /* a device task's turn on a worker stream (dev_comm.h):
+                                       its operations went to the device path */
+    loom_op_t first;                /* storage of a one-operation task (no second allocation) */
 } loom_task_t;
 
 /* The live communicators (init.c). */
@@ -114,6 +121,11 @@ loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream);
 int loom_group_is_open(void);
 /* Executes a task on the calling thread in its turn; frees nothing. */
 loomResult_t loom_task_execute(loom_task_t *task);
+/* Lets the task's turn pass without running it (the device path: a call whose work is on
+ * the device, or one that cannot run); returns at once if the communicator was aborted. */
+void loom_task_skip(loom_task_t *task);
+/* Frees what an operation owns (its V arrays, its Echo state reference). */
+void loom_op_release(loom_op_t *op);
 void loom_task_free(loom_task_t *task);
 /* What loom_task_free does short of freeing the task itself: its operations'
  * arrays and its reference on the communicator (for tasks kept for reuse). */
@@ -134,15 +146,25 @@ loomResult_t loom_stream_hold(loomStream_t stream, const char *fn);
 void loom_stream_release(loomStream_t stream);
 /* Queues a group's task on a stream whose reference the caller holds,
  * waiting while the queue is full (256 tasks), and takes the task's ticket in
- * queue order. InvalidArgument (WARN) once the stream's destroy has begun:
- * then nothing is queued and no ticket taken, and the task is still the
- * caller's. */
-loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task);
+ * queue order; a wrapping stream, or on_device (the task names device
+ * memory), hands it to the device path (dev_comm.h), which then owns it.
+ * InvalidArgument (WARN) once the stream's destroy has begun: then nothing is
+ * queued and no ticket taken, and the task is still the caller's. */
+loomResult_t loom_stream_push(loomStream_t stream, loom_task_t *task, int on_device);
+/* The device stream a loom stream wraps (loomStreamCreateFromCuda), NULL for a worker stream. */
+struct loom_dev_wrap *loom_stream_wrap(loomStream_t stream);
+/* Another reference on a stream the caller holds one on. */
+void loom_stream_retain(loomStream_t stream);
 /* Queues one operation as a task of its own, taking its ticket and a
  * reference on comm (a task reused from the stream's spares, or a new one).
- * InvalidArgument unless the stream is live (also once its destroy has
- * begun), SystemError if out of memory; on failure op is still the caller's. */
-loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, const loom_op_t *op);
+ * on_device: the operation names device memory (comm->dev set). A stream
+ * that wraps a device stream hands the operation to the device path, as does
+ * a worker stream when on_device (dev_comm.h). InvalidArgument unless the
+ * stream is live (also once its destroy has begun), InvalidUsage for a
+ * wrapping stream and a communicator without device state, SystemError if
+ * out of memory; the operation is consumed either way. */
+loomResult_t loom_stream_push_op(loomStream_t stream, struct loomComm *comm, loom_op_t *op,
+                                 int on_device);
 /* InvalidArgument unless stream is NULL or a live stream (an early check:
  * the calls that use the stream take their reference later). */
 loomResult_t loom_stream_validate(loomStream_t stream);

@@ -12,6 +12,12 @@
  * loomGroupEnd but do not hold them in use: a destroy or abort meanwhile
  * (from any thread, also the group's own) does not wait for them, and
  * loomGroupEnd then fails those tasks without running them.
+ *
+ * A task of a communicator with a device state (src/device/transport,
+ * dev_comm.h) that names device memory, or whose stream wraps a device
+ * stream, goes to the device path instead, taking its ticket the same way
+ * when it is issued; everything else stays as it is here, one pointer test
+ * per buffer the dearer (none without a device state).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,6 +26,7 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "dev_comm.h"
 
 typedef struct {
     int depth;
@@ -81,6 +88,11 @@ static void op_free(loom_op_t *op)
         free((void *)op->coll.recvcounts); /* one allocation holds counts and displacements */
     if (op->kind == LOOM_OP_ECHO && op->echo.state)
         loom_echo_state_release(op->echo.state);
+}
+
+void loom_op_release(loom_op_t *op)
+{
+    op_free(op);
 }
 
 static int op_is_p2p(const loom_op_t *op)
@@ -220,6 +232,14 @@ loomResult_t loom_task_execute(loom_task_t *t)
     return res;
 }
 
+void loom_task_skip(loom_task_t *t)
+{
+    struct loomComm *comm = t->comm;
+    if (!ticket_wait(comm, t->ticket))
+        __atomic_store_n(&comm->now_serving, t->ticket + 1, __ATOMIC_SEQ_CST);
+    loom_comm_wake(comm);
+}
+
 // ---- entry from the API -------------------------------------------------------
 
 /* Adds op to the group's task for comm, the first operation on comm making
@@ -244,6 +264,8 @@ static loomResult_t group_record(struct loomComm *comm, const loom_op_t *op, loo
 loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
 {
     if (group.depth == 0 && stream == NULL) {
+        if (__builtin_expect(comm->dev != NULL, 0) && loom_dev_op_on_device(comm->dev, op))
+            return loom_dev_submit_op(comm, op, NULL); /* consumes op */
         /* Runs before returning, under the caller's reference: a task on the stack that
          * runs the caller's op where it is (a copy of a just-written op costs stalled
          * loads on the 8-byte path). */
@@ -258,8 +280,10 @@ loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
         op_free(op);
         return res;
     }
-    loomResult_t res =
-        group.depth > 0 ? group_record(comm, op, stream) : loom_stream_push_op(stream, comm, op);
+    if (group.depth == 0) /* consumes op */
+        return loom_stream_push_op(stream, comm, op,
+                                   comm->dev != NULL && loom_dev_op_on_device(comm->dev, op));
+    loomResult_t res = group_record(comm, op, stream);
     if (res != loomSuccess)
         op_free(op);
     return res;
@@ -351,6 +375,8 @@ LOOM_API loomResult_t loomGroupEnd(void)
     for (loom_task_t *t = group.tasks; t; t = t->next)
         n++;
     loom_task_t **blocking = calloc((size_t)n + 1, sizeof(*blocking));
+    loom_dev_call_t **waits = NULL; /* device tasks without a stream, waited for last */
+    int nw = 0;
     loom_task_t *t = group.tasks, *next;
     group.tasks = NULL;
     loomResult_t res = loomSuccess;
@@ -367,14 +393,26 @@ LOOM_API loomResult_t loomGroupEnd(void)
         t->next = NULL;
         loomStream_t stream = t->stream;
         loomResult_t claimed = group_task_claim(t);
-        if (claimed == loomSuccess && stream != NULL &&
-            (claimed = loom_stream_push(stream, t)) != loomSuccess)
-            loom_task_free(t);
+        const int dev = claimed == loomSuccess && t->comm->dev != NULL &&
+                        loom_dev_task_on_device(t->comm->dev, t);
+        if (claimed == loomSuccess && stream != NULL)
+            claimed = loom_stream_push(stream, t, dev); /* consumes t on failure */
         if (stream != NULL)
             loom_stream_release(stream); /* the group's: a queued task needs none */
         LOOM_CHECK_IGNORE(claimed, res);
         if (claimed != loomSuccess || stream != NULL)
             continue;
+        if (dev) { /* issued now, in ticket order; waited for once the others are under way */
+            loom_dev_call_t *w = NULL;
+            if (waits == NULL)
+                waits = calloc((size_t)n, sizeof(*waits));
+            LOOM_CHECK_IGNORE(loom_dev_submit_task(t, NULL, &w), res);
+            if (w != NULL && waits != NULL)
+                waits[nw++] = w;
+            else if (w != NULL)
+                LOOM_CHECK_IGNORE(loom_dev_call_wait(w), res);
+            continue;
+        }
         task_take_ticket(t);
         if (blocking != NULL) {
             blocking[nb++] = t;
@@ -389,5 +427,8 @@ LOOM_API loomResult_t loomGroupEnd(void)
             loom_task_free(blocking[i]);
         free(blocking);
     }
+    for (int i = 0; i < nw; i++)
+        LOOM_CHECK_IGNORE(loom_dev_call_wait(waits[i]), res);
+    free(waits);
     return res;
 }

@@ -17,6 +17,7 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
+#include "dev_comm.h"
 #include "init.h"
 #include "net_auto.h"
 #include "param.h"
@@ -317,6 +318,11 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
                                        rdma_gbps > 0 ? (int)(rdma_gbps * 1000) : -1),
                     res, err_p2p);
     LOOM_CHECK_GOTO(loom_registry_add(&loom_comms, c, &c->refs), res, err_p2p);
+    /* Listed before the device state is made: its transports agree over c's collectives. */
+    if ((res = loom_dev_comm_create(c)) != loomSuccess) {
+        (void)loom_registry_remove(&loom_comms, c, NULL);
+        goto err_p2p;
+    }
     LOOM_INFO(LOOM_LOG_INIT,
               "comm %s rank %d nranks %d host %s local rank %d/%d - Init "
               "COMPLETE (%.1f ms)",

@@ -18,14 +18,17 @@
 
 #include "check.h"
 #include "comm.h"
+#include "dev_comm.h"
 #include "init.h"
 
+/* The flag stops host waits; the device path's release ends every wait its streams queued. */
 static void set_abort_flag(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
     __atomic_store_n(&c->abort_flag, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
+    loom_dev_comm_release(c);
 }
 
 /* Whether a reference other than the caller's is in use: held by a call in
@@ -69,6 +72,7 @@ static void wait_idle(struct loomComm *c, int mine, int closing)
 static loomResult_t comm_teardown(struct loomComm *c)
 {
     wait_idle(c, 1, 1);
+    loom_dev_comm_destroy(c); /* its queued device work, threads and transports */
     loomResult_t res = loom_p2p_destroy(c->p2p);
     c->p2p = NULL;
     /* The arena after the layer: peers read why this rank left from its notices, and no

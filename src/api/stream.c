@@ -10,6 +10,12 @@
  * taken from the registry of live streams (registry.h); loomStreamDestroy takes it out of the
  * registry, refuses further tasks, lets the worker run what is queued and drops the user's
  * reference; the last reference frees the stream.
+ *
+ * A stream made by loomStreamCreateFromCuda wraps a device stream instead: it has no worker,
+ * its calls are queued on the device stream by the device path (src/device/transport,
+ * dev_comm.h), which also answers its synchronize, query, host functions and destroy. On a
+ * worker stream, a task on device memory is queued on its communicator's device stream when
+ * it is issued and waited for by the worker in its turn (loom_dev_gate_run).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +26,7 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "dev_comm.h"
 #include "registry.h"
 #include "timer.h"
 
@@ -34,6 +41,7 @@ static loom_registry_t streams =
  * is short. */
 struct loomStream {
     int refs; /* 1 for the user + 1 per call using the stream and per group task recorded for it */
+    loom_dev_wrap_t *wrap; /* the device stream it wraps (no worker then), or NULL */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t work; /* the worker sleeps here while the queue is empty */
@@ -135,7 +143,7 @@ static void *stream_main(void *arg)
             run_host_fn(s, t);
         } else {
             __atomic_store_n(&s->spin_ns, t->comm->spin_ns, __ATOMIC_RELAXED);
-            res = loom_task_execute(t);
+            res = t->dev_call != NULL ? loom_dev_gate_run(t) : loom_task_execute(t);
             if (res != loomSuccess)
                 loom_comm_set_async_error(t->comm, res, loom_last_error());
             loom_task_release(t);
@@ -175,6 +183,7 @@ static void *stream_main(void *arg)
 /* Once the last reference is gone: the worker was joined by the destroy. */
 static void stream_free(struct loomStream *s)
 {
+    loom_dev_wrap_free(s->wrap);
     while (s->spare != NULL) {
         loom_task_t *t = s->spare;
         s->spare = t->next;
@@ -273,12 +282,11 @@ static void warn_stopped(struct loomStream *s)
               (void *)s);
 }
 
-/* Takes a reference on s and its lock, waits for room and gives a zeroed
- * task (a spare or a new one) with the lock held; on failure the lock and
- * the reference are dropped. */
-static loomResult_t task_alloc_locked(struct loomStream *s, const char *fn, loom_task_t **t_p)
+/* For a caller holding a reference on s: takes its lock, waits for room and gives a zeroed
+ * task (a spare or a new one) with the lock held; on failure the lock and the reference are
+ * dropped. */
+static loomResult_t task_alloc_held(struct loomStream *s, loom_task_t **t_p)
 {
-    LOOM_CHECK(loom_registry_acquire(&streams, s, fn));
     pthread_mutex_lock(&s->lock);
     if (!wait_room_locked(s)) {
         pthread_mutex_unlock(&s->lock);
@@ -316,8 +324,14 @@ LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t s, loomHostFn_t fn, 
                   "only at loomGroupEnd: call it after loomGroupEnd");
         return loomInvalidUsage;
     }
+    LOOM_CHECK(loom_registry_acquire(&streams, s, "loomStreamLaunchHostFunc"));
+    if (s->wrap != NULL) {
+        loomResult_t res = loom_dev_wrap_host_fn(s->wrap, fn, userData);
+        loom_stream_release(s);
+        return res;
+    }
     loom_task_t *t;
-    LOOM_CHECK(task_alloc_locked(s, "loomStreamLaunchHostFunc", &t));
+    LOOM_CHECK(task_alloc_held(s, &t));
     t->stream = s;
     t->host_fn = fn;
     t->host_arg = userData;
@@ -327,16 +341,51 @@ LOOM_API loomResult_t loomStreamLaunchHostFunc(loomStream_t s, loomHostFn_t fn, 
     return loomSuccess;
 }
 
-loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const loom_op_t *op)
+/* A task of a worker stream whose operations go to the device path: issued now, under the
+ * stream's lock (its ticket keeps queue order), waited for by the worker in its turn. On
+ * failure t is freed and the lock dropped. */
+static loomResult_t push_gated_locked(struct loomStream *s, loom_task_t *t)
 {
+    loomResult_t res = loom_dev_issue_gated(t);
+    if (res != loomSuccess) {
+        pthread_mutex_unlock(&s->lock);
+        loom_task_free(t);
+        return res;
+    }
+    append_locked(s, t);
+    pthread_mutex_unlock(&s->lock);
+    return loomSuccess;
+}
+
+loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, loom_op_t *op,
+                                 int on_device)
+{
+    loomResult_t res = loom_registry_acquire(&streams, s, "stream argument");
+    if (res != loomSuccess) {
+        loom_op_release(op);
+        return res;
+    }
+    if (s->wrap != NULL) {
+        res = loom_dev_submit_op(comm, op, s);
+        loom_stream_release(s);
+        return res;
+    }
     loom_task_t *t;
-    LOOM_CHECK(task_alloc_locked(s, "stream argument", &t));
+    if ((res = task_alloc_held(s, &t)) != loomSuccess) {
+        loom_op_release(op);
+        return res;
+    }
     t->comm = comm;
     t->stream = s;
     t->first = *op;
     t->ops = &t->first;
     t->nops = t->cap = 1;
     __atomic_add_fetch(&comm->refs, 1, __ATOMIC_SEQ_CST);
+    if (on_device) {
+        res = push_gated_locked(s, t);
+        loom_stream_release(s);
+        return res;
+    }
     /* Under the lock, so that tasks queue in ticket order. */
     t->ticket = __atomic_fetch_add(&comm->next_ticket, 1, __ATOMIC_SEQ_CST);
     append_locked(s, t);
@@ -345,18 +394,33 @@ loomResult_t loom_stream_push_op(loomStream_t s, struct loomComm *comm, const lo
     return loomSuccess;
 }
 
-loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t)
+loomResult_t loom_stream_push(loomStream_t s, loom_task_t *t, int on_device)
 {
+    if (s->wrap != NULL)
+        return loom_dev_submit_task(t, s, NULL);
     pthread_mutex_lock(&s->lock);
     if (!wait_room_locked(s)) {
         pthread_mutex_unlock(&s->lock);
         warn_stopped(s);
+        loom_task_free(t);
         return loomInvalidArgument;
     }
+    if (on_device)
+        return push_gated_locked(s, t);
     t->ticket = __atomic_fetch_add(&t->comm->next_ticket, 1, __ATOMIC_SEQ_CST);
     append_locked(s, t);
     pthread_mutex_unlock(&s->lock);
     return loomSuccess;
+}
+
+struct loom_dev_wrap *loom_stream_wrap(loomStream_t s)
+{
+    return s->wrap;
+}
+
+void loom_stream_retain(loomStream_t s)
+{
+    __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
 }
 
 /* Takes and clears the stream's error, passing its text to the caller's last error. */
@@ -401,12 +465,14 @@ static loomResult_t stream_query(struct loomStream *s)
 
 LOOM_API loomResult_t loomStreamSynchronize(loomStream_t s)
 {
-    WITH_STREAM(s, "loomStreamSynchronize", stream_synchronize(s));
+    WITH_STREAM(s, "loomStreamSynchronize",
+                s->wrap != NULL ? loom_dev_wrap_sync(s->wrap) : stream_synchronize(s));
 }
 
 LOOM_API loomResult_t loomStreamQuery(loomStream_t s)
 {
-    WITH_STREAM(s, "loomStreamQuery", stream_query(s));
+    WITH_STREAM(s, "loomStreamQuery",
+                s->wrap != NULL ? loom_dev_wrap_query(s->wrap) : stream_query(s));
 }
 
 LOOM_API loomResult_t loomStreamIsLive(const void *handle, int *live)
@@ -426,12 +492,47 @@ LOOM_API loomResult_t loomStreamDestroy(loomStream_t s)
     /* Out of the registry first: no call can take a new reference from here on, and of two
      * racing destroys only one gets past this. */
     LOOM_CHECK(loom_registry_remove(&streams, s, "loomStreamDestroy"));
-    stream_stop(s);
-    pthread_mutex_lock(&s->lock);
-    loomResult_t res = stream_take_error(s);
-    pthread_mutex_unlock(&s->lock);
+    loomResult_t res;
+    if (s->wrap != NULL) {
+        res = loom_dev_wrap_finish(s->wrap); /* the device stream itself is the caller's */
+    } else {
+        stream_stop(s);
+        pthread_mutex_lock(&s->lock);
+        res = stream_take_error(s);
+        pthread_mutex_unlock(&s->lock);
+    }
     loom_stream_release(s); /* a call still holding the stream frees it when it lets go */
     return res;
+}
+
+LOOM_API loomResult_t loomStreamCreateFromCuda(loomStream_t *stream, void *cudaStream)
+{
+    if (stream == NULL) {
+        LOOM_WARN("loomStreamCreateFromCuda: stream pointer is NULL");
+        return loomInvalidArgument;
+    }
+    *stream = NULL;
+    struct loomStream *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        LOOM_WARN("loomStreamCreateFromCuda: out of memory");
+        return loomSystemError;
+    }
+    loomResult_t res = loom_dev_wrap_create(cudaStream, &s->wrap);
+    if (res != loomSuccess) {
+        free(s);
+        return res;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    pthread_cond_init(&s->room, NULL);
+    s->refs = 1;
+    if ((res = loom_registry_add(&streams, s, &s->refs)) != loomSuccess) {
+        stream_free(s);
+        return res;
+    }
+    *stream = s;
+    return loomSuccess;
 }
 
 loomResult_t loom_stream_validate(loomStream_t s)

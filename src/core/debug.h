@@ -23,7 +23,8 @@ typedef enum {
  * comes from. P2P is the point-to-point layer above the transports (src/transport/p2p*.c);
  * TRANSPORT is which transport reaches which peer and the framing they share. SHIM is
  * libloom-nccl.so's: it writes its lines itself, in this format, and is named here so that
- * LOOM_DEBUG_SUBSYS=SHIM is no unknown name to loom. */
+ * LOOM_DEBUG_SUBSYS=SHIM is no unknown name to loom. DEVICE is the device path's entry
+ * (src/device/transport: each communicator's device transports and calls). */
 #define LOOM_LOG_INIT      (1u << 0)
 #define LOOM_LOG_BOOTSTRAP (1u << 1)
 #define LOOM_LOG_TRANSPORT (1u << 2)
@@ -39,6 +40,7 @@ typedef enum {
 #define LOOM_LOG_ECHO      (1u << 12)
 #define LOOM_LOG_QUANT     (1u << 13)
 #define LOOM_LOG_SHIM      (1u << 14)
+#define LOOM_LOG_DEVICE    (1u << 15)
 #define LOOM_LOG_ALL       (~0u)
 
 /* The rank printed in log lines of the calling thread (-1: none). */

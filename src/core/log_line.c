@@ -31,6 +31,7 @@ static const struct {
     {"ECHO", LOOM_LOG_ECHO},
     {"QUANT", LOOM_LOG_QUANT},
     {"SHIM", LOOM_LOG_SHIM},
+    {"DEVICE", LOOM_LOG_DEVICE},
     {"ALL", LOOM_LOG_ALL},
 };
 #define NSUBSYS (sizeof(subsys_names) / sizeof(subsys_names[0]))

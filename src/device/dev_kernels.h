@@ -48,7 +48,8 @@ int loom_dk_q4_encode(void *stream, const void *src, loomDataType_t dt, const fl
 int loom_dk_q4_decode(void *stream, const uint8_t *src, size_t n, void *dst, loomDataType_t dt);
 int loom_dk_q4_decode_acc(void *stream, const uint8_t *src, size_t n, float *acc);
 /* dst[i] = (ddt) src[i]: a copy when the types are equal, else a conversion
- * through float32 (float32, float16, bfloat16 only), rounding to nearest even. */
+ * through float32 (float32, float16, bfloat16 only), rounding to nearest even.
+ * In place (dst == src) only between types of one size; else -1. */
 int loom_dk_cast(void *stream, void *dst, loomDataType_t ddt, const void *src, loomDataType_t sdt,
                  size_t n);
 /* Launches every kernel once on a zero-length problem so that the module is

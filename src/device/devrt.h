@@ -21,10 +21,14 @@
  *    direction (host, device, IPC-mapped peer memory);
  *  - write_u32 stores v at addr after all earlier work of the stream has
  *    completed and is visible (a full memory barrier first);
- *  - wait_u32 holds every later operation of the stream until *addr >= v
- *    (unsigned compare); it has no timeout of its own: the host side
- *    releases a wait that must end by storing a larger value (the
- *    transports' abort value, LOOM_DEV_FLAG_ABORT);
+ *  - wait_u32 holds every later operation of the stream until
+ *    (int32_t)(*addr - v) >= 0, CUDA's cyclic "greater or equal"
+ *    (CU_STREAM_WAIT_VALUE_GEQ), which is *addr >= v while both are below
+ *    2^31: flag protocols keep their values in [0, 2^31 - 1] (above, the
+ *    comparison wraps: 0xffffffff does not release a wait for 1). It has no
+ *    timeout of its own: the host side releases a wait that must end by
+ *    storing a larger value (the transports' abort value,
+ *    LOOM_DEV_FLAG_ABORT = 2^31 - 1, the largest);
  *  - addr of write_u32/wait_u32 is the device address of a flag word:
  *    device memory, or host memory mapped with host_map (shared-memory
  *    segments included, so flags can live where every process and the host
@@ -127,6 +131,11 @@ typedef struct loom_devrt {
     loomResult_t (*q4_decode_acc)(loom_dev_stream_t s, const uint8_t *src, size_t n, float *acc);
     loomResult_t (*cast)(loom_dev_stream_t s, void *dst, loomDataType_t ddt, const void *src,
                          loomDataType_t sdt, size_t n);
+
+    /* 1 if write_u32 and wait_u32 work here; 0 with the reason in why (one
+     * line) when they do not (a CUDA driver without the stream memory
+     * operations: both then fail with UnhandledDeviceError). Never fails. */
+    int (*memops_ok)(char *why, size_t why_len);
 } loom_devrt_t;
 
 /* The process's device runtime. LOOM_DEVICE=emulated gives the emulation;
@@ -138,7 +147,9 @@ typedef struct loom_devrt {
  * the cuda feature", "the CUDA driver is not loaded in this process". A
  * runtime once found stays the process's; until one is, every call looks
  * again (communicator creation calls it, so an application that starts CUDA
- * after loading loom still gets the device path). Thread safe. */
+ * after loading loom still gets the device path). Thread safe.
+ * loom_devrt_why_none looks too: "" when there is a runtime, else the reason
+ * (the calling thread's text, valid until its next call). */
 const loom_devrt_t *loom_devrt(void);
 const char *loom_devrt_why_none(void);
 /* The implementations, for loom_info and the tests: NULL when this build or

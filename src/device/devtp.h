@@ -43,8 +43,10 @@
 extern "C" {
 #endif
 
-/* The value release() stores in flag words: larger than any a protocol waits for. */
-#define LOOM_DEV_FLAG_ABORT 0xffffffffu
+/* The value release() stores in flag words: larger than any a protocol waits
+ * for. wait_u32 compares cyclically, as CUDA does (devrt.h), so flag values
+ * stay below 2^31 and the abort value is the largest of them. */
+#define LOOM_DEV_FLAG_ABORT 0x7fffffffu
 
 struct loomComm;
 
