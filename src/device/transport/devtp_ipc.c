@@ -7,7 +7,8 @@
  * This file sets it up, releases and tears it down; devtp_ipc_run.c queues
  * the calls.
  *
- * Set-up (open, collective): each rank allocates a scratch buffer of
+ * Set-up (open, collective): each rank checks that its runtime has the
+ * stream memory operations (memops_ok), allocates a scratch buffer of
  * LOOM_DEVICE_IPC_BYTES on its device and exports it; rank 0 creates the
  * flags segment in LOOM_SHM_DIR (mode 0600, a random name, O_EXCL, every
  * flag initialised) and the ranks exchange {process, device, scratch address
@@ -73,6 +74,11 @@
  * word would block again, so a keeper thread stores the abort value again
  * every IPC_KEEP_US until close. After a release the calls in flight give
  * undefined results (the watchdog reports the communicator's error).
+ * Ranks that are threads of one process share its device: a call that
+ * synchronizes the whole device (cudaFree, the emulation's mem_free) made by
+ * one rank while another rank's stream waits in this protocol for it would
+ * deadlock; run() makes none, and a caller must not make one while a peer's
+ * stream may still wait for this rank's next call.
  * close() waits (bounded by the timeout) for the work this rank queued and
  * for every peer's done word of this rank (peers no longer read its scratch)
  * before it frees anything; what a stream that never finishes might still
@@ -83,6 +89,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,13 +131,24 @@ typedef struct {
     char seg_name[64]; /* rank 0's */
 } ipc_entry_t;
 
-static pthread_once_t proc_once = PTHREAD_ONCE_INIT;
+/* A random token of this process: ranks with equal tokens share an address
+ * space (pids alone may repeat across pid namespaces). A child made by fork
+ * draws a new one: it inherits the variable, not the parent's address space. */
+static pthread_mutex_t proc_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t proc_token;
+static pid_t proc_token_pid;
 
-static void proc_token_init(void)
+static uint64_t process_token(void)
 {
-    if (loom_random_bytes(&proc_token, sizeof(proc_token)) != loomSuccess)
-        proc_token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+    pthread_mutex_lock(&proc_lock);
+    if (proc_token_pid != getpid()) {
+        if (loom_random_bytes(&proc_token, sizeof(proc_token)) != loomSuccess)
+            proc_token = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+        proc_token_pid = getpid();
+    }
+    uint64_t t = proc_token;
+    pthread_mutex_unlock(&proc_lock);
+    return t;
 }
 
 static size_t seg_bytes_for(int nranks)
@@ -252,7 +270,7 @@ static void store_abort(ipc_state_t *st)
 static void *keeper_main(void *arg)
 {
     ipc_state_t *st = arg;
-    while (!atomic_load(&st->stop_keeper)) {
+    while (!__atomic_load_n(&st->stop_keeper, __ATOMIC_ACQUIRE)) {
         store_abort(st);
         struct timespec ts = {0, IPC_KEEP_US * 1000L};
         nanosleep(&ts, NULL);
@@ -266,10 +284,10 @@ void loom_devtp_ipc_release(loom_dev_comm_t *dc, void *state)
     ipc_state_t *st = state;
     if (st == NULL || st->seg == NULL)
         return;
-    atomic_store(&st->released, 1);
+    __atomic_store_n(&st->released, 1, __ATOMIC_RELEASE);
     store_abort(st);
     pthread_mutex_lock(&st->keeper_lock);
-    if (!st->keeper_started && !atomic_load(&st->stop_keeper)) {
+    if (!st->keeper_started && !__atomic_load_n(&st->stop_keeper, __ATOMIC_ACQUIRE)) {
         if (pthread_create(&st->keeper, NULL, keeper_main, st) == 0)
             st->keeper_started = 1;
         else
@@ -311,7 +329,7 @@ static void ipc_free(ipc_state_t *st, int leak_device)
 {
     const loom_devrt_t *rt = st->rt;
     pthread_mutex_lock(&st->keeper_lock);
-    atomic_store(&st->stop_keeper, 1);
+    __atomic_store_n(&st->stop_keeper, 1, __ATOMIC_RELEASE);
     int joined = st->keeper_started;
     st->keeper_started = 0;
     pthread_mutex_unlock(&st->keeper_lock);
@@ -342,7 +360,7 @@ static void ipc_close(loom_dev_comm_t *dc, void *state)
     if (st == NULL)
         return;
     int64_t timeout = dc->timeout_ms > 0 ? dc->timeout_ms : 0;
-    int released = atomic_load(&st->released);
+    int released = __atomic_load_n(&st->released, __ATOMIC_ACQUIRE);
     int idle = loom_devtp_track_wait(&st->track, st->rt, released ? IPC_CLOSE_ABORTED_MS : timeout);
     if (idle && !released)
         idle = wait_peers_done(st, timeout);
@@ -374,8 +392,13 @@ static loomResult_t setup_local(loom_dev_comm_t *dc, ipc_state_t *st, ipc_entry_
                                 size_t why_len)
 {
     const loom_devrt_t *rt = dc->rt;
-    pthread_once(&proc_once, proc_token_init);
-    me->proc = proc_token;
+    char memops[LOOM_DEVTP_WHY_BYTES] = "";
+    if (rt->memops_ok != NULL && !rt->memops_ok(memops, sizeof(memops))) {
+        loom_devtp_why(why, why_len, "the flag protocol needs stream memory operations: %s",
+                       memops);
+        return loomInvalidUsage;
+    }
+    me->proc = process_token();
     me->pid = (int32_t)getpid();
     me->device = dc->device;
     size_t bytes = scratch_bytes_param();

@@ -8,7 +8,6 @@
 #define LOOM_DEVTP_IPC_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,8 +48,8 @@ typedef struct {
     int64_t timeout_ms;
     volatile int *abort_flag;
     /* release */
-    atomic_int released;
-    atomic_int stop_keeper;
+    int released;    /* __atomic: set by release */
+    int stop_keeper; /* __atomic: set by close */
     pthread_mutex_t keeper_lock;
     pthread_t keeper;
     int keeper_started;
