@@ -2,9 +2,10 @@
  *
  * kernels_impl.h - what the kernel files share and nothing else includes: the
  * row type of a kernel table (one row per datatype), the per-instruction-set
- * tables, and the scalar element operations. The vector files use these same
- * scalar operations for their tails, so a tail element gets exactly the
- * scalar table's bits by construction.
+ * tables, and the scalar element operations (dev_elem.h's, which the device
+ * kernels share). The vector files use these same scalar operations for
+ * their tails, so a tail element gets exactly the scalar table's bits by
+ * construction.
  */
 #ifndef LOOM_KERNELS_IMPL_H
 #define LOOM_KERNELS_IMPL_H
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../device/dev_elem.h"
 #include "loom.h"
 
 typedef void (*loom_kinit_fn_t)(void *acc, const void *src, size_t n);
@@ -42,47 +44,33 @@ extern const struct loom_kernel_row loom_kernels_avx512_table[loomNumTypes];
 
 /* ---- Scalar element operations ------------------------------------------ */
 
-/* Sum and product modulo 2^bits are the same bits whether the operands are
- * read as signed or unsigned, so signed integers use these unsigned ones and
- * signed overflow never happens. uint8_t promotes to int, but 255 * 255 fits. */
+/* The accumulate step of each op: dev_elem.h's functions (one definition
+ * with the device kernels). Sum and product of the signed integers use the
+ * unsigned ones (the same bits modulo 2^bits, no signed overflow); float
+ * max/min keep a NaN operand's bits without the FPU. */
 #define LOOM_KOPS_UINT(sfx, T)                                                                     \
     static inline T add_##sfx(T a, T b)                                                            \
     {                                                                                              \
-        return (T)(a + b);                                                                         \
+        return loom_de_sum_##sfx(a, b);                                                            \
     }                                                                                              \
     static inline T mul_##sfx(T a, T b)                                                            \
     {                                                                                              \
-        return (T)(a * b);                                                                         \
+        return loom_de_prod_##sfx(a, b);                                                           \
     }
 
 #define LOOM_KOPS_ORDER(sfx, T)                                                                    \
     static inline T max_##sfx(T a, T b)                                                            \
     {                                                                                              \
-        return a > b ? a : b;                                                                      \
+        return loom_de_max_##sfx(a, b);                                                            \
     }                                                                                              \
     static inline T min_##sfx(T a, T b)                                                            \
     {                                                                                              \
-        return a < b ? a : b;                                                                      \
+        return loom_de_min_##sfx(a, b);                                                            \
     }
 
-/* NaN checks come first because "a > b ? a : b" alone would drop a NaN in a. */
 #define LOOM_KOPS_FLOAT(sfx, T)                                                                    \
-    static inline T add_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a + b;                                                                              \
-    }                                                                                              \
-    static inline T mul_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a * b;                                                                              \
-    }                                                                                              \
-    static inline T max_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a != a ? a : b != b ? b : a > b ? a : b;                                            \
-    }                                                                                              \
-    static inline T min_##sfx(T a, T b)                                                            \
-    {                                                                                              \
-        return a != a ? a : b != b ? b : a < b ? a : b;                                            \
-    }
+    LOOM_KOPS_UINT(sfx, T)                                                                         \
+    LOOM_KOPS_ORDER(sfx, T)
 
 LOOM_KOPS_UINT(u8, uint8_t)
 LOOM_KOPS_UINT(u32, uint32_t)

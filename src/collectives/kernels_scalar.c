@@ -2,9 +2,10 @@
  *
  * kernels_scalar.c - the portable C kernel table: small per-(datatype, op)
  * functions for init, accumulate and finish, with the 8/16-bit float
- * conversions inlined from dtype.h. It is the reference that the vector
- * tables (kernels_avx2.c, kernels_avx512.c) must match bit for bit, and the
- * fallback for every entry they leave out. Reached only through the
+ * conversions inlined from dtype.h (float16/bfloat16 and the accumulate
+ * steps are dev_elem.h's, shared with the device kernels). It is the
+ * reference that the vector tables (kernels_avx2.c, kernels_avx512.c) must
+ * match bit for bit, and the fallback for every entry they leave out. Reached only through the
  * dispatcher in kernels.c; it does not validate arguments, allocate, log or
  * use threads, and chunking for cache reuse is the caller's business.
  */

@@ -61,12 +61,11 @@ int loom_dk_preload(void *stream);
 /* 0, or -1 for an invalid dt/op/nsrc (nothing written). */
 int loom_dk_host_reduce(loomDataType_t dt, loomRedOp_t op, void *dst, const void *const *srcs,
                         int nsrc, size_t n, int nranks);
-int loom_dk_host_q4_encode(const void *src, loomDataType_t dt, const float *err_in,
-                           float *err_out, size_t n, uint8_t *dst);
+int loom_dk_host_q4_encode(const void *src, loomDataType_t dt, const float *err_in, float *err_out,
+                           size_t n, uint8_t *dst);
 int loom_dk_host_q4_decode(const uint8_t *src, size_t n, void *dst, loomDataType_t dt);
 int loom_dk_host_q4_decode_acc(const uint8_t *src, size_t n, float *acc);
-int loom_dk_host_cast(void *dst, loomDataType_t ddt, const void *src, loomDataType_t sdt,
-                      size_t n);
+int loom_dk_host_cast(void *dst, loomDataType_t ddt, const void *src, loomDataType_t sdt, size_t n);
 
 #ifdef __cplusplus
 }

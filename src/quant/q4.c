@@ -20,19 +20,15 @@ int loom_q4_dtype_ok(loomDataType_t dt)
 
 // ---- Scalar reference -------------------------------------------------------
 
-/* 1.5 * 2^23: adding it rounds any |v| < 2^22 to an integer (to nearest even
- * in the default rounding mode, as rintf does, but without a libm call), and
- * subtracting it again is exact. */
-#define ROUND_MAGIC 12582912.0f
-
 /* One block: u holds the 32 values (zeros past the m real ones); writes 16
- * code bytes, the scale's two bytes and, if err_out, m residuals. */
+ * code bytes, the scale's two bytes and, if err_out, m residuals. Each step
+ * is dev_elem.h's (the device kernels' own). */
 static void encode_block(const float *u, size_t m, float *err_out, uint8_t *codes,
                          uint8_t *scale_le)
 {
     uint32_t amax = 0;
     for (int j = 0; j < LOOM_Q4_BLOCK; j++) {
-        uint32_t a = loom_f32_to_bits(u[j]) & 0x7fffffffu;
+        uint32_t a = loom_de_q4_abs_bits(u[j]);
         amax = a > amax ? a : amax;
     }
     const uint32_t sb = q4_scale_bits(amax);
@@ -42,21 +38,14 @@ static void encode_block(const float *u, size_t m, float *err_out, uint8_t *code
 
     int c[LOOM_Q4_BLOCK] = {0};
     if (!q4_block_special(amax)) {
-        const float inv = 1.0f / scale;
-        for (int j = 0; j < LOOM_Q4_BLOCK; j++) {
-            float v = u[j] * inv;
-            float r = (v + ROUND_MAGIC) - ROUND_MAGIC;
-            r = r < -7.0f ? -7.0f : r > 7.0f ? 7.0f : r;
-            c[j] = (int)r;
-        }
+        const float inv = loom_de_fdiv(1.0f, scale);
+        for (int j = 0; j < LOOM_Q4_BLOCK; j++)
+            c[j] = loom_de_q4_code(u[j], inv);
     }
     for (int k = 0; k < LOOM_Q4_BLOCK / 2; k++)
-        codes[k] = (uint8_t)((c[2 * k] & 0xf) | (c[2 * k + 1] & 0xf) << 4);
-    for (size_t j = 0; err_out != NULL && j < m; j++) {
-        /* Two statements: the product is exact, the subtraction rounds once. */
-        float d = (float)c[j] * scale;
-        err_out[j] = u[j] - d;
-    }
+        codes[k] = loom_de_q4_pack(c[2 * k], c[2 * k + 1]);
+    for (size_t j = 0; err_out != NULL && j < m; j++)
+        err_out[j] = loom_de_q4_residual(u[j], c[j], scale);
 }
 
 static void encode_scalar(const void *src, loomDataType_t dt, const float *err_in, float *err_out,
@@ -70,7 +59,7 @@ static void encode_scalar(const void *src, loomDataType_t dt, const float *err_i
         for (size_t j = 0; j < m; j++)
             u[j] = q4_load(src, dt, i0 + j);
         for (size_t j = 0; err_in != NULL && j < m; j++)
-            u[j] = u[j] + err_in[i0 + j];
+            u[j] = loom_de_fadd(u[j], err_in[i0 + j]);
         encode_block(u, m, err_out != NULL ? err_out + i0 : NULL, dst + q4_codes_off(k),
                      dst + q4_scale_off(k));
     }
@@ -82,8 +71,8 @@ static void decode_block(const uint8_t *src, size_t k, float *d)
     const uint8_t *codes = src + q4_codes_off(k), *s = src + q4_scale_off(k);
     const float scale = loom_bf16_decode((uint16_t)(s[0] | s[1] << 8));
     for (int j = 0; j < LOOM_Q4_BLOCK / 2; j++) {
-        d[2 * j] = (float)(((codes[j] & 0xf) ^ 8) - 8) * scale;
-        d[2 * j + 1] = (float)(((codes[j] >> 4) ^ 8) - 8) * scale;
+        d[2 * j] = loom_de_q4_dequant(loom_de_q4_nibble(codes[j], 0), scale);
+        d[2 * j + 1] = loom_de_q4_dequant(loom_de_q4_nibble(codes[j], 1), scale);
     }
 }
 
@@ -103,7 +92,7 @@ static void decode_acc_scalar(const uint8_t *src, size_t n, float *acc)
         float d[LOOM_Q4_BLOCK];
         decode_block(src, i0 / LOOM_Q4_BLOCK, d);
         for (size_t j = 0; j < LOOM_Q4_BLOCK && i0 + j < n; j++)
-            acc[i0 + j] += d[j];
+            acc[i0 + j] = loom_de_fadd(acc[i0 + j], d[j]);
     }
 }
 

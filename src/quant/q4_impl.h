@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../device/dev_elem.h"
 #include "dtype.h"
 #include "loom.h"
 #include "q4.h"
@@ -38,50 +39,47 @@ extern const struct loom_q4_ops loom_q4_avx512_ops;
 
 /* ---- Layout ---------------------------------------------------------------- */
 
-#define Q4_BLOCKS_PER_TILE (LOOM_Q4_TILE / LOOM_Q4_BLOCK) /* 64 */
-#define Q4_CODE_BYTES      (LOOM_Q4_TILE / 2)             /* 1024: code bytes of a tile */
+/* The layout and the block rules are dev_elem.h's (one definition with the
+ * device kernels); these are their names in the codec's files. */
+#define Q4_BLOCKS_PER_TILE LOOM_DE_Q4_BLOCKS_PER_TILE /* 64 */
+#define Q4_CODE_BYTES      LOOM_DE_Q4_CODE_BYTES      /* 1024: code bytes of a tile */
+
+_Static_assert(LOOM_DE_Q4_BLOCK == LOOM_Q4_BLOCK && LOOM_DE_Q4_TILE == LOOM_Q4_TILE &&
+                   LOOM_DE_Q4_TILE_BYTES == LOOM_Q4_TILE_BYTES &&
+                   LOOM_DE_Q4_MAXCODE == LOOM_Q4_MAXCODE,
+               "q4.h and dev_elem.h describe one layout");
 
 /* Offset of the 16 code bytes of block k (counted from the stream's start). */
 static inline size_t q4_codes_off(size_t k)
 {
-    return k / Q4_BLOCKS_PER_TILE * LOOM_Q4_TILE_BYTES + k % Q4_BLOCKS_PER_TILE * 16;
+    return loom_de_q4_codes_off(k);
 }
 /* Offset of the two little-endian bytes of block k's bf16 scale. */
 static inline size_t q4_scale_off(size_t k)
 {
-    return k / Q4_BLOCKS_PER_TILE * LOOM_Q4_TILE_BYTES + Q4_CODE_BYTES + k % Q4_BLOCKS_PER_TILE * 2;
+    return loom_de_q4_scale_off(k);
 }
 
 /* ---- The scale of a block ------------------------------------------------------ */
 
-/* Below 2^-123 (8 x FLT_MIN) a block is all zeros: then amax / 7 is a normal
- * float and 1 / scale finite (2^-126 / 7 would give an infinite inverse). */
-#define Q4_TINY_BITS 0x02000000u
-/* The largest bf16 scale with 7 * scale finite (1.140625 * 2^125): blocks
- * within 0.2 % of FLT_MAX clip slightly instead of decoding to infinity. */
-#define Q4_SCALE_MAX_BITS 0x7e12u
-#define Q4_SCALE_NAN_BITS 0x7fc0u
+/* Below 2^-123 (8 x FLT_MIN) a block is all zeros; the largest bf16 scale
+ * with 7 * scale finite; the scale of a non-finite block (dev_elem.h). */
+#define Q4_TINY_BITS      LOOM_DE_Q4_TINY_BITS
+#define Q4_SCALE_MAX_BITS LOOM_DE_Q4_SCALE_MAX_BITS
+#define Q4_SCALE_NAN_BITS LOOM_DE_Q4_SCALE_NAN_BITS
 
 /* The bf16 bits of the scale of a block whose absolute maximum has float32
- * bits amax_bits (sign cleared: any NaN is above 0x7f800000). The division
- * is one IEEE float32 operation; adding 0xffff before dropping the low half
- * rounds the positive quotient toward +inf. */
+ * bits amax_bits (sign cleared: any NaN is above 0x7f800000). */
 static inline uint32_t q4_scale_bits(uint32_t amax_bits)
 {
-    if (amax_bits >= 0x7f800000u)
-        return Q4_SCALE_NAN_BITS;
-    if (amax_bits < Q4_TINY_BITS)
-        return 0;
-    float q = loom_f32_from_bits(amax_bits) / 7.0f;
-    uint32_t s = (loom_f32_to_bits(q) + 0xffffu) >> 16;
-    return s < Q4_SCALE_MAX_BITS ? s : Q4_SCALE_MAX_BITS;
+    return loom_de_q4_scale_bits(amax_bits);
 }
 
 /* 1 if the block's codes are all 0 whatever its values (zero/subnormal or
  * non-finite absolute maximum). */
 static inline int q4_block_special(uint32_t amax_bits)
 {
-    return amax_bits >= 0x7f800000u || amax_bits < Q4_TINY_BITS;
+    return loom_de_q4_special(amax_bits);
 }
 
 /* ---- Elements -------------------------------------------------------------- */
@@ -113,9 +111,8 @@ static inline float q4_value(const uint8_t *src, size_t i)
     size_t k = i / LOOM_Q4_BLOCK;
     const uint8_t *s = src + q4_scale_off(k);
     unsigned byte = src[q4_codes_off(k) + i % LOOM_Q4_BLOCK / 2];
-    int nib = (int)((i & 1) ? byte >> 4 : byte & 0xfu);
     float scale = loom_bf16_decode((uint16_t)(s[0] | s[1] << 8));
-    return (float)((nib ^ 8) - 8) * scale;
+    return loom_de_q4_dequant(loom_de_q4_nibble(byte, (int)(i & 1)), scale);
 }
 
 #endif
