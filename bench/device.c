@@ -2,7 +2,7 @@
  *
  * device.c - the device runtime side of the benchmarks' -G 1 (device.h): which
  * runtime gives the memory, starting CUDA on the rank's GPU, the -z 0 stream and
- * the copies to and from device memory. With BENCH_HAVE_CUDART (builds with the
+ * the copies to and from device memory. With LOOM_HAVE_CUDA (builds with the
  * cuda feature) it calls the CUDA runtime; without, only the emulation's memory
  * can be copied, and that is host memory.
  */
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -33,7 +33,7 @@ const char *bench_dev_error(void)
     return g_error;
 }
 
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
 static cudaStream_t g_cuda_stream;
 
 /* This process's rank among those of its host, from the launcher's environment (loomrun,
@@ -98,7 +98,7 @@ bench_dev_kind_t bench_dev_start(const char **why)
                "on the host emulation";
         return g_kind;
     }
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
     g_kind = BENCH_DEV_CUDA;
     if (start_cuda() != 0) {
         static char hint[384];
@@ -119,7 +119,7 @@ void bench_dev_describe(int *ordinal, char *bus, size_t bus_len, char *name, siz
     *ordinal = g_ordinal;
     snprintf(bus, bus_len, "%s", bench_dev_kind_name(g_kind));
     snprintf(name, name_len, "%s device memory", bench_dev_kind_name(g_kind));
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
     struct cudaDeviceProp prop;
     if (g_kind == BENCH_DEV_CUDA && cudaGetDeviceProperties(&prop, g_ordinal) == cudaSuccess) {
         snprintf(name, name_len, "%s", prop.name);
@@ -132,7 +132,7 @@ void bench_dev_describe(int *ordinal, char *bus, size_t bus_len, char *name, siz
 
 loomResult_t bench_dev_stream_create(loomStream_t *stream)
 {
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
     if (g_kind == BENCH_DEV_CUDA) {
         cudaError_t err = cudaStreamCreateWithFlags(&g_cuda_stream, cudaStreamNonBlocking);
         if (err != cudaSuccess)
@@ -151,7 +151,7 @@ loomResult_t bench_dev_stream_create(loomStream_t *stream)
 loomResult_t bench_dev_stream_destroy(loomStream_t stream)
 {
     loomResult_t res = loomStreamDestroy(stream);
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
     if (g_cuda_stream) {
         cudaError_t err = cudaStreamDestroy(g_cuda_stream);
         g_cuda_stream = NULL;
@@ -166,7 +166,7 @@ loomResult_t bench_dev_copy(void *dst, const void *src, size_t n, int to_device)
 {
     if (n == 0)
         return loomSuccess;
-#ifdef BENCH_HAVE_CUDART
+#ifdef LOOM_HAVE_CUDA
     if (g_kind == BENCH_DEV_CUDA) {
         /* cudaMemcpy from pageable memory may return before the device has the bytes; the
          * synchronize makes them visible to the calls on the program's own stream. */

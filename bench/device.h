@@ -9,7 +9,7 @@
  *   emulated  LOOM_DEVICE=emulated: device memory is host memory, a copy is
  *             memcpy and the stream is the emulation's default stream;
  *   cuda      otherwise, in programs built with the CUDA runtime
- *             (BENCH_HAVE_CUDART): the program starts CUDA on its GPU before
+ *             (LOOM_HAVE_CUDA): the program starts CUDA on its GPU before
  *             the communicator exists, as an application does, and copies
  *             with cudaMemcpy;
  *   none      neither: loomMemAlloc then fails and says why.

@@ -4,9 +4,10 @@
  * picks for this process (LOOM_DEVICE), the CUDA runtime and each GPU it sees,
  * the host emulation, and the device transports (devtp.h) with what each needs
  * and, where this machine lacks it, why it cannot run here. The answers are
- * what a communicator created on this machine would find; placement (ranks on
- * one host, one GPU per rank) is only known to a communicator, so it is named
- * as a condition. Reads the runtime table; changes nothing.
+ * what a communicator of an application using CUDA would find here (loom_info
+ * starts CUDA for that, as such an application does); placement (ranks on one
+ * host, one GPU per rank) is only known to a communicator, so it is named as a
+ * condition. Reads the runtime table; changes nothing.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -16,6 +17,10 @@
 #include "devrt.h"
 #include "devtp.h"
 #include "loom_info.h"
+
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* One GPU's line: name, PCI bus id, compute capability, memory, SMs. */
 static void print_gpu(const loom_devrt_t *rt, int dev)
@@ -68,26 +73,46 @@ static void print_transport(const char *name, const char *state, const char *nee
     printf("#   %-7s %s; needs %s\n", name, state, needs);
 }
 
+/* loom takes CUDA only in a process that already uses it (devrt.h); loom_info answers for such
+ * an application, so it starts the CUDA runtime first. why: "", or why CUDA did not start. */
+static void start_cuda(char *why, size_t len)
+{
+    why[0] = '\0';
+#ifdef LOOM_HAVE_CUDA
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, len, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        (void)cudaGetLastError();
+    }
+#else
+    (void)len;
+#endif
+}
+
 void loom_info_print_device(void)
 {
-    /* First what this process gets, before probing CUDA loads its driver. */
+    char cuda_why[256], why[256] = "";
+    start_cuda(cuda_why, sizeof(cuda_why));
     const loom_devrt_t *rt = loom_devrt();
     const char *why_none = rt == NULL ? loom_devrt_why_none() : "";
-    const char *env = getenv("LOOM_DEVICE");
-    const int auto_mode = env == NULL || *env == '\0' || strcmp(env, "auto") == 0;
-    char why[256] = "";
     const loom_devrt_t *cuda = loom_devrt_cuda(why, sizeof(why));
+    if (cuda == NULL && cuda_why[0] != '\0') /* CUDA's own reason, not "the driver is not loaded" */
+        snprintf(why, sizeof(why), "%s", cuda_why);
     const int ngpu = cuda != NULL ? cuda->device_count() : 0;
+    const char *env = getenv("LOOM_DEVICE");
+    const int auto_mode = env == NULL || (strcmp(env, "emulated") != 0 && strcmp(env, "none") != 0);
+    if (rt == NULL && auto_mode && cuda_why[0] != '\0') /* loom_info tried: CUDA's reason */
+        why_none = cuda_why;
 
-    char env_text[96];
-    snprintf(env_text, sizeof(env_text), "LOOM_DEVICE=%s", auto_mode ? "auto" : env);
     if (rt != NULL)
-        printf("# device runtime: %s (%s)\n", rt->name, env_text);
+        printf("# device runtime: %s (LOOM_DEVICE=%s)\n", rt->name, env && *env ? env : "auto");
     else if (strstr(why_none, "LOOM_DEVICE=") != NULL) /* the reason names the setting */
         printf("# device runtime: none: %s\n", why_none);
     else
-        printf("# device runtime: none (%s): %s%s\n", env_text, why_none,
-               auto_mode && cuda != NULL ? "; a process that has started CUDA gets cuda" : "");
+        printf("# device runtime: none (LOOM_DEVICE=%s): %s\n", env && *env ? env : "auto",
+               why_none);
     if (cuda == NULL)
         printf("# CUDA runtime: not available: %s\n", why[0] ? why : "no reason given");
     else
@@ -101,30 +126,27 @@ void loom_info_print_device(void)
                        : "available: device memory in host shared memory, streams as threads "
                          "(LOOM_DEVICE=emulated selects it)");
 
-    /* The runtime an application of this machine would have: the one found, or CUDA for an
-     * application that starts CUDA itself when LOOM_DEVICE leaves the choice to loom. */
-    const loom_devrt_t *app = rt != NULL ? rt : auto_mode ? cuda : NULL;
     char no_rt[320];
-    if (app == NULL)
-        snprintf(no_rt, sizeof(no_rt), "not available here: no device runtime (%s)",
-                 rt == NULL ? why_none : "none");
-    const int is_cuda = app != NULL && strcmp(app->name, "cuda") == 0;
+    snprintf(no_rt, sizeof(no_rt), "not available here: no device runtime (%s)", why_none);
+    const int is_cuda = rt != NULL && strcmp(rt->name, "cuda") == 0;
     /* ipc and staged order their work with flag words (stream memory operations). */
     char avail[320], memops[256] = "";
-    if (app != NULL && !app->memops_ok(memops, sizeof(memops)))
+    if (rt == NULL)
+        snprintf(avail, sizeof(avail), "%s", no_rt);
+    else if (!rt->memops_ok(memops, sizeof(memops)))
         snprintf(avail, sizeof(avail),
-                 "not available here: the %s runtime lacks stream memory operations (%s)",
-                 app->name, memops);
+                 "not available here: the %s runtime lacks stream memory operations (%s)", rt->name,
+                 memops);
     else
-        snprintf(avail, sizeof(avail), "available on the %s runtime", app ? app->name : "");
+        snprintf(avail, sizeof(avail), "available on the %s runtime", rt->name);
 
     printf("# device transports (tried in this order for each call):\n");
-    print_transport(loom_devtp_ipc.name, app ? avail : no_rt,
+    print_transport(loom_devtp_ipc.name, avail,
                     "a device runtime and every rank on one host (CUDA IPC between processes, "
                     "the same pointers between threads; the emulation's shared memory)");
     char nccl[640], lib[256];
     const int loadable = nccl_loadable(lib, sizeof(lib));
-    const char *no_cuda = app != NULL ? "the emulation has no NCCL" : why[0] ? why : why_none;
+    const char *no_cuda = rt != NULL ? "the emulation has no NCCL" : why[0] ? why : why_none;
     if (!is_cuda)
         snprintf(nccl, sizeof(nccl), "not available here: no CUDA runtime (%s); %s", no_cuda, lib);
     else if (!loadable)
@@ -134,7 +156,7 @@ void loom_info_print_device(void)
     print_transport(loom_devtp_nccl.name, nccl,
                     "the CUDA runtime, libnccl.so.2 loadable (LOOM_NCCL_LIBRARY names another) "
                     "and one GPU per rank");
-    print_transport(loom_devtp_staged.name, app ? avail : no_rt,
+    print_transport(loom_devtp_staged.name, avail,
                     "a device runtime only, any placement (device buffers copied through pinned "
                     "host memory, loom's host collectives between)");
 }
