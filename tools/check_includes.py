@@ -77,6 +77,7 @@ def check_src(idx):
 # Files outside src/ that measure library internals and may include these headers.
 INTERNAL_OK = {"bench/kernels_perf.c": ("kernels.h", "dtype.h"),
                "bench/q4_perf.c": ("q4.h", "kernels.h", "dtype.h"),
+               "bench/gpu_kernels_perf.c": ("dev_kernels.h", "dev_elem.h", "dtype.h"),
                "bench/moe_perf_routing.c": ("moe_gen.h", "moe_trace.h", "rng.h"),
                "bench/moe_perf_report.c": ("moe_gen.h",),
                "bench/moe_exchange.c": ("comm.h", "cost_model.h"),

@@ -469,10 +469,10 @@ extern "C" int loom_dk_cast(void *stream, void *dst, loomDataType_t ddt, const v
         return -1;
     if (ddt != sdt && (!cast_type_ok(ddt) || !cast_type_ok(sdt)))
         return -1;
-    if (dst == src && dk_size(ddt) != dk_size(sdt))
-        return -1;
     if (n == 0)
         return 0;
+    if (dst == src && dk_size(ddt) != dk_size(sdt))
+        return -1;
     if (dst == NULL || src == NULL)
         return -1;
     if (ddt == sdt)

@@ -252,11 +252,11 @@ int loom_dk_host_cast(void *dst, loomDataType_t ddt, const void *src, loomDataTy
         return -1;
     if (ddt != sdt && (!codec_dtype_ok(ddt) || !codec_dtype_ok(sdt)))
         return -1;
+    if (n == 0)
+        return 0;
     /* In place only element for element: the same address and size. */
     if (dst == src && dk_size(ddt) != dk_size(sdt))
         return -1;
-    if (n == 0)
-        return 0;
     if (dst == NULL || src == NULL)
         return -1;
     if (ddt == sdt) {
