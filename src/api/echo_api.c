@@ -6,6 +6,11 @@
  * state is used only under a reference taken from the registry of live states
  * (registry.h): loomEchoDestroy takes it out and drops the user's reference,
  * and the state is freed when the calls still holding it let go.
+ *
+ * A call on device buffers (or a device stream) goes through the device path's
+ * host-staged transport like a group does (src/device/transport): its buffers are
+ * copied to pinned host memory and the 4-bit codec then runs on the CPU, with the
+ * same bytes as for host buffers.
  */
 #include <stdlib.h>
 #include <string.h>

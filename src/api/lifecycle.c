@@ -21,14 +21,15 @@
 #include "dev_comm.h"
 #include "init.h"
 
-/* The flag stops host waits; the device path's release ends every wait its streams queued. */
+/* The flag stops host waits; the device path's release ends every wait its streams queued
+ * (under the lock, which a teardown takes before it frees the device state). */
 static void set_abort_flag(struct loomComm *c)
 {
     pthread_mutex_lock(&c->lock);
     __atomic_store_n(&c->abort_flag, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&c->cond);
-    pthread_mutex_unlock(&c->lock);
     loom_dev_comm_release(c);
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* Whether a reference other than the caller's is in use: held by a call in

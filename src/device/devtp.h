@@ -52,17 +52,17 @@ struct loomComm;
 
 /* What the transports see of a communicator's device state (dev_comm.c makes it). */
 typedef struct loom_dev_comm {
-    struct loomComm *comm;   /* the host communicator: open's exchanges run on it */
-    const loom_devrt_t *rt;  /* never NULL */
+    struct loomComm *comm;  /* the host communicator: open's exchanges run on it */
+    const loom_devrt_t *rt; /* never NULL */
     int rank, nranks;
     int local_rank, local_size; /* among the ranks of this host */
     int all_local;              /* every rank on this host */
     int device;                 /* this rank's current device at creation */
     int64_t timeout_ms;
-    volatile int *abort_flag;   /* the communicator's: set by abort and revoke */
-    void *tp_state[3];          /* each transport's, by its index in loom_devtps */
-    int tp_open[3];             /* open succeeded on every rank */
-    char tp_why[3][160];        /* why not, when it did not */
+    volatile int *abort_flag; /* the communicator's: set by abort and revoke */
+    void *tp_state[3];        /* each transport's, by its index in loom_devtps */
+    int tp_open[3];           /* open succeeded on every rank */
+    char tp_why[3][160];      /* why not, when it did not */
 } loom_dev_comm_t;
 
 typedef struct loom_devtp {

@@ -302,6 +302,7 @@ TEST_F(DevrtCuda, PointersAndCopiesBetweenEveryKind)
     EXPECT_NE(std::string(loom_last_error()).find("inside the allocation"), std::string::npos);
     EXPECT_EQ(rt->host_free(d1), loomInvalidArgument);
     EXPECT_EQ(rt->ipc_close(&on_stack), loomInvalidArgument);
+    EXPECT_EQ(rt->host_unmap(&on_stack), loomInvalidArgument);
     loom_dev_ipc_t h;
     EXPECT_EQ(rt->ipc_export(static_cast<char *>(d1) + 64, &h), loomInvalidArgument);
     EXPECT_EQ(rt->mem_free(nullptr), loomSuccess);

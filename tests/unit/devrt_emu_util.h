@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // devrt_emu_util.h - what the emulated device runtime's tests share: the table, a poll with a
-// deadline, a wrapper that frees the runtime's memory at the end of a scope, and the checks
-// of a forked child.
+// deadline, wrappers that free the runtime's memory at the end of a scope (releasing the flag
+// words in it first), and the checks of a forked child.
 #ifndef LOOM_TESTS_UNIT_DEVRT_EMU_UTIL_H
 #define LOOM_TESTS_UNIT_DEVRT_EMU_UTIL_H
 
@@ -87,6 +87,18 @@ struct DevBuf {
     template <typename T> T *as() const
     {
         return static_cast<T *>(p);
+    }
+};
+
+// Device memory holding flag words: at the end of the scope every word is set to the abort
+// value (LOOM_DEV_FLAG_ABORT) before the memory is freed, so a wait left queued by a failed
+// check ends instead of holding the free (which waits for queued work) forever.
+struct FlagBuf : DevBuf {
+    explicit FlagBuf(size_t n) : DevBuf(n) {}
+    ~FlagBuf()
+    {
+        for (size_t i = 0; p != nullptr && i < bytes / sizeof(uint32_t); i++)
+            StoreU32(as<uint32_t>() + i, 0x7fffffffu);
     }
 };
 

@@ -27,6 +27,7 @@ extern "C" {
 using loomtest::DevBuf;
 using loomtest::Drain;
 using loomtest::Emu;
+using loomtest::FlagBuf;
 using loomtest::LoadU32;
 using loomtest::StoreU32;
 using loomtest::WaitFor;
@@ -93,7 +94,8 @@ TEST(DevrtEmu, StreamRunsInIssueOrder)
 TEST(DevrtEmu, WaitHoldsLaterOperationsUntilAHostStore)
 {
     Stream st;
-    DevBuf flag(64), data(256);
+    FlagBuf flag(64);
+    DevBuf data(256);
     ASSERT_TRUE(flag.p && data.p);
     uint32_t *f = flag.as<uint32_t>();
     uint32_t *done = f + 1;
@@ -116,7 +118,8 @@ TEST(DevrtEmu, WaitHoldsLaterOperationsUntilAHostStore)
 TEST(DevrtEmu, WaitReleasedByAnotherStreamsWrite)
 {
     Stream waiter, writer;
-    DevBuf flag(64), a(1024), b(1024);
+    FlagBuf flag(64);
+    DevBuf a(1024), b(1024);
     ASSERT_TRUE(flag.p && a.p && b.p);
     uint32_t *f = flag.as<uint32_t>();
     std::vector<uint8_t> src(1024, 0x11), out(1024, 0);
@@ -134,7 +137,7 @@ TEST(DevrtEmu, WaitReleasedByAnotherStreamsWrite)
 TEST(DevrtEmu, AbortValueReleasesAWait)
 {
     Stream st;
-    DevBuf flag(64);
+    FlagBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
     ASSERT_EQ(Emu()->wait_u32(st.s, f, 3), loomSuccess);
@@ -156,7 +159,7 @@ TEST(DevrtEmu, WaitComparesCyclicallyAsCuda)
     // CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - v) >= 0. 0xffffffff is "below" 1, so a
     // protocol that used it as an abort value would hang on a GPU; it hangs here too.
     Stream st;
-    DevBuf flag(64);
+    FlagBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
     ASSERT_EQ(Emu()->wait_u32(st.s, f, 1), loomSuccess);
@@ -180,7 +183,8 @@ TEST(DevrtEmu, WriteMakesEarlierWorkVisible)
 {
     Stream st;
     const size_t n = 8 << 20;
-    DevBuf data(n), flag(64);
+    DevBuf data(n);
+    FlagBuf flag(64);
     ASSERT_TRUE(data.p && flag.p);
     std::vector<uint8_t> src(n, 0xc3);
     uint32_t *f = flag.as<uint32_t>();
@@ -198,7 +202,7 @@ TEST(DevrtEmu, WriteMakesEarlierWorkVisible)
 TEST(DevrtEmu, EventsMarkAPointOfTheStream)
 {
     Stream st;
-    DevBuf flag(64);
+    FlagBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
     loom_dev_event_t e = nullptr, never = nullptr;
@@ -245,7 +249,7 @@ TEST(DevrtEmu, DefaultStreamIsOneStreamOfTheProcess)
 TEST(DevrtEmu, BlockingStreamsFollowTheDefaultStream)
 {
     Stream st;
-    DevBuf flag(64);
+    FlagBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
     // The default stream waits; a later operation of a blocking stream waits behind it.
@@ -270,7 +274,15 @@ TEST(DevrtEmu, BlockingStreamsFollowTheDefaultStream)
     ASSERT_EQ(Emu()->wait_u32(st.s, f + 4, 1), loomSuccess);
     ASSERT_EQ(Emu()->write_u32(other.s, f + 5, 1), loomSuccess);
     EXPECT_TRUE(WaitFor([&] { return LoadU32(f + 5) == 1; }));
+    // The default stream waits for every blocking stream with earlier work, not the first only.
+    ASSERT_EQ(Emu()->wait_u32(other.s, f + 6, 1), loomSuccess);
+    ASSERT_EQ(Emu()->write_u32(nullptr, f + 7, 1), loomSuccess);
     StoreU32(f + 4, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(LoadU32(f + 7), 0u);
+    StoreU32(f + 6, 1);
+    ASSERT_TRUE(Drain(nullptr));
+    EXPECT_EQ(LoadU32(f + 7), 1u);
 }
 
 TEST(DevrtEmu, DestroyReturnsAtOnceAndTheQueueStillRuns)
@@ -280,7 +292,8 @@ TEST(DevrtEmu, DestroyReturnsAtOnceAndTheQueueStillRuns)
     const int before = loom_devrt_emu_live_streams();
     loom_dev_stream_t s = nullptr;
     ASSERT_EQ(Emu()->stream_create(&s), loomSuccess);
-    DevBuf flag(64), data(4096);
+    FlagBuf flag(64);
+    DevBuf data(4096);
     ASSERT_TRUE(flag.p && data.p);
     uint32_t *f = flag.as<uint32_t>();
     std::vector<uint8_t> src(4096, 0x77);
@@ -325,7 +338,7 @@ TEST(DevrtEmu, StreamMisuseIsRefused)
     EXPECT_EQ(Emu()->stream_create(nullptr), loomInvalidArgument);
     loom_dev_stream_t s = nullptr;
     ASSERT_EQ(Emu()->stream_create(&s), loomSuccess);
-    DevBuf flag(64);
+    FlagBuf flag(64);
     ASSERT_TRUE(flag.p);
     uint32_t *f = flag.as<uint32_t>();
     ASSERT_EQ(Emu()->wait_u32(s, f, 1), loomSuccess); // keeps the stream alive after destroy

@@ -305,7 +305,13 @@ static loomResult_t cuda_host_unmap(void *p)
         LOOM_WARN("CUDA: host_unmap(NULL)");
         return loomInvalidArgument;
     }
-    CUDA_TRY(cudaHostUnregister(p), "cudaHostUnregister");
+    cudaError_t e = cudaHostUnregister(p);
+    if (e == cudaErrorHostMemoryNotRegistered) {
+        (void)cudaGetLastError();
+        LOOM_WARN("CUDA: host_unmap(%p): not memory of host_map", p);
+        return loomInvalidArgument;
+    }
+    CUDA_TRY(e, "cudaHostUnregister");
     return loomSuccess;
 }
 

@@ -166,8 +166,8 @@ static int run_op(emu_op_t *op)
         memmove(op->dst, op->src, op->n);
         return 0;
     case EMU_OP_WRITE:
-        /* Everything the stream did before is visible before the flag. */
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        /* Everything the stream did before is visible to whoever sees the
+         * flag (a release; seq_cst is a full barrier on x86-64 too). */
         __atomic_store_n(op->addr, op->value, __ATOMIC_SEQ_CST);
         return 0;
     case EMU_OP_WAIT:
@@ -344,11 +344,19 @@ static loomResult_t resolve(loom_dev_stream_t s, const char *call, struct loom_d
 static loomResult_t default_deps(emu_qop_t *q)
 {
     pthread_mutex_lock(&list_mu);
-    int n = 0;
-    for (struct loom_dev_stream *u = live; u != NULL; u = u->next)
-        n += !u->is_default && __atomic_load_n(&u->done, __ATOMIC_ACQUIRE) <
-                                   __atomic_load_n(&u->issued, __ATOMIC_ACQUIRE);
-    if (n > 0 && (q->deps = malloc((size_t)n * sizeof(*q->deps))) == NULL) {
+    /* Room for every blocking stream, since which have work pending may change
+     * while this runs; nothing allocated when none has (the common case). */
+    int n = 0, pending = 0;
+    for (struct loom_dev_stream *u = live; u != NULL; u = u->next) {
+        n += !u->is_default;
+        pending += !u->is_default && __atomic_load_n(&u->done, __ATOMIC_ACQUIRE) <
+                                         __atomic_load_n(&u->issued, __ATOMIC_ACQUIRE);
+    }
+    if (pending == 0) {
+        pthread_mutex_unlock(&list_mu);
+        return loomSuccess;
+    }
+    if ((q->deps = malloc((size_t)n * sizeof(*q->deps))) == NULL) {
         pthread_mutex_unlock(&list_mu);
         LOOM_WARN("emulated device: no memory to order the default stream after %d streams", n);
         return loomSystemError;

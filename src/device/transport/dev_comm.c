@@ -76,7 +76,8 @@ static loomResult_t agree(struct loomComm *c, const agree_t *mine, agree_t *out)
                     continue;
                 out->ok[i] = 0;
                 all[r].why[i][LOOM_DEV_WHY_BYTES - 1] = '\0';
-                if (r == c->rank)
+                /* A transport's own agreement may have named the rank already. */
+                if (r == c->rank || strncmp(all[r].why[i], "rank ", 5) == 0)
                     snprintf(out->why[i], LOOM_DEV_WHY_BYTES, "%s", all[r].why[i]);
                 else
                     snprintf(out->why[i], LOOM_DEV_WHY_BYTES, "rank %d: %.*s", r,
@@ -91,6 +92,7 @@ static loomResult_t agree(struct loomComm *c, const agree_t *mine, agree_t *out)
 static void state_free(loom_dev_state_t *d)
 {
     pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->qlock);
     pthread_mutex_destroy(&d->start_lock);
     pthread_mutex_destroy(&d->evlock);
     pthread_cond_destroy(&d->work);
@@ -106,6 +108,7 @@ static loom_dev_state_t *state_new(struct loomComm *c, const loom_devrt_t *rt)
     if (d == NULL)
         return NULL;
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->qlock, NULL);
     pthread_mutex_init(&d->start_lock, NULL);
     pthread_mutex_init(&d->evlock, NULL);
     pthread_cond_init(&d->work, NULL);
@@ -231,33 +234,41 @@ loomResult_t loom_dev_comm_create(struct loomComm *c)
 
 // ---- failure and release ------------------------------------------------------
 
-/* Every open transport's release, and the gates of the live calls. */
+void loom_dev_call_abort_words(loom_dev_call_t *c)
+{
+    if (c->fl.host == NULL)
+        return;
+    if (c->mode == LOOM_DEV_GATED)
+        loom_dev_flag_store(&c->fl, LOOM_DEV_F_GATE, LOOM_DEV_FLAG_ABORT);
+    if (c->tp == LOOM_DEVTP_STAGED)
+        loom_dev_flag_store(&c->fl, LOOM_DEV_F_DONE, LOOM_DEV_FLAG_ABORT);
+    loom_dev_flag_store(&c->fl, LOOM_DEV_F_FREED, LOOM_DEV_FLAG_ABORT);
+}
+
+/* Every open transport's release, and every word of the live calls a wait may be on (the
+ * staged transport's release covers its own calls' words as well). */
 static void release_all(loom_dev_state_t *d)
 {
     for (int i = 0; i < LOOM_DEVTP_NUM; i++)
         if (d->dc.tp_open[i])
             d->tps[i]->release(&d->dc, d->dc.tp_state[i]);
-    pthread_mutex_lock(&d->lock);
-    for (loom_dev_call_t *c = d->live_head; c != NULL; c = c->live_next) {
-        if (c->mode == LOOM_DEV_GATED)
-            loom_dev_flag_store(&c->fl, LOOM_DEV_F_GATE, LOOM_DEV_FLAG_ABORT);
-        if (c->tp != LOOM_DEVTP_STAGED && c->fl.host != NULL) /* the order of direct calls */
-            loom_dev_flag_store(&c->fl, LOOM_DEV_F_FREED, LOOM_DEV_FLAG_ABORT);
-    }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
+    for (loom_dev_call_t *c = d->live_head; c != NULL; c = c->live_next)
+        loom_dev_call_abort_words(c);
+    pthread_mutex_unlock(&d->qlock);
 }
 
 /* Marks d failed; 1 if this call did (the first reason is kept). */
 static int mark_failed(loom_dev_state_t *d, loomResult_t res, const char *msg)
 {
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     const int first = !d->failed;
     if (first) {
         d->fail_res = res;
         snprintf(d->fail_msg, sizeof(d->fail_msg), "%s", msg);
         __atomic_store_n(&d->failed, 1, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     return first;
 }
 
@@ -270,7 +281,7 @@ void loom_dev_fail(loom_dev_state_t *d, loomResult_t res, const char *msg)
 
 void loom_dev_comm_release(struct loomComm *c)
 {
-    loom_dev_state_t *d = __atomic_load_n(&c->dev, __ATOMIC_ACQUIRE);
+    loom_dev_state_t *d = c->dev; /* c->lock held: the teardown cannot free it meanwhile */
     if (d == NULL)
         return;
     char msg[160];
@@ -304,9 +315,9 @@ static int drain(loom_dev_state_t *d, int64_t ms)
     const uint64_t until = loom_now_ns() + (uint64_t)ms * 1000000ull;
     unsigned step = 0;
     for (;;) {
-        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->qlock);
         const int empty = d->live_head == NULL;
-        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_unlock(&d->qlock);
         if (empty)
             return 1;
         if (loom_now_ns() > until)
@@ -320,12 +331,15 @@ void loom_dev_comm_destroy(struct loomComm *c)
     loom_dev_state_t *d = c->dev;
     if (d == NULL)
         return;
-    if (d->threads && !drain(d, d->dc.timeout_ms)) {
+    /* An abort released every wait already: what does not pass soon is held by other work of
+     * its stream, which an abort does not wait for. */
+    const int64_t bound = loom_dev_aborted(d) ? 2000 : d->dc.timeout_ms;
+    if (d->threads && !drain(d, bound)) {
         char msg[256];
         snprintf(msg, sizeof(msg),
-                 "rank %d: communicator %s: device calls still queued at its destroy did not "
+                 "rank %d: communicator %s: device calls still queued at its teardown did not "
                  "complete within %lld ms",
-                 c->rank, c->name, (long long)d->dc.timeout_ms);
+                 c->rank, c->name, (long long)bound);
         loom_dev_fail(d, loomTimeout, msg);
         if (!drain(d, 2000)) {
             LOOM_WARN("rank %d: communicator %s: a device stream never passed its released "
@@ -346,7 +360,9 @@ void loom_dev_comm_destroy(struct loomComm *c)
         if (d->own_made)
             (void)d->rt->stream_destroy(d->own);
     }
+    pthread_mutex_lock(&c->lock); /* an abort's release holds it while it uses d */
     c->dev = NULL;
+    pthread_mutex_unlock(&c->lock);
     state_free(d);
 }
 

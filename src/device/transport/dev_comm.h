@@ -43,13 +43,14 @@ typedef struct loom_dev_wrap loom_dev_wrap_t;   /* what a wrapping loom stream h
  * LOOM_DEVICE_TRANSPORTS restricts the transports tried. Every rank returns
  * alike: a failure here (a peer gone) fails the creation. */
 loomResult_t loom_dev_comm_create(struct loomComm *c);
-/* The abort or revoke of c (any thread, any time): every transport's
- * release(), so that no queued wait of c's blocks any more; later device
- * calls fail. */
+/* The abort or revoke of c (any thread, any time, c->lock held): every
+ * transport's release(), so that no queued wait of c's blocks any more;
+ * later device calls fail. */
 void loom_dev_comm_release(struct loomComm *c);
 /* The teardown: after every task of c let go of it, before its point-to-point
  * layer goes. Waits (bounded by the timeout, then released) for c's queued
- * device work, stops its threads and closes the transports. */
+ * device work, stops its threads and closes the transports; an abort
+ * meanwhile still releases it (the state goes under c->lock). */
 void loom_dev_comm_destroy(struct loomComm *c);
 
 /* ---- which tasks are device tasks (dev_issue.c) -------------------------- */

@@ -76,8 +76,7 @@ loomResult_t loom_dev_flags_get(const loom_devrt_t *rt, loom_dev_flags_t *f)
         f->dev = b->dev;
         f->host = (uint32_t *)(void *)b;
         for (int w = 0; w < LOOM_DEV_FLAG_WORDS; w++)
-            __atomic_store_n(&f->host[w], 0u, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            __atomic_store_n(&f->host[w], 0u, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&pool_lock);
     return res;

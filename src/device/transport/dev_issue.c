@@ -139,15 +139,16 @@ loomResult_t loom_dev_own_stream(loom_dev_state_t *d, loom_dev_stream_t *s)
 
 // ---- naming -------------------------------------------------------------------
 
-/* "AllReduce", "Echo", "Send/Recv group of 4": what the call is, for messages. */
+/* "allreduce", "echo", "group of 4 operations": what the call is, for messages (the
+ * collectives by loom_coll_name, as loom's other traces name them). */
 static void task_kind(const loom_task_t *t, char *buf, size_t len)
 {
     if (t->nops == 1 && t->ops[0].kind == LOOM_OP_COLL)
         snprintf(buf, len, "%s", loom_coll_name(t->ops[0].coll.kind));
     else if (t->nops == 1 && t->ops[0].kind == LOOM_OP_ECHO)
-        snprintf(buf, len, "EchoAllReduce");
+        snprintf(buf, len, "echo");
     else if (t->nops == 1)
-        snprintf(buf, len, "%s", t->ops[0].kind == LOOM_OP_SEND ? "Send" : "Recv");
+        snprintf(buf, len, "%s", t->ops[0].kind == LOOM_OP_SEND ? "send" : "recv");
     else
         snprintf(buf, len, "group of %d operations", t->nops);
 }
@@ -187,12 +188,12 @@ static const char *mode_name(loom_dev_mode_t m)
 /* Why a call is refused once the device path failed. */
 static loomResult_t refused(loom_dev_state_t *d, const char *kind)
 {
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     const loomResult_t res = d->fail_res != loomSuccess ? d->fail_res : loomRemoteError;
     LOOM_WARN("rank %d: %s on communicator %s refused: the communicator's device path "
               "failed earlier: %s",
               d->dc.rank, kind, d->comm->name, d->fail_msg);
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     return res;
 }
 
@@ -289,6 +290,8 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     }
     char kind[48], why[3 * LOOM_DEV_WHY_BYTES] = "";
     task_kind(&c->task, kind, sizeof(kind));
+    /* Now: once queued, the proxy may let go of the operations at any time. */
+    const size_t bytes = d->trace ? task_bytes(&c->task, d->dc.nranks) : 0;
     loomResult_t res = issue_prepare(d, c, mode, ds, why, sizeof(why), kind);
     if (res != loomSuccess)
         goto fail;
@@ -317,6 +320,7 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     c->phase = LOOM_DEV_PH_QUEUED;
     c->phase_ns = loom_now_ns();
     __atomic_add_fetch(&c->refs, c->ev != NULL ? 2 : 1, __ATOMIC_ACQ_REL); /* proxy, watchdog */
+    pthread_mutex_lock(&d->qlock);
     if (d->fifo_tail)
         d->fifo_tail->fifo_next = c;
     else
@@ -329,8 +333,12 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
             d->live_head = c;
         d->live_tail = c;
     }
+    /* A release that ran while this call was queued did not see it in the live list. */
+    if (loom_dev_failed(d))
+        loom_dev_call_abort_words(c);
     pthread_cond_signal(&d->work);
     pthread_cond_signal(&d->wd);
+    pthread_mutex_unlock(&d->qlock);
     pthread_mutex_unlock(&d->lock);
     if (qres != loomSuccess) {
         char msg[512];
@@ -341,7 +349,7 @@ loomResult_t loom_dev_issue(loom_dev_state_t *d, loom_task_t *t, loom_dev_mode_t
     }
     if (d->trace)
         LOOM_INFO(LOOM_LOG_COLL | LOOM_LOG_DEVICE, "device %s: %zu bytes on %s, transport %s",
-                  c->name, task_bytes(&c->task, d->dc.nranks), mode_name(mode), why);
+                  c->name, bytes, mode_name(mode), why);
     *call_p = c;
     return loomSuccess;
 fail:

@@ -51,17 +51,17 @@ static void *proxy_main(void *arg)
 {
     loom_dev_state_t *d = arg;
     loom_debug_set_rank(d->dc.rank);
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     for (;;) {
         while (d->fifo_head == NULL && !d->stop)
-            pthread_cond_wait(&d->work, &d->lock);
+            pthread_cond_wait(&d->work, &d->qlock);
         loom_dev_call_t *c = d->fifo_head;
         if (c == NULL)
             break;
         d->fifo_head = c->fifo_next;
         if (d->fifo_head == NULL)
             d->fifo_tail = NULL;
-        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_unlock(&d->qlock);
         if (c->tp == LOOM_DEVTP_STAGED) {
             loom_staged_proxy(d, c);
         } else {
@@ -71,15 +71,15 @@ static void *proxy_main(void *arg)
         loom_task_release(&c->task); /* the operations and the communicator */
         c->task_gone = 1;
         loom_dev_call_release(c);
-        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->qlock);
     }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     return NULL;
 }
 
 // ---- the watchdog ---------------------------------------------------------------
 
-/* Sleeps up to us microseconds on d->wd (d->lock held), woken by an issue or the stop. */
+/* Sleeps up to us microseconds on d->wd (d->qlock held), woken by an issue or the stop. */
 static void nap(loom_dev_state_t *d, unsigned us)
 {
     struct timespec until;
@@ -89,7 +89,7 @@ static void nap(loom_dev_state_t *d, unsigned us)
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&d->wd, &d->lock, &until);
+    pthread_cond_timedwait(&d->wd, &d->qlock, &until);
 }
 
 typedef struct {
@@ -99,7 +99,7 @@ typedef struct {
     char dev_name[64];
 } sweep_t;
 
-/* One look at the live calls (d->lock held). */
+/* One look at the live calls (d->qlock held). */
 static void sweep(loom_dev_state_t *d, sweep_t *w)
 {
     loom_dev_call_t *prev = NULL, *c = d->live_head;
@@ -145,16 +145,16 @@ static void *watchdog_main(void *arg)
     loom_dev_state_t *d = arg;
     loom_debug_set_rank(d->dc.rank);
     unsigned us = NAP_MIN_US;
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     while (!d->stop) {
         if (d->live_head == NULL) {
-            pthread_cond_wait(&d->wd, &d->lock);
+            pthread_cond_wait(&d->wd, &d->qlock);
             us = NAP_MIN_US;
             continue;
         }
         sweep_t w = {.done = NULL, .late = NULL, .dev_err = loomSuccess};
         sweep(d, &w);
-        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_unlock(&d->qlock);
         us = w.done != NULL ? NAP_MIN_US : (us * 2 > NAP_MAX_US ? NAP_MAX_US : us * 2);
         while (w.done != NULL) {
             loom_dev_call_t *c = w.done;
@@ -182,11 +182,11 @@ static void *watchdog_main(void *arg)
                 loom_dev_wrap_note_error(w.late->wrap, loomTimeout, msg);
             loom_dev_call_release(w.late);
         }
-        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->qlock);
         if (!d->stop)
             nap(d, us);
     }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     return NULL;
 }
 
@@ -201,10 +201,10 @@ loomResult_t loom_dev_threads_start(loom_dev_state_t *d)
     if (!d->threads) {
         int err = pthread_create(&d->proxy, NULL, proxy_main, d);
         if (err == 0 && (err = pthread_create(&d->watchdog, NULL, watchdog_main, d)) != 0) {
-            pthread_mutex_lock(&d->lock);
+            pthread_mutex_lock(&d->qlock);
             d->stop = 1;
             pthread_cond_broadcast(&d->work);
-            pthread_mutex_unlock(&d->lock);
+            pthread_mutex_unlock(&d->qlock);
             pthread_join(d->proxy, NULL);
             d->stop = 0;
         }
@@ -224,11 +224,11 @@ void loom_dev_threads_stop(loom_dev_state_t *d)
 {
     if (!d->threads)
         return;
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     d->stop = 1;
     pthread_cond_broadcast(&d->work);
     pthread_cond_broadcast(&d->wd);
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
     pthread_join(d->proxy, NULL);
     pthread_join(d->watchdog, NULL);
     d->threads = 0;
@@ -279,12 +279,12 @@ loomResult_t loom_dev_poll_complete(loom_dev_state_t *d, loom_dev_call_t *c)
         return loomRemoteError;
     }
     if (loom_dev_failed(d) || q == loomInProgress) {
-        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->qlock);
         loomResult_t res = d->fail_res != loomSuccess ? d->fail_res : loomTimeout;
         loom_set_last_error("rank %d: %s on communicator %s: %s", d->dc.rank, c->name,
                             d->comm->name,
                             d->fail_msg[0] ? d->fail_msg : "did not complete within the timeout");
-        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_unlock(&d->qlock);
         return res;
     }
     return loomSuccess;

@@ -76,7 +76,13 @@ struct loom_dev_state {
     const loom_devtp_t *tps[LOOM_DEVTP_NUM]; /* NULL: not in this build */
     struct loomComm *comm;
     const loom_devrt_t *rt;
-    pthread_mutex_t lock;       /* issue order, the proxy's queue, the live list */
+    /* lock: the issue order (tickets, staging slots, the order of direct calls), held across
+     * the queueing of a call's device work, which a full device queue may block. qlock: the
+     * proxy's queue, the live list, the failure and the threads' stop, held briefly (the
+     * watchdog's event queries at most), so that a release, the proxy and the watchdog never
+     * wait for an issue blocked on its stream. Order: c->lock, lock, qlock. */
+    pthread_mutex_t lock;
+    pthread_mutex_t qlock;
     pthread_mutex_t start_lock; /* the threads' start */
     pthread_mutex_t evlock;     /* the spare events and the graveyard */
     pthread_cond_t work;        /* the proxy sleeps here while its queue is empty */
@@ -88,9 +94,9 @@ struct loom_dev_state {
     loom_dev_call_t *live_head, *live_tail; /* issued, not yet seen complete, in issue order */
     int threads;                            /* the proxy and watchdog run */
     pthread_t proxy, watchdog;
-    int stop;              /* the threads leave (under lock) */
+    int stop;              /* the threads leave (under qlock) */
     int failed;            /* released: calls are refused, the proxy skips (atomic) */
-    loomResult_t fail_res; /* why (under lock) */
+    loomResult_t fail_res; /* why (under qlock) */
     char fail_msg[256];
     uint64_t last_done_ns; /* the watchdog's last completion (its clock for the oldest call) */
     loom_dev_call_t *last_direct;         /* the last call of another transport than staged (a
@@ -111,6 +117,9 @@ void loom_dev_fail(loom_dev_state_t *d, loomResult_t res, const char *msg);
 /* The transport for a call (index into tps), and why it and not another, for
  * the trace; -1 with why when none runs it. */
 int loom_dev_choose(loom_dev_state_t *d, const loom_task_t *t, char *why, size_t why_len);
+/* Stores LOOM_DEV_FLAG_ABORT in every word of the call a wait of its stream may
+ * be on (gate, done, freed), so that its stream passes the call. */
+void loom_dev_call_abort_words(loom_dev_call_t *c);
 /* Pinned staging no longer used for new calls: freed by the teardown once
  * every call completed (a free of pinned memory waits for every stream). */
 void loom_dev_grave(loom_dev_state_t *d, void *pinned);

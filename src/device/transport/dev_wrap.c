@@ -42,6 +42,9 @@ struct loom_dev_wrap {
     char msg[512];
     loomResult_t fn_error; /* the first failure since the last host function */
     char fn_msg[512];
+    pthread_mutex_t elock;  /* the two failures: apart from lock, which is held across runtime
+                               calls that a full device queue may block, so that the proxy that
+                               reports a failure never waits for them */
     pthread_cond_t cond;    /* the helper sleeps here */
     host_fn_t *head, *tail; /* queued, not run */
     host_fn_t *ran;         /* run, their flags in use until their event passes */
@@ -65,6 +68,7 @@ loomResult_t loom_dev_wrap_create(void *dev_stream, loom_dev_wrap_t **w_p)
     w->rt = rt;
     w->ds = dev_stream;
     pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->elock, NULL);
     pthread_cond_init(&w->cond, NULL);
     *w_p = w;
     return loomSuccess;
@@ -87,7 +91,7 @@ loomResult_t loom_dev_wrap_mark(loom_dev_wrap_t *w)
 
 void loom_dev_wrap_note_error(loom_dev_wrap_t *w, loomResult_t res, const char *msg)
 {
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->elock);
     if (w->error == loomSuccess) {
         w->error = res;
         snprintf(w->msg, sizeof(w->msg), "%s", msg);
@@ -96,7 +100,7 @@ void loom_dev_wrap_note_error(loom_dev_wrap_t *w, loomResult_t res, const char *
         w->fn_error = res;
         snprintf(w->fn_msg, sizeof(w->fn_msg), "%s", msg);
     }
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->elock);
 }
 
 /* Waits for the last mark; the stream's error if it failed. */
@@ -119,7 +123,7 @@ static loomResult_t wait_last(loom_dev_wrap_t *w)
 /* The failure kept since the last synchronize, handed to the caller's last error. */
 static loomResult_t take_error(loom_dev_wrap_t *w, loomResult_t q, int clear)
 {
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->elock);
     loomResult_t res = w->error;
     if (res != loomSuccess) {
         loom_set_last_error("%s", w->msg);
@@ -128,7 +132,7 @@ static loomResult_t take_error(loom_dev_wrap_t *w, loomResult_t q, int clear)
     } else if (q != loomSuccess && q != loomInProgress) {
         res = q; /* the runtime set the last error */
     }
-    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->elock);
     return res;
 }
 
@@ -199,12 +203,12 @@ static void *helper_main(void *arg)
         unsigned step = 0;
         while (loom_dev_flag_load(&h->fl, LOOM_DEV_F_READY) == 0)
             loom_dev_backoff(&step);
-        pthread_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->elock);
         const loomResult_t status = w->fn_error;
         if (status != loomSuccess)
             loom_set_last_error("%s", w->fn_msg);
         w->fn_error = loomSuccess;
-        pthread_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->elock);
         h->fn(h->arg, status);
         loom_clear_last_error();
         loom_dev_flag_store(&h->fl, LOOM_DEV_F_DONE, 1);
@@ -298,6 +302,7 @@ void loom_dev_wrap_free(loom_dev_wrap_t *w)
     if (w->last != NULL)
         (void)w->rt->event_destroy(w->last);
     pthread_mutex_destroy(&w->lock);
+    pthread_mutex_destroy(&w->elock);
     pthread_cond_destroy(&w->cond);
     free(w);
 }

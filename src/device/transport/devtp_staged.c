@@ -191,10 +191,10 @@ void loom_staged_proxy(loom_dev_state_t *d, loom_dev_call_t *call)
     } else {
         /* The device path failed (a timeout, a device error): the call is not run, but its
          * turn passes so that the communicator's later work is not held up. */
-        pthread_mutex_lock(&d->lock);
+        pthread_mutex_lock(&d->qlock);
         res = d->fail_res;
         loom_set_last_error("%s: not run: %s", call->name, d->fail_msg);
-        pthread_mutex_unlock(&d->lock);
+        pthread_mutex_unlock(&d->qlock);
         loom_task_skip(&call->task);
     }
     call->result = res;
@@ -213,26 +213,27 @@ void loom_staged_proxy(loom_dev_state_t *d, loom_dev_call_t *call)
 
 void loom_staged_release_calls(loom_dev_state_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    pthread_mutex_lock(&d->qlock);
     for (loom_dev_call_t *c = d->live_head; c != NULL; c = c->live_next) {
         if (c->tp != LOOM_DEVTP_STAGED || c->fl.host == NULL)
             continue;
         loom_dev_flag_store(&c->fl, LOOM_DEV_F_DONE, LOOM_DEV_FLAG_ABORT);
         loom_dev_flag_store(&c->fl, LOOM_DEV_F_FREED, LOOM_DEV_FLAG_ABORT);
     }
-    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->qlock);
 }
 
 // ---- the table --------------------------------------------------------------
 
 static loomResult_t staged_open(loom_dev_comm_t *dc, void **state, char *why, size_t why_len)
 {
+    if (!dc->rt->memops_ok(why, why_len))
+        return loomUnhandledDeviceError; /* the stream cannot meet the proxy on flag words */
     staged_state_t *st = calloc(1, sizeof(*st));
     if (st == NULL) {
         snprintf(why, why_len, "out of memory");
         return loomSystemError;
     }
-    (void)dc;
     *state = st;
     return loomSuccess;
 }
