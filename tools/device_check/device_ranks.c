@@ -37,6 +37,12 @@
 
 static int g_emulated; /* LOOM_DEVICE=emulated: device memory is host memory */
 
+/* The device every rank uses, for the verdict line. */
+static const char *where(void)
+{
+    return g_emulated ? "the emulated device" : "GPU 0";
+}
+
 int dr_copy(const dr_rank_t *r, void *dst, const void *src, size_t n, int to_device, char *why,
             size_t why_len)
 {
@@ -187,12 +193,12 @@ static int run_threads(int n, size_t count)
             printf("device_ranks: rank %d of %d (threads): %s\n", i, n, args[i].r.first);
     }
     if (failed)
-        printf("FAIL %d ranks as threads on GPU 0: %d of %d cases failed; first: %s\n", n, failed,
-               cases + failed, args[0].r.failed ? args[0].r.first : "see the ranks' lines");
+        printf("FAIL %d ranks as threads on %s: %d of %d cases failed; first: %s\n", n, where(),
+               failed, cases + failed, args[0].r.failed ? args[0].r.first : "see the ranks' lines");
     else
-        printf("PASS %d ranks as threads on GPU 0: %d cases on device buffers equal to host "
+        printf("PASS %d ranks as threads on %s: %d cases on device buffers equal to host "
                "buffers and across ranks\n",
-               n, cases);
+               n, where(), cases);
     free(args);
     free(tids);
     return failed ? EXIT_WRONG : 0;
@@ -220,11 +226,11 @@ static int run_process(size_t count)
     if (rc >= 0 && loomAllReduce(t, t, 2, loomInt64, loomSum, r.comm, NULL) != loomSuccess)
         t[1] += 1;
     if (r.rank == 0 && t[1] == 0)
-        printf("PASS %d ranks as processes on GPU 0: %lld cases on device buffers equal to host "
+        printf("PASS %d ranks as processes on %s: %lld cases on device buffers equal to host "
                "buffers and across ranks\n",
-               r.nranks, (long long)t[0]);
+               r.nranks, where(), (long long)t[0]);
     else if (r.rank == 0 || r.failed)
-        printf("FAIL %d ranks as processes on GPU 0: %lld case(s) failed%s%s\n", r.nranks,
+        printf("FAIL %d ranks as processes on %s: %lld case(s) failed%s%s\n", r.nranks, where(),
                (long long)t[1], r.failed ? "; first: " : "", r.failed ? r.first : "");
     loomCommDestroy(r.comm);
     return t[1] ? EXIT_WRONG : 0;
