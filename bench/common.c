@@ -8,9 +8,12 @@
  * It knows no collective: bench/<coll>.c supplies a bench_coll_t and calls
  * bench_main(). Flags are parsed in options.c; verifiable inputs and reference
  * results live in verifiable.c; the communicator comes from launch.c and the
- * JSON values are written by json.c. Only include/loom.h is used.
+ * JSON values are written by json.c; device buffers (-G 1) are device.c's, the V
+ * collectives' count arrays counts.c's.
+ * Only include/loom.h of libloom is used.
  */
 #include "common.h"
+#include "device.h"
 #include "options.h"
 
 #include <math.h>
@@ -36,7 +39,8 @@ static struct {
     loomComm_t comm;
     loomStream_t stream; /* NULL with -z 1 */
     int rank, nranks;
-    char *send_alloc, *recv_alloc, *expected;
+    bench_bufs_t bufs; /* send and receive buffers: host memory, or device memory with -G 1 */
+    char *expected;
     FILE *json;
     int json_rows;         /* records written to "results" */
     int json_results_open; /* "results":[ written */
@@ -189,6 +193,25 @@ static void *alloc_buf(size_t bytes)
     return p;
 }
 
+/* Device buffers (-G 1): the runtime is started before the communicator exists, so that
+ * loom finds it when the communicator is created. */
+static bench_dev_kind_t g_dev_kind;
+static const char *g_dev_why; /* why CUDA did not start, or NULL */
+
+static void start_device(void)
+{
+    if (g_opt.device)
+        g_dev_kind = bench_dev_start(&g_dev_why);
+}
+
+static void alloc_buffers(size_t bytes)
+{
+    loomResult_t res = bench_bufs_alloc(&g.bufs, bytes, g_opt.device);
+    if (res != loomSuccess)
+        fail_loom(res, "loomMemAlloc of the -G 1 buffers", __FILE__, __LINE__,
+                  g_dev_why ? g_dev_why : bench_dev_error());
+}
+
 // ---- Header and table ---------------------------------------------------------
 
 static void print_header(int version)
@@ -196,10 +219,14 @@ static void print_header(int version)
     typedef struct {
         int32_t pid;
         char host[BENCH_HOST_LEN];
-        int32_t pad;
+        int32_t device; /* -G 1: the device's ordinal, bus id and name */
+        char bus[24];
+        char name[BENCH_HOST_LEN];
     } rank_info_t;
     rank_info_t mine = {.pid = (int32_t)getpid()};
     memcpy(mine.host, g.host, sizeof(mine.host)); /* same size; g.host ends in NUL */
+    if (g_opt.device)
+        bench_dev_describe(&mine.device, mine.bus, sizeof(mine.bus), mine.name, sizeof(mine.name));
     rank_info_t *all = calloc((size_t)g.nranks, sizeof(*all));
     if (!all)
         bench_die(NULL, "out of memory");
@@ -220,6 +247,10 @@ static void print_header(int version)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     else if (g_opt.blocking == 2)
         printf("# Blocking Enabled: wait for completion of each collective, no barrier\n");
+    if (g_opt.device)
+        printf("# Device buffers: loomMemAlloc (%s runtime)%s\n", bench_dev_kind_name(g_dev_kind),
+               g_opt.blocking ? ""
+                              : ", calls queued on a device stream (loomStreamCreateFromCuda)");
     printf("#\n# Using devices\n");
     if (g.json) {
         fprintf(g.json, "\"config\":{\"nthreads\":1,\"ngpus\":1,\"nranks\":%d,", g.nranks);
@@ -236,14 +267,20 @@ static void print_header(int version)
         int local = 0; /* device = local rank: ranks before r on the same host */
         for (int q = 0; q < r; q++)
             local += !strcmp(all[q].host, all[r].host);
-        printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host\n", r, 0,
-               (int)all[r].pid, all[r].host, local);
+        const int dev = g_opt.device ? all[r].device : local;
+        const char *bus = g_opt.device ? all[r].bus : "cpu";
+        const char *info = g_opt.device ? all[r].name : "host";
+        printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r, 0, (int)all[r].pid,
+               all[r].host, dev, bus, info);
         if (g.json) {
             fprintf(g.json, "%s{\"rank\":%d,\"group\":0,\"pid\":%d,\"hostname\":", r ? "," : "", r,
                     (int)all[r].pid);
             bench_json_str(g.json, all[r].host);
-            fprintf(g.json, ",\"device\":%d,\"device_hex\":\"cpu\",\"device_info\":\"host\"}",
-                    local);
+            fprintf(g.json, ",\"device\":%d,\"device_hex\":", dev);
+            bench_json_str(g.json, bus);
+            fprintf(g.json, ",\"device_info\":");
+            bench_json_str(g.json, info);
+            fprintf(g.json, "}");
         }
     }
     if (g.json) {
@@ -340,8 +377,8 @@ static void op_buffers(const bench_ctx_t *ctx, int in_place, int iter, char **se
     size_t steps = total ? g_opt.max_bytes / total : 1;
     size_t shift = total * ((size_t)iter % (steps ? steps : 1));
     size_t unalign = (size_t)g_opt.unalign * ctx->elt_size;
-    char *send = g.send_alloc + unalign + shift;
-    char *recv = g.recv_alloc + unalign + shift;
+    char *send = g.bufs.send + unalign + shift;
+    char *recv = g.bufs.recv + unalign + shift;
     size_t rank = (size_t)ctx->rank;
     size_t send_at = ctx->counts.send_inplace_off * rank,
            recv_at = ctx->counts.recv_inplace_off * rank;
@@ -375,15 +412,19 @@ static void complete_ops(void)
         BENCH_CHECK(loomStreamSynchronize(g.stream));
 }
 
-/* Writes fresh inputs for operation 0 and poisons its receive buffer. */
+/* Writes fresh inputs for operation 0 and poisons its receive buffer (in the host
+ * mirrors, copied to the device with -G 1). */
 static void prepare_data(bench_ctx_t *ctx, int in_place, uint64_t seed)
 {
     char *send, *recv;
     ctx->seed = seed;
     op_buffers(ctx, in_place, 0, &send, &recv);
-    char *base = g.recv_alloc + (size_t)g_opt.unalign * ctx->elt_size;
-    memset(base, 0xA5, total_bytes(ctx));
-    g.coll->init_data(ctx, send);
+    char *base = g.bufs.recv + (size_t)g_opt.unalign * ctx->elt_size;
+    memset(bench_bufs_host(&g.bufs, base), 0xA5, total_bytes(ctx));
+    g.coll->init_data(ctx, bench_bufs_host(&g.bufs, send));
+    BENCH_CHECK_HINT(bench_bufs_put(&g.bufs, base, total_bytes(ctx)), bench_dev_error());
+    BENCH_CHECK_HINT(bench_bufs_put(&g.bufs, send, ctx->counts.send_count * ctx->elt_size),
+                     bench_dev_error());
 }
 
 /* Runs one checked operation; returns the number of wrong elements on all ranks. */
@@ -395,6 +436,8 @@ static int64_t check_data(bench_ctx_t *ctx, int in_place, uint64_t seed)
     complete_ops();
     op_buffers(ctx, in_place, 0, &send, &recv);
     size_t n = g.coll->expected(ctx, g.expected);
+    BENCH_CHECK_HINT(bench_bufs_get(&g.bufs, recv, n * ctx->elt_size), bench_dev_error());
+    recv = bench_bufs_host(&g.bufs, recv);
     int64_t wrong = 0;
     if (g.coll->lossy_bound > 0) {
         double sq[2] = {0, 0}; /* squared error, squared exact value */
@@ -617,15 +660,17 @@ int bench_main(int argc, char **argv, const bench_coll_t *coll)
 
     int version = 0;
     BENCH_CHECK(loomGetVersion(&version));
+    start_device();
     init_comm();
     if (g_opt.root >= g.nranks && (coll->flags & BENCH_ROOTED))
         bench_die("-r takes a rank below the rank count, or all", "root %d is not a rank of %d",
                   g_opt.root, g.nranks);
-    if (!g_opt.blocking)
-        BENCH_CHECK(loomStreamCreate(&g.stream));
     size_t bytes = g_opt.max_bytes + (size_t)g_opt.unalign * BENCH_PAD_BYTES;
-    g.send_alloc = alloc_buf(bytes);
-    g.recv_alloc = alloc_buf(bytes);
+    alloc_buffers(bytes);
+    if (!g_opt.blocking && g_opt.device)
+        BENCH_CHECK_HINT(bench_dev_stream_create(&g.stream), bench_dev_error());
+    else if (!g_opt.blocking)
+        BENCH_CHECK(loomStreamCreate(&g.stream));
     g.expected = alloc_buf(g_opt.max_bytes);
     open_json(argc, argv, version);
     print_header(version);
@@ -660,65 +705,13 @@ int bench_main(int argc, char **argv, const bench_coll_t *coll)
     /* Launchers stop every rank when one exits non-zero: let rank 0 finish printing first. */
     BENCH_CHECK(loomBarrier(g.comm, NULL));
     wd_disarm();
-    if (g.stream)
+    if (g.stream && g_opt.device)
+        BENCH_CHECK_HINT(bench_dev_stream_destroy(g.stream), bench_dev_error());
+    else if (g.stream)
         BENCH_CHECK(loomStreamDestroy(g.stream));
     BENCH_CHECK(loomCommDestroy(g.comm));
     g.comm = NULL;
-    free(g.send_alloc);
-    free(g.recv_alloc);
+    BENCH_CHECK_HINT(bench_bufs_free(&g.bufs), bench_dev_error());
     free(g.expected);
     return errors ? EXIT_FAILURE : EXIT_SUCCESS;
-}
-
-// ---- Count arrays of the V collectives -------------------------------------------
-
-loomResult_t bench_kept_arrays(loomComm_t comm, loomStream_t stream, size_t param,
-                               void (*fill)(size_t *v, int n, size_t param), size_t **v_p, int *n_p)
-{
-    static size_t *v, vparam, vn;
-    int n = 0;
-    loomResult_t res = loomCommCount(comm, &n);
-    if (res != loomSuccess)
-        return res;
-    if (v == NULL || vn != (size_t)n || vparam != param) {
-        if (v != NULL && stream != NULL && (res = loomStreamSynchronize(stream)) != loomSuccess)
-            return res;
-        free(v);
-        v = malloc(2 * (size_t)n * sizeof(*v));
-        if (v == NULL)
-            return loomSystemError;
-        fill(v, n, param);
-        vn = (size_t)n;
-        vparam = param;
-    }
-    *v_p = v;
-    *n_p = n;
-    return loomSuccess;
-}
-
-size_t bench_v_unit(size_t count, size_t elt_size, int nranks)
-{
-    const size_t parts = (size_t)nranks * (size_t)(nranks + 1) / 2;
-    return bench_round16(count / parts, elt_size);
-}
-
-static void fill_v(size_t *v, int n, size_t unit)
-{
-    for (int r = 0; r < n; r++) {
-        v[r] = bench_v_block(unit, r);
-        v[n + r] = bench_v_displ(unit, r);
-    }
-}
-
-loomResult_t bench_v_arrays(loomComm_t comm, loomStream_t stream, size_t unit,
-                            const size_t **counts, const size_t **displs, int *rank)
-{
-    size_t *v = NULL;
-    int n = 0;
-    loomResult_t res = bench_kept_arrays(comm, stream, unit, fill_v, &v, &n);
-    if (res == loomSuccess)
-        res = loomCommUserRank(comm, rank);
-    *counts = v;
-    *displs = v ? v + n : NULL;
-    return res;
 }

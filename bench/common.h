@@ -8,7 +8,7 @@
  * output table. Nothing here knows a particular collective; nothing here is
  * part of libloom. Only include/loom.h is used. The last section is what the
  * programs with drivers of their own share with this one (launch.c, json.c,
- * report.c).
+ * report.c). The V collectives' count arrays are counts.c's.
  */
 #ifndef LOOM_BENCH_COMMON_H
 #define LOOM_BENCH_COMMON_H

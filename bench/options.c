@@ -127,6 +127,9 @@ static void usage(void)
            "\t             (loomCommPlan) next to the measured one>] (default: 0)\n"
            "\t[-a,--average <0: rank 0, 1: average, 2: min, 3: max across ranks>]"
            " (default: 1)\n"
+           "\t[-G,--device <1: send and receive buffers in device memory (loomMemAlloc), -z 0\n"
+           "\t              queueing on a CUDA stream (loomStreamCreateFromCuda); LOOM_DEVICE\n"
+           "\t              picks the runtime, emulated for the host emulation>] (default: 0)\n"
            "\t[-t,--nthreads 1] [-g,--ngpus 1] (accepted for nccl-tests command lines)\n"
            "\t[-h,--help]\n"
            "Run N ranks with: loomrun -n N %s ...\n",
@@ -152,7 +155,7 @@ static const bench_opts_t defaults = {
     .json_path = NULL,
 };
 
-static const char shortopts[] = "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:M:a:h";
+static const char shortopts[] = "t:g:b:e:i:f:n:m:w:c:o:d:r:z:u:T:J:M:a:G:h";
 
 static const struct option longopts[] = {
     {"nthreads", required_argument, 0, 't'},
@@ -174,6 +177,7 @@ static const struct option longopts[] = {
     {"output_file", required_argument, 0, 'J'},
     {"model", required_argument, 0, 'M'},
     {"average", required_argument, 0, 'a'},
+    {"device", required_argument, 0, 'G'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -183,7 +187,7 @@ static void check_one_per_process(int c, const char *value)
 {
     if (bench_parse_int(c == 't' ? "-t" : "-g", value, 1) != 1)
         bench_die("start one process per rank with loomrun -n N instead",
-                  "-%c accepts only 1: each rank is one process with one host buffer", c);
+                  "-%c accepts only 1: each rank is one process with one set of buffers", c);
 }
 
 /* The flags whose value is a size in bytes; NULL for the others. */
@@ -226,6 +230,8 @@ static int *int_field(bench_opts_t *o, int c, int *min_p)
         return &o->average;
     case 'M':
         return &o->model;
+    case 'G':
+        return &o->device;
     default:
         return NULL;
     }
@@ -290,6 +296,9 @@ static void check_opts(const bench_opts_t *o)
     if (o->model > 1)
         bench_die("-M 1 prints the model's choice and prediction, -M 0 does not",
                   "-M %d is not supported", o->model);
+    if (o->device > 1)
+        bench_die("-G 1 puts the buffers in device memory, -G 0 (the default) in host memory",
+                  "-G %d is not supported", o->device);
     if (o->average > 3)
         bench_die("-a 0: rank 0, 1: average, 2: min, 3: max", "-a %d is not supported", o->average);
 }

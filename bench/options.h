@@ -23,6 +23,7 @@ typedef struct bench_opts {
     int dtype, op, root;   /* -d, -o, -r; -1 means all */
     const char *json_path; /* -J; NULL disables */
     int model;             /* -M: 1 adds the algorithm loom runs and the model's prediction */
+    int device;            /* -G: 1 puts the buffers in device memory (loomMemAlloc) */
 } bench_opts_t;
 
 /* Sets *opts to the defaults, then applies argv. Prints the usage and exits

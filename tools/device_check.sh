@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# device_check.sh - the checks of loom's drop-in NCCL library (libloom-nccl.so) that need a GPU,
-# in one short run on a machine with one NVIDIA GPU and no network (docs/nccl-plugins.md, "GPU
-# check"):
+# device_check.sh - the checks of loom's GPU path (docs/gpu.md) and of its drop-in NCCL library
+# (libloom-nccl.so) that need a GPU, in one short run on a machine with one NVIDIA GPU and no
+# network (docs/nccl-plugins.md, "GPU check"):
 #
 #   tools/device_check.sh BUILDDIR OUTDIR
 #
-# Every stage runs under its own timeout, 7 minutes in all, and prints one line
+# Every stage runs under its own timeout, 9 minutes in all, and prints one line
 #   STAGE <name> PASS|FAIL|SKIP <detail>
 # also written to OUTDIR/log.txt; what the stage ran and printed goes to OUTDIR/<name>.log. A
 # failed stage is recorded and the next one runs. OUTDIR/summary.json (rewritten after every
@@ -16,26 +16,33 @@
 #
 # A stage is a function stage_<name> that ends with `finish STATUS DETAIL`; adding one is that
 # function, a line in STAGES and its seconds in BUDGET. Stages read what S0_env found from
-# OUTDIR/state.env.
+# OUTDIR/state.env. The GPU path's stages (S1_kernels, S2_ranks, S3_timings) are in
+# device_check/gpu_path.sh; S3_timings writes OUTDIR/timings.csv.
 #
 # Environment (all optional): LOOM_NCCL_LIBRARY the real libnccl.so.2 (else the one of torch's
 # nvidia-nccl wheel, else /usr/local/cuda/lib64's); LOOM_DEVICE_CHECK_PYTHON (else the active
 # virtual environment's python or python3, whichever has torch); LOOM_DEVICE_CHECK_NVIDIA_SMI
 # (else nvidia-smi); LOOM_DEVICE_CHECK_SHIM (else BUILDDIR/src/plugin/nccl_shim/libloom-nccl.so);
 # LOOM_DEVICE_CHECK_LIBTORCH_CUDA (else torch/lib/libtorch_cuda.so in that python's packages);
-# LOOM_DEVICE_CHECK_STAGE_TIMEOUT caps every stage's seconds (tests, quick reruns).
+# LOOM_DEVICE_CHECK_CUOBJDUMP (else cuobjdump); LOOM_DEVICE_CHECK_STAGE_TIMEOUT caps every
+# stage's seconds (tests, quick reruns).
 set -u
 set -o pipefail
 
-STAGES=(S0_env S4_shim_c S5_torch_symbols S5_torch_forward S5_shim_trace)
-declare -A BUDGET=([S0_env]=150 [S4_shim_c]=50 [S5_torch_symbols]=20 [S5_torch_forward]=130
-    [S5_shim_trace]=70)
-TOTAL_SECONDS=420
+STAGES=(S0_env S1_kernels S2_ranks S3_timings S4_shim_c S5_torch_symbols S5_torch_forward
+    S5_shim_trace)
+declare -A BUDGET=([S0_env]=140 [S1_kernels]=40 [S2_ranks]=70 [S3_timings]=75 [S4_shim_c]=45
+    [S5_torch_symbols]=15 [S5_torch_forward]=95 [S5_shim_trace]=50)
+# the budgets' sum: with each stage's 5 s kill grace and the driver's own steps, the run ends
+# within 540 s
+TOTAL_SECONDS=530
 REBUILD_SECONDS=120
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 SRC=$(cd "$(dirname "$SELF")/.." && pwd)
 TORCH_FORWARD=$SRC/tools/device_check/torch_forward.py
+# shellcheck disable=SC1091  # checked on its own
+. "$SRC/tools/device_check/gpu_path.sh"
 
 usage() {
     echo "usage: $0 BUILDDIR OUTDIR    (or --list-stages)"
@@ -161,10 +168,16 @@ rebuild() {
         return 1
     fi
     dir=$(mktemp -d "${TMPDIR:-/tmp}/loom-device-build.XXXXXX") || return 1
-    limit "$REBUILD_SECONDS" meson setup "$dir" "$SRC" -Dtests=false -Dwerror=false \
-        -Dtorch=disabled >&2 || return 1
+    # the kernel tests need GoogleTest; without it the other programs still build
+    if ! limit "$REBUILD_SECONDS" meson setup "$dir" "$SRC" -Dtests=true -Dwerror=false \
+        -Dtorch=disabled >&2; then
+        rm -rf "$dir" && mkdir -p "$dir" || return 1
+        limit "$REBUILD_SECONDS" meson setup "$dir" "$SRC" -Dtests=false -Dwerror=false \
+            -Dtorch=disabled >&2 || return 1
+    fi
     for t in tools/device_check/nccl_device_smoke src/plugin/nccl_shim/libloom-nccl.so \
-        tools/loomrun; do
+        tools/loomrun tests/device/test_dev_kernels_gpu tools/device_check/device_ranks \
+        tools/device_check/copy_bw bench/gpu_kernels_perf bench/all_reduce_perf; do
         if ninja -C "$dir" -t query "$t" >/dev/null 2>&1; then
             targets+=("$t")
         fi
@@ -372,13 +385,13 @@ stage_S5_torch_forward() {
     echo "== without the shim"
     (
         unset LD_PRELOAD
-        limit 60 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_base.json"
+        limit 45 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_base.json"
     )
     rc=$?
     [ $rc -eq 0 ] || finish FAIL "torch without the shim failed (status $rc; see S5_torch_forward.log)"
     echo "== with the shim preloaded, forward mode"
     LD_PRELOAD=$SHIM LOOM_NCCL_MODE=forward LOOM_NCCL_LIBRARY=$REAL_NCCL \
-        limit 60 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_shim.json"
+        limit 45 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_shim.json"
     rc=$?
     [ $rc -eq 0 ] || finish FAIL "torch with the shim preloaded failed (status $rc; see S5_torch_forward.log)"
     local out
@@ -399,7 +412,7 @@ stage_S5_shim_trace() {
     rm -f "$trace" "$OUT/torch_trace.json"
     LD_PRELOAD=$SHIM LOOM_NCCL_MODE=forward LOOM_NCCL_LIBRARY=$REAL_NCCL LOOM_DEBUG=TRACE \
         LOOM_DEBUG_SUBSYS=SHIM LOOM_DEBUG_FILE=$trace \
-        limit 60 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_trace.json"
+        limit 45 "$PYTHON" "$TORCH_FORWARD" run "$OUT/torch_trace.json"
     rc=$?
     [ $rc -eq 0 ] || finish FAIL "torch with the shim and its trace failed (status $rc; see S5_shim_trace.log)"
     [ -s "$trace" ] || finish FAIL "no trace in shim_trace.txt: LOOM_DEBUG_SUBSYS=SHIM wrote nothing, so the calls did not reach the shim"

@@ -8,7 +8,7 @@
  * creation; the topology; the built-in defaults; LOOM_COST_<CLASS>) and its
  * decision table: the algorithm chosen per collective and size for a link
  * class and rank count (AllToAllv, chosen by the layout alone, in a line
- * below it). Like ucx_info.
+ * below it). Like ucx_info. The device section of -v is loom_info_device.c's.
  * Reads internals (the parameter, transport and algorithm tables); changes nothing.
  */
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include "cost_model.h"
 #include "kernels.h"
 #include "loom.h"
+#include "loom_info.h"
 #include "param.h"
 #include "shm/shm_coll.h"
 #include "topo.h"
@@ -30,7 +31,9 @@
 static void usage(void)
 {
     printf("usage: loom_info [-v] [-p] [-a] [-t] [-d [-c shm|tcp] [-n NRANKS] [-H HOSTS]] [-h]\n"
-           "  -v  version and build (default)\n"
+           "  -v  version and build (default): transports, kernels, the device runtime\n"
+           "      (LOOM_DEVICE), the CUDA runtime and its GPUs, the emulation, and the device\n"
+           "      transports with what each needs and why one cannot run here\n"
            "  -p  every LOOM_* parameter: value, default, documentation\n"
            "  -a  algorithms per collective (in tie-break order)\n"
            "  -t  topology: LOOM_TOPO_FILE's if set, else this host as detected (packages,\n"
@@ -58,8 +61,8 @@ static void print_version(void)
     printf("# transports:");
     for (int i = 0; i < n; i++)
         printf(" %s", reg[i]->name);
-    printf("\n# device buffers: none (host memory only)\n");
-    printf("# reduction kernels: %s\n", loom_kernels_isa_name(loom_kernels_isa()));
+    printf("\n# reduction kernels: %s\n", loom_kernels_isa_name(loom_kernels_isa()));
+    loom_info_print_device();
 }
 
 static void print_params(void)

@@ -4,13 +4,17 @@
 // the LOOM_INFO environment variable): on the shm link class every collective shows the shm
 // variant that its plan runs at each size (shm_tiny up to a 48-byte input per rank, shm_flat
 // for small all-reduces and reduces, shm_cico above), and on tcp a modelled algorithm with its
-// predicted time. Run by meson's 'tools' suite.
+// predicted time. And -v's device section: the runtime LOOM_DEVICE picks (the emulation, none,
+// or what this machine gives), the CUDA runtime with each GPU, the emulation, and the three
+// device transports with what each needs and why it cannot run (LOOM_INFO_CUDA=1 says the
+// build has the cuda feature). Run by meson's 'tools' suite.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,6 +133,103 @@ TEST(LoomInfo, HostsDecisionTablePicksTheHierarchyOnASlowNetwork)
     // Ranks that the hosts do not divide are refused.
     RunInfo("-d -n 5 -H 2", &status);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+}
+
+// The line of out that starts with prefix (without its newline), or "".
+std::string Line(const std::string &out, const std::string &prefix)
+{
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(prefix, 0) == 0)
+            return line;
+    return "";
+}
+
+bool Has(const std::string &s, const std::string &part)
+{
+    return s.find(part) != std::string::npos;
+}
+
+// loom_info -v with the environment env, checked for what every run's device section has: one
+// runtime line, one CUDA line (with a line per GPU it counts), the emulation, the three
+// transports in the order the calls try them, each with what it needs.
+std::string DeviceSection(const std::string &env)
+{
+    int status = 0;
+    const std::string out = RunInfo("-v", &status, env);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_FALSE(Has(out, "device buffers: none")) << out;
+    EXPECT_NE(Line(out, "# device runtime: "), "") << out;
+    const std::string cuda = Line(out, "# CUDA runtime: ");
+    EXPECT_NE(cuda, "") << out;
+    int gpus = 0;
+    if (sscanf(cuda.c_str(), "# CUDA runtime: available, %d GPU", &gpus) == 1) {
+        for (int d = 0; d < gpus; d++) {
+            const std::string gpu = Line(out, "#   GPU " + std::to_string(d) + ": ");
+            EXPECT_TRUE(Has(gpu, ", PCI ") && Has(gpu, ", compute capability ") &&
+                        Has(gpu, " GiB, ") && Has(gpu, " SMs"))
+                << gpu << "\n"
+                << out;
+        }
+    } else {
+        EXPECT_GT(cuda.size(), strlen("# CUDA runtime: not available: ")) << out;
+        EXPECT_EQ(Line(out, "#   GPU "), "") << out;
+    }
+    EXPECT_NE(Line(out, "# emulation: available"), "") << out;
+    const size_t ipc = out.find("#   ipc "), nccl = out.find("#   nccl "),
+                 staged = out.find("#   staged ");
+    EXPECT_TRUE(ipc < nccl && nccl < staged && staged != std::string::npos) << out;
+    for (const char *name : {"#   ipc ", "#   nccl ", "#   staged "})
+        EXPECT_TRUE(Has(Line(out, name), "; needs ")) << out;
+    return out;
+}
+
+TEST(LoomInfo, DeviceSectionUnderTheEmulation)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    const std::string out = DeviceSection("LOOM_DEVICE=emulated");
+    EXPECT_EQ(Line(out, "# device runtime: "), "# device runtime: emulated (LOOM_DEVICE=emulated)")
+        << out;
+    // ipc and staged run on the emulation; NCCL needs CUDA, whatever the library does.
+    EXPECT_TRUE(Has(Line(out, "#   ipc "), "available on the emulated runtime")) << out;
+    EXPECT_TRUE(Has(Line(out, "#   staged "), "available on the emulated runtime")) << out;
+    EXPECT_TRUE(Has(Line(out, "#   nccl "), "not available here: no CUDA runtime (the emulation "
+                                            "has no NCCL)"))
+        << out;
+}
+
+TEST(LoomInfo, DeviceSectionWithoutARuntime)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    const std::string out = DeviceSection("LOOM_DEVICE=none");
+    EXPECT_EQ(Line(out, "# device runtime: "), "# device runtime: none: LOOM_DEVICE=none") << out;
+    // The emulation is still there to be chosen, but no transport has a runtime to run on.
+    for (const char *name : {"#   ipc ", "#   nccl ", "#   staged "})
+        EXPECT_TRUE(Has(Line(out, name), "not available here: no ")) << Line(out, name);
+}
+
+TEST(LoomInfo, DeviceSectionOfThisMachine)
+{
+    ASSERT_NE(getenv("LOOM_INFO"), nullptr) << "LOOM_INFO is not set";
+    const char *flag = getenv("LOOM_INFO_CUDA");
+    const bool cuda_build = flag != nullptr && strcmp(flag, "1") == 0;
+    const std::string out = DeviceSection("env -u LOOM_DEVICE");
+    const std::string rt = Line(out, "# device runtime: "), cuda = Line(out, "# CUDA runtime: ");
+    if (!cuda_build) {
+        // Without the cuda feature neither this process nor any other has CUDA.
+        EXPECT_EQ(rt.rfind("# device runtime: none (LOOM_DEVICE=auto): ", 0), 0u) << out;
+        EXPECT_TRUE(Has(cuda, "not available: ") && Has(cuda, "cuda feature")) << out;
+    }
+    if (Has(cuda, "not available: ")) {
+        // No runtime at all: every transport says so, nccl with CUDA's own reason.
+        for (const char *name : {"#   ipc ", "#   nccl ", "#   staged "})
+            EXPECT_TRUE(Has(Line(out, name), "not available here: no ")) << Line(out, name);
+        EXPECT_TRUE(Has(Line(out, "#   nccl "), "no CUDA runtime (")) << out;
+    } else {
+        // A GPU machine: a process that uses CUDA gets it, and ipc and staged with it.
+        EXPECT_TRUE(Has(Line(out, "#   ipc "), "available on the cuda runtime")) << out;
+        EXPECT_TRUE(Has(Line(out, "#   staged "), "available on the cuda runtime")) << out;
+    }
 }
 
 } // namespace
