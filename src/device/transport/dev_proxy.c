@@ -134,7 +134,8 @@ static void sweep(loom_dev_state_t *d, sweep_t *w)
     uint64_t since = __atomic_load_n(&old->phase_ns, __ATOMIC_RELAXED);
     if (d->last_done_ns > since)
         since = d->last_done_ns;
-    if (now - since > (uint64_t)d->dc.timeout_ms * 1000000ull) {
+    /* since may be later than now: the proxy moves a call's phase while this looks. */
+    if (now > since && now - since > (uint64_t)d->dc.timeout_ms * 1000000ull) {
         __atomic_add_fetch(&old->refs, 1, __ATOMIC_ACQ_REL);
         w->late = old;
     }

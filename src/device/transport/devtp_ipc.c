@@ -164,6 +164,20 @@ static void store_flag(uint32_t *w, uint32_t v)
 
 // ---- the flags segment ----------------------------------------------------------
 
+/* Makes the mapped segment addressable by this process's streams. */
+static loomResult_t seg_map_device(ipc_state_t *st, char *why, size_t why_len)
+{
+    void *dev = NULL;
+    loomResult_t r = st->rt->host_map(st->seg, st->seg_bytes, &dev);
+    if (r != loomSuccess) {
+        loom_devtp_why(why, why_len, "cannot map the flags segment for the device: %s",
+                       loomGetLastError(NULL));
+        return r;
+    }
+    st->seg_dev = dev;
+    return loomSuccess;
+}
+
 /* Rank 0: creates, sizes and initialises the segment under a fresh name. */
 static loomResult_t seg_create(ipc_state_t *st, char *why, size_t why_len)
 {
@@ -207,6 +221,9 @@ static loomResult_t seg_create(ipc_state_t *st, char *why, size_t why_len)
     hdr->nranks = (uint32_t)st->nranks;
     hdr->bytes = bytes;
     atomic_store_explicit(&hdr->magic, IPC_MAGIC, memory_order_release);
+    /* Listed before the exchange names it, so that ranks of this process find it. */
+    LOOM_CHECK(seg_map_device(st, why, why_len));
+    st->seg_shared = loom_ipc_share_add(st->seg_name, st->seg, st->seg_bytes, st->seg_dev);
     return loomSuccess;
 }
 
@@ -223,6 +240,15 @@ static loomResult_t seg_open(ipc_state_t *st, const char *name, char *why, size_
         return loomSystemError;
     }
     size_t bytes = seg_bytes_for(st->nranks);
+    void *shared = NULL, *shared_dev = NULL;
+    if (loom_ipc_share_find(st->seg_name, bytes, &shared, &shared_dev)) {
+        close(fd);
+        st->seg = shared;
+        st->seg_dev = shared_dev;
+        st->seg_bytes = bytes;
+        st->seg_shared = 1;
+        return loomSuccess;
+    }
     struct stat sb;
     int err = fstat(fd, &sb) != 0 ? errno : 0;
     void *base = MAP_FAILED;
@@ -247,6 +273,8 @@ static loomResult_t seg_open(ipc_state_t *st, const char *name, char *why, size_
     }
     st->seg = base;
     st->seg_bytes = bytes;
+    LOOM_CHECK(seg_map_device(st, why, why_len));
+    st->seg_shared = loom_ipc_share_add(st->seg_name, st->seg, st->seg_bytes, st->seg_dev);
     return loomSuccess;
 }
 
@@ -340,10 +368,12 @@ static void ipc_free(ipc_state_t *st, int leak_device)
         for (int p = 0; p < st->nranks; p++)
             if (st->peer_map[p] != NULL)
                 rt->ipc_close(st->peer_map[p]);
-        if (st->seg_dev != NULL)
-            rt->host_unmap(st->seg);
-        if (st->seg != NULL)
+        /* A mapping shared with ranks of this process goes with the last of them. */
+        if (st->seg != NULL && (!st->seg_shared || loom_ipc_share_drop(st->seg))) {
+            if (st->seg_dev != NULL)
+                rt->host_unmap(st->seg);
             munmap(st->seg, st->seg_bytes);
+        }
         if (st->out != NULL)
             rt->mem_free(st->out);
         if (st->scratch != NULL)
@@ -457,14 +487,7 @@ static loomResult_t setup_peers(loom_dev_comm_t *dc, ipc_state_t *st, const ipc_
         name[sizeof(name) - 1] = '\0';
         LOOM_CHECK(seg_open(st, name, why, why_len));
     }
-    void *dev = NULL;
-    loomResult_t r = rt->host_map(st->seg, st->seg_bytes, &dev);
-    if (r != loomSuccess) {
-        loom_devtp_why(why, why_len, "cannot map the flags segment for the device: %s",
-                       loomGetLastError(NULL));
-        return r;
-    }
-    st->seg_dev = dev;
+    loomResult_t r = loomSuccess;
     for (int p = 0; p < dc->nranks; p++) {
         if (p == dc->rank) {
             st->peer[p] = st->scratch;

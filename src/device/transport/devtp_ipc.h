@@ -43,6 +43,7 @@ typedef struct {
     void *seg;                        /* this process's mapping of the flags segment */
     size_t seg_bytes;
     uint32_t *seg_dev; /* the mapping as streams address it (host_map), NULL until mapped */
+    int seg_shared;    /* seg is listed in devtp_ipc_share.c (one mapping per process) */
     char seg_name[64];
     int seg_owner; /* this rank created the name (rank 0) and removes it */
     int64_t timeout_ms;
@@ -73,6 +74,14 @@ static inline uint32_t *ipc_flag_dev(const ipc_state_t *st, int owner, unsigned 
 int loom_devtp_ipc_handles(const loom_dev_comm_t *dc, void *state, const loom_coll_args_t *call);
 loomResult_t loom_devtp_ipc_run(loom_dev_comm_t *dc, void *state, const loom_coll_args_t *call,
                                 loom_dev_stream_t s);
+/* devtp_ipc_share.c: one mapping of a flags segment per process, shared by the ranks that
+ * are its threads. find: 1 and the mapping (a reference taken) if this process has the
+ * segment `name` of `bytes` mapped; add: lists a new mapping with one reference (0 if out
+ * of memory: it then stays the caller's alone); drop: lets go of one reference, 1 when it
+ * was the last, and the caller then unmaps it. */
+int loom_ipc_share_find(const char *name, size_t bytes, void **base, void **dev);
+int loom_ipc_share_add(const char *name, void *base, size_t bytes, void *dev);
+int loom_ipc_share_drop(void *base);
 /* devtp_ipc.c: release, for run's failures half way through a call. */
 void loom_devtp_ipc_release(loom_dev_comm_t *dc, void *state);
 
