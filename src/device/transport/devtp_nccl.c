@@ -67,9 +67,9 @@ static int take(void *h, const char *what)
 {
     if (dlsym(h, "loomCommInitRank") != NULL) {
         snprintf(lib_why, sizeof(lib_why),
-                 "%s is loom's drop-in NCCL library (libloom-nccl.so), not the real NCCL; point "
-                 "LOOM_NCCL_LIBRARY at the real libnccl.so.2",
-                 what);
+                 "the library is loom's drop-in NCCL library (libloom-nccl.so), not the real "
+                 "NCCL (point LOOM_NCCL_LIBRARY at the real libnccl.so.2): %s",
+                 what); /* the path last: a long one is what gets cut */
         return -1;
     }
     loom_nccl_lib_t l;
