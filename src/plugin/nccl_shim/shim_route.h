@@ -4,7 +4,9 @@
  * LOOM_NCCL_ROUTE (or the default rules) applied to a description of the
  * call. The decision is a pure function of values that are equal on every
  * rank (the communicator's size and host count fixed at init, the
- * collective, datatype, op, byte count, group and capture state), never of
+ * collective, datatype, op, byte count, group and capture state, whether the
+ * buffers are device memory - the same kind on every rank of an SPMD program
+ * - and what loom's device path, agreed at init, does with them), never of
  * timing, pointers or history, so that every rank of a communicator decides
  * alike: a call sent to loom on one rank and to NCCL on another would hang.
  */
