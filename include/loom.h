@@ -267,7 +267,9 @@ LOOM_API loomResult_t loomStreamIsLive(const void *handle, int *live);
  * application's process uses CUDA (the driver is loaded when the
  * communicator is created), or LOOM_DEVICE=emulated, CI's stand-in - every
  * call accepts device memory for any buffer, told apart from host memory by
- * its address. Results are the same bits as with host buffers. */
+ * its address. Results are the same bits as with host buffers.
+ * loomCommDeviceRuntime and loomCommDevicePlan (Introspection, below) say
+ * whether a communicator has this path and which transport runs a call. */
 
 /* Wraps a CUDA stream (a cudaStream_t; NULL is CUDA's default stream) in a
  * loom stream: a call given it runs after the work queued on cudaStream
@@ -402,6 +404,33 @@ typedef enum {
 LOOM_API loomResult_t loomCommPlan(loomComm_t comm, loomCollective_t collective, size_t count,
                                    loomDataType_t datatype, const char **algorithm,
                                    double *predicted_us);
+
+/* The device runtime under comm's device path, "cuda" or "emulated" (static
+ * storage), or NULL when comm has none: it was created while the process
+ * had no device runtime, so its calls take host memory only. comm NULL: the
+ * process's device runtime, which a communicator created now would use
+ * (looked for again while there is none, as creation does). why (may be
+ * NULL; whyLen bytes) gets "" with a runtime, else the reason, e.g.
+ * "LOOM_DEVICE=none" or "built without the cuda feature". Local; logs
+ * nothing; for a communicator the same on every rank. Errors:
+ * InvalidArgument (dead handle, runtime NULL). */
+LOOM_API loomResult_t loomCommDeviceRuntime(loomComm_t comm, const char **runtime, char *why,
+                                            size_t whyLen);
+/* Which transport of comm's device path would run a call of `collective`
+ * (datatype; op for the reductions, ignored by the others) on device
+ * memory: *transport (may be NULL) "ipc", "nccl" or "staged" (static
+ * storage), or NULL when none would (comm has no device path, or none of
+ * its transports runs the call); *capturable (may be NULL) 1 when a CUDA
+ * graph may capture the call there (ipc and nccl; staged cannot be
+ * captured), else 0; why (may be NULL; whyLen bytes) the reason of the
+ * choice, or why there is none. Groups, Send/Recv and Echo on device memory
+ * always run on the staged transport. Local; logs nothing; the same on
+ * every rank. Errors: InvalidArgument (dead handle, collective, datatype or
+ * op out of range). */
+LOOM_API loomResult_t loomCommDevicePlan(loomComm_t comm, loomCollective_t collective,
+                                         loomDataType_t datatype, loomRedOp_t op,
+                                         const char **transport, int *capturable, char *why,
+                                         size_t whyLen);
 
 #ifdef __cplusplus
 }

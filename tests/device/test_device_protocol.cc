@@ -7,7 +7,8 @@
 // stream; loomCommAbort releases a stream blocked in a wait within 1 s; two communicators issued
 // in opposite orders on two ranks do not deadlock; host staging refuses a capturing stream with a
 // clear error while a capturable transport runs the call; without a device runtime the device
-// calls say why. Run by meson's 'device' suite.
+// calls say why; loomCommDeviceRuntime and loomCommDevicePlan answer what the calls do. Run by
+// meson's 'device' suite.
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -537,6 +538,81 @@ TEST(DeviceProtocol, NoRuntimeGivesInvalidUsage)
             XT_CHECK_LOOM(loomMemFree(nullptr));
         },
         o));
+}
+
+// The queries: a communicator made without a runtime has no device path and says why, without
+// a log line; one made with the emulation names it, and its plan names the transport that the
+// calls use and whether a graph may capture them.
+TEST(DeviceProtocol, RuntimeAndPlanQueries)
+{
+    loomtest::RunOptions none;
+    none.env.push_back({"LOOM_DEVICE", "none"});
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        1,
+        [](int, int, loomComm_t comm) {
+            const char *rt = "x";
+            char why[256] = "";
+            XT_CHECK_LOOM(loomCommDeviceRuntime(nullptr, &rt, why, sizeof(why)));
+            XT_CHECK(rt == nullptr);
+            XT_CHECK_EQ(std::string(why), "LOOM_DEVICE=none");
+            rt = "x";
+            XT_CHECK_LOOM(loomCommDeviceRuntime(comm, &rt, why, sizeof(why)));
+            XT_CHECK(rt == nullptr);
+            XT_CHECK_EQ(std::string(why), "LOOM_DEVICE=none");
+            const char *tp = "x";
+            int cap = 1;
+            XT_CHECK_LOOM(loomCommDevicePlan(comm, loomCollAllReduce, loomFloat32, loomSum, &tp,
+                                             &cap, why, sizeof(why)));
+            XT_CHECK(tp == nullptr && cap == 0);
+            XT_CHECK_MSG(std::string(why).find("has no device path: LOOM_DEVICE=none") !=
+                             std::string::npos,
+                         why);
+            XT_CHECK_LOOM_RES(loomCommDeviceRuntime(comm, nullptr, nullptr, 0),
+                              loomInvalidArgument);
+        },
+        none));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int, int, loomComm_t comm) {
+            const char *rt = nullptr;
+            char why[512] = "x";
+            XT_CHECK_LOOM(loomCommDeviceRuntime(comm, &rt, why, sizeof(why)));
+            XT_CHECK(rt != nullptr && std::string(rt) == "emulated");
+            XT_CHECK_EQ(std::string(why), "");
+            XT_CHECK_LOOM(loomCommDeviceRuntime(nullptr, &rt, nullptr, 0));
+            XT_CHECK(rt != nullptr && std::string(rt) == "emulated");
+            const char *tp = nullptr;
+            int cap = -1;
+            XT_CHECK_LOOM(loomCommDevicePlan(comm, loomCollAllReduce, loomBfloat16, loomSum, &tp,
+                                             &cap, why, sizeof(why)));
+            XT_CHECK_MSG(tp != nullptr && std::string(tp) == "ipc" && cap == 1, why);
+            XT_CHECK_LOOM(loomCommDevicePlan(comm, loomCollAllGather, loomUint8, loomSum, &tp, &cap,
+                                             nullptr, 0));
+            XT_CHECK(tp != nullptr && std::string(tp) == "ipc" && cap == 1);
+            XT_CHECK_LOOM_RES(loomCommDevicePlan(comm, loomNumCollectives, loomFloat32, loomSum,
+                                                 &tp, &cap, nullptr, 0),
+                              loomInvalidArgument);
+            XT_CHECK_LOOM_RES(loomCommDevicePlan(comm, loomCollAllReduce, loomFloat32,
+                                                 static_cast<loomRedOp_t>(99), &tp, &cap, nullptr,
+                                                 0),
+                              loomInvalidArgument);
+            // The op of a collective without a reduction is not looked at.
+            XT_CHECK_LOOM(loomCommDevicePlan(comm, loomCollBroadcast, loomFloat32,
+                                             static_cast<loomRedOp_t>(99), &tp, &cap, nullptr, 0));
+        },
+        devtest::Options()));
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        2,
+        [](int, int, loomComm_t comm) {
+            const char *tp = nullptr;
+            int cap = -1;
+            char why[512] = "";
+            XT_CHECK_LOOM(loomCommDevicePlan(comm, loomCollReduceScatter, loomFloat16, loomMax, &tp,
+                                             &cap, why, sizeof(why)));
+            XT_CHECK_MSG(tp != nullptr && std::string(tp) == "staged" && cap == 0, why);
+            XT_CHECK_MSG(std::string(why).find("ipc not available") != std::string::npos, why);
+        },
+        devtest::Options("staged")));
 }
 
 // loomMemFree refuses what loomMemAlloc did not give: host memory and interior pointers.

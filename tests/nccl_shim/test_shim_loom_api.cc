@@ -6,8 +6,10 @@
 // init/destroy cycles (blocking, non-blocking, and non-blocking aborted while pending) leave the
 // threads, descriptors and /dev/shm of before, and no leak under LeakSanitizer; loom streams
 // passed as cudaStream_t queue the call (PreMulSum and Gather's own copy in stream order too);
-// with a CUDA driver loaded (tests/nccl_shim/fake_cuda.c) device buffers and captured streams
-// are refused, a CUDA stream is synchronized first, and ncclCommCuDevice is the current device;
+// with a CUDA driver loaded (tests/nccl_shim/fake_cuda.c) but no device runtime in loom, device
+// buffers are refused with the reason, and so is ncclMemAlloc, a captured stream with host
+// buffers is refused, a CUDA stream is synchronized first, and ncclCommCuDevice is the current
+// device (device buffers on loom's device path: test_shim_device.cc);
 // an init and a collective on it in one group; grouped calls on two communicators;
 // ncclCommInitAll (every rank in one process) and ncclCommInitRankScalable (one or two ids); a
 // non-blocking split; Echo through the default rules equals loomEchoAllReduce bit for bit;
@@ -418,9 +420,22 @@ TEST(ShimLoom, CudaDriverLoadedDeviceBuffersAndStreams)
 
             std::vector<float> host(16, 1.0f), device(16, 0.0f);
             set_range(device.data(), device.size() * sizeof(float));
+            // No device path: the process loaded a CUDA driver (this stand-in) that reports no
+            // device, or the build has no cuda feature; the refusal says which.
+            char why[256] = "";
+            const char *rt = "x";
+            XT_CHECK_LOOM(loomCommDeviceRuntime(nullptr, &rt, why, sizeof(why)));
+            XT_CHECK(rt == nullptr && why[0] != '\0');
             XT_NCCL_REFUSED(
                 ncclAllReduce(host.data(), device.data(), 16, ncclFloat32, ncclSum, comm, nullptr),
-                ncclInvalidUsage, "device buffers need loom's GPU path");
+                ncclInvalidUsage, "device buffers need loom's device path, which communicator");
+            XT_CHECK_MSG(std::string(ncclGetLastError(nullptr)).find(why) != std::string::npos,
+                         ncclGetLastError(nullptr));
+            // ncclMemAlloc: a program that uses CUDA gets no host memory in its place.
+            void *mem = nullptr;
+            XT_NCCL_REFUSED(ncclMemAlloc(&mem, 64), ncclInvalidUsage,
+                            "loom has no device runtime to allocate device memory with");
+            XT_CHECK(mem == nullptr);
             auto stream = [](uintptr_t v) { return reinterpret_cast<cudaStream_t>(v); };
             XT_NCCL_REFUSED(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm,
                                           stream(0x1000)),
@@ -480,7 +495,8 @@ TEST(ShimLoom, RefusalsAndQueries)
             XT_NCCL_REFUSED(ncclCommInitRankConfig(&c2, 1, id, 0, &bad_blocking),
                             ncclInvalidArgument, "blocking");
 
-            // Memory: page-aligned host memory, and only the library's pointers are freed.
+            // Memory without a device runtime: page-aligned host memory, and only the library's
+            // pointers are freed.
             void *p = nullptr;
             XT_NCCL(ncclMemAlloc(&p, 1000));
             XT_CHECK(reinterpret_cast<uintptr_t>(p) %

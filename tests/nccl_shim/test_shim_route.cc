@@ -2,10 +2,10 @@
  *
  * test_shim_route.cc - the routing rules of the drop-in NCCL library (shim_route.c): the grammar
  * of LOOM_NCCL_ROUTE key by key, its error messages, the canonical text, the default rules, the
- * fixed constraints that win over every rule, and a randomized check against a reference model
- * of the test's own: random rule lists written in random spellings must decide every random call
- * as the model does, identically when parsed twice, from their canonical text, from copies of
- * the call and from several threads.
+ * fixed constraints that win over every rule (device buffers and stream capture among them), and
+ * a randomized check against a reference model of the test's own: random rule lists written in
+ * random spellings must decide every random call as the model does, identically when parsed
+ * twice, from their canonical text, from copies of the call and from several threads.
  */
 #include <gtest/gtest.h>
 #include <nccl.h> /* outside extern "C": it includes CUDA's C++ headers */
@@ -482,9 +482,10 @@ TEST(ShimRoute, FixedConstraintsWin)
     ASSERT_EQ(Decide(echo.get(), base), SHIM_TO_ECHO);
 
     shim_call_t c = base;
-    c.device_buffers = 1;
+    c.device_buffers = 1; /* loom's side has no device path */
+    c.loom_why = "LOOM_DEVICE=none";
     EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
-    EXPECT_TRUE(Contains(why, "device buffers")) << why;
+    EXPECT_EQ(why, "device buffers, and loom has no device path: LOOM_DEVICE=none");
     c = base;
     c.capturing = 1;
     EXPECT_EQ(Decide(echo.get(), c, &why), SHIM_TO_NCCL);
@@ -508,6 +509,80 @@ TEST(ShimRoute, FixedConstraintsWin)
     char buf[64];
     EXPECT_EQ(shim_route_decide(all.get(), nullptr, buf, sizeof(buf)), SHIM_TO_NCCL);
     EXPECT_EQ(shim_route_decide(all.get(), &base, nullptr, 0), SHIM_TO_LOOM);
+}
+
+/* Device buffers follow the rules where loom's side has a device path, within what its
+ * transports run and what a CUDA graph may capture. */
+TEST(ShimRoute, DeviceBuffersAndCapture)
+{
+    Rules all = Parse("* -> loom");
+    Rules echo = Parse("* -> echo");
+    shim_call_t dev = Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 4, 1);
+    dev.device_buffers = 1;
+    dev.loom_device = dev.loom_device_coll = dev.loom_capturable = 1;
+    std::string why;
+    EXPECT_EQ(Decide(all.get(), dev, &why), SHIM_TO_LOOM);
+    EXPECT_EQ(why, "rule 1: * -> loom");
+    EXPECT_EQ(Decide(echo.get(), dev, &why), SHIM_TO_ECHO);
+    EXPECT_EQ(Decide(shim_rules_default(0), dev, &why), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(shim_rules_default(1), dev, &why), SHIM_TO_ECHO);
+    EXPECT_EQ(Decide(nullptr, dev, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "no rule matched");
+
+    /* captured: loom where its transport may be captured; Echo never (host-staged) */
+    shim_call_t c = dev;
+    c.capturing = 1;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_LOOM);
+    EXPECT_EQ(Decide(echo.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> echo; stream capture (echo runs host-staged, which a CUDA graph "
+                   "cannot capture)");
+    c.loom_capturable = 0;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> loom; stream capture (loom's transport for it runs host-staged, "
+                   "which a CUDA graph cannot capture)");
+    /* host buffers are never captured on loom */
+    c = Call(SHIM_COLL_ALLREDUCE, ncclBfloat16, ncclSum, 4 << 20, 4, 1);
+    c.capturing = 1;
+    c.loom_device = c.loom_device_coll = c.loom_capturable = 1;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> loom; stream capture (loom's host path cannot be captured)");
+    /* an echo rule demoted to loom keeps its note */
+    c = dev;
+    c.datatype = ncclInt32;
+    c.capturing = 1;
+    c.loom_capturable = 0;
+    EXPECT_EQ(Decide(echo.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> echo; echo takes only sum allreduce of fp32, fp16 or bf16; stream "
+                   "capture (loom's transport for it runs host-staged, which a CUDA graph cannot "
+                   "capture)");
+
+    /* no transport of loom's device path runs the call */
+    c = dev;
+    c.loom_device_coll = c.loom_capturable = 0;
+    c.loom_why = "ipc does not run AllReduce of int8";
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "rule 1: * -> loom; device buffers, and no transport of loom's device path runs "
+                   "the call: ipc does not run AllReduce of int8");
+    /* no device path at all: before any rule */
+    c = dev;
+    c.loom_device = c.loom_device_coll = c.loom_capturable = 0;
+    c.loom_why = nullptr;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "device buffers, and loom has no device path: no reason given");
+    /* PreMulSum on device buffers: loom would scale on the host */
+    c = dev;
+    c.op = ncclNumOps;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_EQ(why, "device buffers with a premulsum op (loom scales its input on the host)");
+    /* groups and Send/Recv stay NCCL's */
+    c = dev;
+    c.in_group = 1;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_TRUE(Contains(why, "group")) << why;
+    c = dev;
+    c.coll = SHIM_COLL_SEND;
+    EXPECT_EQ(Decide(all.get(), c, &why), SHIM_TO_NCCL);
+    EXPECT_TRUE(Contains(why, "send/recv")) << why;
 }
 
 TEST(ShimRoute, EchoOnlyForSumAllReduceOfFloats)
@@ -594,8 +669,9 @@ bool Has(const std::vector<int> &v, int x)
 
 shim_target_t ModelDecide(const std::vector<ModelRule> &rules, const shim_call_t &c)
 {
-    if (c.device_buffers || c.capturing || c.coll == SHIM_COLL_SEND || c.coll == SHIM_COLL_RECV ||
-        c.in_group)
+    if (c.coll == SHIM_COLL_SEND || c.coll == SHIM_COLL_RECV || c.in_group)
+        return SHIM_TO_NCCL;
+    if (c.device_buffers && (!c.loom_device || c.op >= 5))
         return SHIM_TO_NCCL;
     for (const ModelRule &r : rules) {
         if (r.colls && !Has(*r.colls, c.coll))
@@ -617,7 +693,14 @@ shim_target_t ModelDecide(const std::vector<ModelRule> &rules, const shim_call_t
         const bool echo_ok =
             c.coll == SHIM_COLL_ALLREDUCE && c.op == ncclSum &&
             (c.datatype == ncclFloat32 || c.datatype == ncclFloat16 || c.datatype == ncclBfloat16);
-        return r.target == SHIM_TO_ECHO && !echo_ok ? SHIM_TO_LOOM : r.target;
+        const shim_target_t t = r.target == SHIM_TO_ECHO && !echo_ok ? SHIM_TO_LOOM : r.target;
+        if (t == SHIM_TO_ECHO && c.capturing)
+            return SHIM_TO_NCCL;
+        if (t == SHIM_TO_LOOM && c.device_buffers && !c.loom_device_coll)
+            return SHIM_TO_NCCL;
+        if (t == SHIM_TO_LOOM && c.capturing && !(c.device_buffers && c.loom_capturable))
+            return SHIM_TO_NCCL;
+        return t;
     }
     return SHIM_TO_NCCL;
 }
@@ -826,8 +909,13 @@ shim_call_t RandomCall(std::mt19937_64 &rng)
     }
     c.name = kNames[rng() % 8];
     c.in_group = rng() % 10 == 0;
-    c.device_buffers = rng() % 20 == 0;
-    c.capturing = rng() % 20 == 0;
+    c.device_buffers = rng() % 8 == 0;
+    c.capturing = rng() % 10 == 0;
+    /* what loom's device path can do, consistent as loom answers: a transport needs a path */
+    c.loom_device = rng() % 4 != 0;
+    c.loom_device_coll = c.loom_device && rng() % 4 != 0;
+    c.loom_capturable = c.loom_device_coll && rng() % 2 == 0;
+    c.loom_why = c.loom_device_coll ? nullptr : "no transport here";
     return c;
 }
 
@@ -851,6 +939,10 @@ shim_call_t *Copy(const shim_call_t &c, std::string *name_store, std::vector<cha
     d->in_group = c.in_group;
     d->device_buffers = c.device_buffers;
     d->capturing = c.capturing;
+    d->loom_device = c.loom_device;
+    d->loom_device_coll = c.loom_device_coll;
+    d->loom_capturable = c.loom_capturable;
+    d->loom_why = c.loom_why;
     return d;
 }
 
@@ -879,7 +971,9 @@ TEST(ShimRoute, RandomRulesAgreeWithModelAndAreDeterministic)
                 << "rules: " << text << "\ncanonical: " << shim_rules_text(a.get()) << "\ncoll "
                 << c.coll << " dtype " << c.datatype << " op " << c.op << " bytes " << c.bytes
                 << " nranks " << c.nranks << " hosts " << c.hosts << " name "
-                << (c.name ? c.name : "(null)") << " group " << c.in_group << "\nwhy: " << why_a;
+                << (c.name ? c.name : "(null)") << " group " << c.in_group << " device "
+                << c.device_buffers << "/" << c.loom_device << c.loom_device_coll
+                << c.loom_capturable << " capturing " << c.capturing << "\nwhy: " << why_a;
             EXPECT_EQ(Decide(b.get(), c, &why_b), t);
             EXPECT_EQ(Decide(canon.get(), c, &why_c), t);
             std::string name_store;

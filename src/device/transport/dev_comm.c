@@ -383,38 +383,43 @@ void loom_dev_comm_destroy(struct loomComm *c)
 
 // ---- the choice ---------------------------------------------------------------
 
+/* The transport for one collective call a (index into tps), or -1; why says why. */
+static int choose_coll(const loom_dev_state_t *d, const loom_coll_args_t *a, char *why,
+                       size_t why_len)
+{
+    const loom_dev_comm_t *dc = &d->dc;
+    char others[3 * (LOOM_DEV_WHY_BYTES + 48)] = "";
+    size_t len = 0;
+    why[0] = '\0';
+    for (int i = 0; i < LOOM_DEVTP_NUM; i++) {
+        if (!dc->tp_open[i]) {
+            len += (size_t)snprintf(others + len, len < sizeof(others) ? sizeof(others) - len : 0,
+                                    "%s%s not available: %s", len ? "; " : "", tp_names[i],
+                                    dc->tp_why[i]);
+        } else if (!d->tps[i]->handles(dc, dc->tp_state[i], a)) {
+            len += (size_t)snprintf(others + len, len < sizeof(others) ? sizeof(others) - len : 0,
+                                    "%s%s does not run %s of %s", len ? "; " : "", tp_names[i],
+                                    loom_coll_name(a->kind), loom_dtype_name(a->dt));
+        } else {
+            if (i == LOOM_DEVTP_IPC)
+                snprintf(why, why_len, "ipc: every rank on this host");
+            else if (i == LOOM_DEVTP_NCCL)
+                snprintf(why, why_len, "nccl: a real NCCL communicator moves the bytes%s%s",
+                         len ? "; " : "", others);
+            else
+                snprintf(why, why_len, "staged: %s", len ? others : "the first transport");
+            return i;
+        }
+    }
+    snprintf(why, why_len, "%s", others);
+    return -1;
+}
+
 int loom_dev_choose(loom_dev_state_t *d, const loom_task_t *t, char *why, size_t why_len)
 {
     const loom_dev_comm_t *dc = &d->dc;
-    size_t len = 0;
-    why[0] = '\0';
-    if (t->nops == 1 && t->ops[0].kind == LOOM_OP_COLL) {
-        const loom_coll_args_t *a = &t->ops[0].coll;
-        char others[3 * (LOOM_DEV_WHY_BYTES + 48)] = "";
-        for (int i = 0; i < LOOM_DEVTP_NUM; i++) {
-            if (!dc->tp_open[i]) {
-                len += (size_t)snprintf(
-                    others + len, len < sizeof(others) ? sizeof(others) - len : 0,
-                    "%s%s not available: %s", len ? "; " : "", tp_names[i], dc->tp_why[i]);
-            } else if (!d->tps[i]->handles(dc, dc->tp_state[i], a)) {
-                len +=
-                    (size_t)snprintf(others + len, len < sizeof(others) ? sizeof(others) - len : 0,
-                                     "%s%s does not run %s of %s", len ? "; " : "", tp_names[i],
-                                     loom_coll_name(a->kind), loom_dtype_name(a->dt));
-            } else {
-                if (i == LOOM_DEVTP_IPC)
-                    snprintf(why, why_len, "ipc: every rank on this host");
-                else if (i == LOOM_DEVTP_NCCL)
-                    snprintf(why, why_len, "nccl: a real NCCL communicator moves the bytes%s%s",
-                             len ? "; " : "", others);
-                else
-                    snprintf(why, why_len, "staged: %s", len ? others : "the first transport");
-                return i;
-            }
-        }
-        snprintf(why, why_len, "%s", others);
-        return -1;
-    }
+    if (t->nops == 1 && t->ops[0].kind == LOOM_OP_COLL)
+        return choose_coll(d, &t->ops[0].coll, why, why_len);
     if (dc->tp_open[LOOM_DEVTP_STAGED]) {
         snprintf(why, why_len, "staged: a group, Send/Recv or Echo runs host-staged%s",
                  t->nops == 1 && t->ops[0].kind == LOOM_OP_ECHO
@@ -425,4 +430,36 @@ int loom_dev_choose(loom_dev_state_t *d, const loom_task_t *t, char *why, size_t
     snprintf(why, why_len, "a group, Send/Recv or Echo needs the staged transport: %s",
              dc->tp_why[LOOM_DEVTP_STAGED]);
     return -1;
+}
+
+const char *loom_dev_comm_plan(struct loomComm *c, const loom_coll_args_t *a, int *capturable,
+                               char *why, size_t why_len)
+{
+    char buf[LOOM_DEV_WHY_BYTES * 4];
+    if (why == NULL || why_len == 0) {
+        why = buf;
+        why_len = sizeof(buf);
+    }
+    *capturable = 0;
+    const loom_dev_state_t *d = __atomic_load_n(&c->dev, __ATOMIC_ACQUIRE);
+    if (d == NULL) {
+        snprintf(why, why_len, "communicator %s has no device path: %s", c->name,
+                 loom_dev_comm_why_none(c));
+        return NULL;
+    }
+    const int i = choose_coll(d, a, why, why_len);
+    if (i < 0)
+        return NULL;
+    *capturable = d->tps[i]->capturable;
+    return tp_names[i];
+}
+
+const char *loom_dev_comm_why_none(struct loomComm *c)
+{
+    if (__atomic_load_n(&c->dev, __ATOMIC_ACQUIRE) != NULL)
+        return "";
+    const char *why = loom_devrt_why_none();
+    return why[0] != '\0' ? why
+                          : "the process found its device runtime only after the communicator "
+                            "was created";
 }

@@ -53,6 +53,17 @@ void loom_dev_comm_release(struct loomComm *c);
  * meanwhile still releases it (the state goes under c->lock). */
 void loom_dev_comm_destroy(struct loomComm *c);
 
+/* loomCommDevicePlan's answer (dev_comm.c): the name of the transport c's
+ * device path would run the collective call a on ("ipc", "nccl", "staged"),
+ * with *capturable set, or NULL when none would (c has no device path, or no
+ * transport of it runs the call); why (may be NULL) gets the reason either
+ * way. Logs nothing. The caller holds a reference on c. */
+const char *loom_dev_comm_plan(struct loomComm *c, const loom_coll_args_t *a, int *capturable,
+                               char *why, size_t why_len);
+/* Why c has no device path ("" when it has one): the process's reason for
+ * having no device runtime, or that it found one only after c was created. */
+const char *loom_dev_comm_why_none(struct loomComm *c);
+
 /* ---- which tasks are device tasks (dev_issue.c) -------------------------- */
 
 /* 1 if op names device memory: its send or receive buffer (for the V

@@ -170,3 +170,8 @@ int shim_cuda_device(void)
         return 0;
     return dev;
 }
+
+int shim_cuda_loaded(void)
+{
+    return cuda() != NULL;
+}

@@ -36,5 +36,7 @@ ncclResult_t shim_stream_sync(cudaStream_t stream, const char *fn);
 /* The device of the calling thread's current CUDA context, or 0 when there is
  * none or the driver is not loaded. */
 int shim_cuda_device(void);
+/* Whether the process has loaded the CUDA driver (the application uses CUDA). */
+int shim_cuda_loaded(void);
 
 #endif

@@ -25,6 +25,7 @@ typedef struct {
     int root, peer;
     cudaStream_t stream;
     /* Filled once the call is the shim's. */
+    int device;        /* a buffer is CUDA device memory: loom's device path runs it */
     shim_comm_t *comm; /* held while the op is recorded */
     shim_target_t target;
     int premul; /* op is a PreMulSum op, copied into pm */

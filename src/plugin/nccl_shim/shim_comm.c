@@ -13,6 +13,7 @@
 
 #include "shim_comm.h"
 #include "shim_premul.h"
+#include "shim_streams.h"
 #include "shim_token.h"
 
 /* ---- modes ---------------------------------------------------------------- */
@@ -133,6 +134,7 @@ void shim_comm_release(shim_comm_t *c)
 {
     if (c == NULL || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
+    shim_wraps_free(c); /* no call uses them now: the last reference was a call's or the table's */
     shim_premul_free_all(c);
     shim_tokens_free_all(c);
     pthread_mutex_destroy(&c->lock);

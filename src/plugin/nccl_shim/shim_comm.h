@@ -27,6 +27,7 @@
 typedef struct shim_job shim_job_t;       /* a pending init or split (shim_init.h) */
 typedef struct shim_premul shim_premul_t; /* PreMulSum ops (shim_premul.h) */
 typedef struct shim_token shim_token_t;   /* a registration (shim_impl_misc.c) */
+typedef struct shim_wrap shim_wrap_t;     /* a wrapped CUDA stream (shim_streams.h) */
 
 typedef struct shim_comm {
     int refs;          /* atomic: the table's and one per call using the object */
@@ -50,6 +51,13 @@ typedef struct shim_comm {
     int closing;     /* destroy or abort began: calls get InvalidArgument */
     shim_premul_t *premul;
     shim_token_t *tokens;
+    /* Loom's device path (shim_streams.h): asked at the first call on device buffers. */
+    int dev_known;
+    const char *dev_runtime; /* "cuda", "emulated", or NULL: none (dev_why says why) */
+    char dev_why[256];
+    shim_wrap_t *wraps; /* [SHIM_WRAPS_MAX] once a call named a stream, NULL before */
+    int nwraps;
+    unsigned long long wrap_clock; /* stamps for the least recently used wrapper */
 } shim_comm_t;
 
 /* ---- modes ---------------------------------------------------------------- */

@@ -14,10 +14,20 @@
  * for unrelated values (every layer, every bucket), so a residual kept per
  * buffer would feed one tensor's error into another.
  *
- * Streams: NULL runs the call before returning; a loom stream queues it (and
- * the scaling and copies around it, as host functions, in order); a CUDA
- * stream with host buffers is synchronized first, then the call runs before
+ * Streams, host buffers: NULL runs the call before returning; a loom stream
+ * queues it (and the scaling and copies around it, as host functions, in
+ * order); a CUDA stream is synchronized first, then the call runs before
  * returning.
+ * Device buffers (CUDA device memory, as the driver says) go to loom's
+ * device path as they are, where loom's communicator has one: a loom stream
+ * queues the call; a CUDA stream (NULL: CUDA's default stream) is handed to
+ * loom as the loom stream wrapping it (shim_streams.h), so the call is
+ * queued on it and returns, as NCCL's does. Whether the stream is being
+ * captured is loom's business: it refuses a capture on a transport that
+ * cannot be captured, with its reason. Nothing runs on the host around such
+ * a call: Gather's and Scatter's own block is a Send and Recv of the root to
+ * itself in the same loom group, and PreMulSum, whose input the shim scales
+ * on the host, is refused (route mode sends it to NCCL).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +37,7 @@
 #include "shim_buffers.h"
 #include "shim_coll.h"
 #include "shim_group.h"
+#include "shim_streams.h"
 
 /* ---- the rules ------------------------------------------------------------ */
 
@@ -207,6 +218,13 @@ static loomResult_t gather_scatter(const shim_op_t *o, loomComm_t l, loomStream_
     const size_t bytes = o->count * shim_dtype_size(o->datatype);
     const loomDataType_t dt = (loomDataType_t)o->datatype;
     const int gather = o->coll == SHIM_COLL_GATHER;
+    /* The root's own block: where it goes and where it comes from (the same when in place). */
+    void *dst = NULL;
+    const void *src = NULL;
+    if (c->rank == o->root && bytes > 0) {
+        dst = gather ? (char *)o->recvbuff + (size_t)o->root * bytes : o->recvbuff;
+        src = gather ? o->sendbuff : (const char *)o->sendbuff + (size_t)o->root * bytes;
+    }
     loomResult_t lr = loomGroupStart();
     for (int r = 0; lr == loomSuccess && r < c->nranks; r++) {
         if (r == o->root || (c->rank != o->root && r != c->rank))
@@ -219,14 +237,15 @@ static loomResult_t gather_scatter(const shim_op_t *o, loomComm_t l, loomStream_
                         : loomSend((const char *)o->sendbuff + (size_t)r * bytes, o->count, dt, r,
                                    l, ls);
     }
+    /* On device memory the host cannot copy: the root sends the block to itself. */
+    if (lr == loomSuccess && o->device && dst != src)
+        lr = loomSend(src, o->count, dt, o->root, l, ls);
+    if (lr == loomSuccess && o->device && dst != src)
+        lr = loomRecv(dst, o->count, dt, o->root, l, ls);
     const loomResult_t end = loomGroupEnd();
     if (lr == loomSuccess)
         lr = end;
-    if (lr != loomSuccess || c->rank != o->root || bytes == 0)
-        return lr;
-    void *dst = gather ? (char *)o->recvbuff + (size_t)o->root * bytes : o->recvbuff;
-    const void *src = gather ? o->sendbuff : (const char *)o->sendbuff + (size_t)o->root * bytes;
-    if (dst == src)
+    if (lr != loomSuccess || o->device || dst == src)
         return lr;
     if (ls == NULL) {
         memmove(dst, src, bytes);
@@ -277,10 +296,35 @@ static ncclResult_t premul_stage(const shim_op_t *o, loomStream_t ls, replay_t *
     return ncclSuccess;
 }
 
+/* Refuses a call on device buffers that loom's side of its communicator cannot take. */
+static ncclResult_t device_check(const shim_op_t *o, loomComm_t l)
+{
+    const char *why = NULL;
+    if (!shim_comm_device(o->comm, l, NULL, &why))
+        return shim_fail(ncclInvalidUsage,
+                         "%s: device buffers need loom's device path, which communicator %p does "
+                         "not have: %s",
+                         o->fn, (void *)o->comm->handle, why);
+    if (o->premul)
+        return shim_fail(ncclInvalidUsage,
+                         "%s: a PreMulSum op on device buffers: loom scales a PreMulSum input on "
+                         "the host, which cannot read device memory",
+                         o->fn);
+    return ncclSuccess;
+}
+
 static ncclResult_t issue(const shim_op_t *o, loomComm_t l, const shim_stream_t *st, replay_t *rp)
 {
     loomStream_t ls = NULL;
-    if (st->kind == SHIM_STREAM_CUDA) {
+    if (o->device) {
+        ncclResult_t r = device_check(o, l);
+        if (r == ncclSuccess && st->kind == SHIM_STREAM_LOOM)
+            ls = st->loom;
+        else if (r == ncclSuccess)
+            r = shim_wrap_stream(o->comm, o->stream, o->fn, rp != NULL, &ls);
+        if (r != ncclSuccess)
+            return r;
+    } else if (st->kind == SHIM_STREAM_CUDA) {
         ncclResult_t r = shim_stream_sync(o->stream, o->fn);
         if (r != ncclSuccess)
             return r;
@@ -356,6 +400,59 @@ static size_t mul_sat(size_t a, size_t b)
     return __builtin_mul_overflow(a, b, &p) ? (size_t)-1 : p;
 }
 
+/* The loomCollective_t of a collective loomCommDevicePlan answers for; -1 for the others. */
+static int plan_coll(shim_coll_t coll)
+{
+    switch (coll) {
+    case SHIM_COLL_ALLREDUCE:
+        return loomCollAllReduce;
+    case SHIM_COLL_ALLGATHER:
+        return loomCollAllGather;
+    case SHIM_COLL_REDUCESCATTER:
+        return loomCollReduceScatter;
+    case SHIM_COLL_BROADCAST:
+        return loomCollBroadcast;
+    case SHIM_COLL_REDUCE:
+        return loomCollReduce;
+    case SHIM_COLL_ALLTOALL:
+        return loomCollAllToAll;
+    default:
+        return -1;
+    }
+}
+
+/* What loom's side can do with a call's device buffers, for the rules. Route mode asks loom
+ * (exact: plan set); loom mode has checked the device path and lets loom itself refuse what
+ * its transports cannot run, so every call there may go to loom. */
+static void device_facts(const shim_op_t *o, loomComm_t l, int plan, shim_call_t *call, char *why,
+                         size_t whylen)
+{
+    const char *dev_why = NULL;
+    call->loom_device = l == NULL || shim_comm_device(o->comm, l, NULL, &dev_why);
+    call->loom_why = dev_why;
+    call->loom_device_coll = call->loom_device;
+    call->loom_capturable = call->loom_device;
+    if (!plan || !call->loom_device)
+        return;
+    const int pc = plan_coll(o->coll);
+    if (pc < 0) {
+        /* Gather and Scatter: Sends and Recvs in a loom group, which run host-staged. */
+        call->loom_capturable = 0;
+        return;
+    }
+    const char *tp = NULL;
+    int cap = 0;
+    const int op = is_reduction(o->coll) && o->op >= 0 && o->op < ncclNumOps ? o->op : ncclSum;
+    if (loomCommDevicePlan(l, (loomCollective_t)pc, (loomDataType_t)o->datatype, (loomRedOp_t)op,
+                           &tp, &cap, why, whylen) != loomSuccess) {
+        tp = NULL;
+        snprintf(why, whylen, "%s", loomGetLastError(NULL));
+    }
+    call->loom_device_coll = tp != NULL;
+    call->loom_capturable = tp != NULL && cap;
+    call->loom_why = why;
+}
+
 static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
 {
     shim_comm_t *c = o->comm;
@@ -380,14 +477,11 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
     if (r != ncclSuccess)
         return r;
     const int device = shim_any_device_ptr(o->sendbuff, o->recvbuff);
-    if (!paired && device)
-        return shim_fail(ncclInvalidUsage,
-                         "%s: device buffers need loom's GPU path, which this build does not have",
-                         o->fn);
-    if (!paired && st.capturing)
+    o->device = device;
+    if (!paired && !device && st.capturing)
         return shim_fail(ncclInvalidUsage,
                          "%s: stream %p is being captured into a CUDA graph, and loom's host path "
-                         "cannot be captured",
+                         "(host buffers) cannot be captured",
                          o->fn, (void *)o->stream);
     pthread_once(&rules_once, rules_load);
     if (rules == NULL)
@@ -408,17 +502,24 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
     if (is_rooted(o->coll) && (o->root < 0 || o->root >= c->nranks) && !paired)
         return shim_fail(ncclInvalidArgument, "%s: root %d out of range [0, %d)", o->fn, o->root,
                          c->nranks);
+    /* Loom mode refuses what its device path cannot take now (a communicator still being made
+     * in this group is asked when the group runs). */
+    if (!paired && device && l != NULL && (r = device_check(o, l)) != ncclSuccess)
+        return r;
 
-    const shim_call_t call = {.coll = o->coll,
-                              .datatype = o->datatype,
-                              .op = is_reduction(o->coll) ? o->op : -1,
-                              .bytes = mul_sat(o->count, esize),
-                              .nranks = c->nranks,
-                              .hosts = c->hosts,
-                              .name = c->named ? c->name : NULL,
-                              .in_group = in_group,
-                              .device_buffers = device,
-                              .capturing = st.capturing};
+    shim_call_t call = {.coll = o->coll,
+                        .datatype = o->datatype,
+                        .op = is_reduction(o->coll) ? o->op : -1,
+                        .bytes = mul_sat(o->count, esize),
+                        .nranks = c->nranks,
+                        .hosts = c->hosts,
+                        .name = c->named ? c->name : NULL,
+                        .in_group = in_group,
+                        .device_buffers = device,
+                        .capturing = st.capturing};
+    char dev_why[512] = "";
+    if (device)
+        device_facts(o, l, paired && !in_group, &call, dev_why, sizeof(dev_why));
     /* The reason is written only for the trace: formatting it costs as much as deciding. */
     const int tracing = shim_trace_enabled();
     char why[512];
@@ -428,9 +529,9 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
     if (!paired && t == SHIM_TO_NCCL)
         t = SHIM_TO_LOOM; /* loom mode: NCCL's share is loom's exact path */
     if (tracing)
-        shim_log(SHIM_LOG_TRACE, "%s comm=%d/%d count=%zu dtype=%s op=%s -> %s (%s)", o->fn,
+        shim_log(SHIM_LOG_TRACE, "%s comm=%d/%d count=%zu dtype=%s op=%s%s -> %s (%s)", o->fn,
                  c->rank, c->nranks, o->count, shim_dtype_name(o->datatype), shim_op_name(call.op),
-                 shim_target_name(t), why);
+                 device ? " buffers=device" : "", shim_target_name(t), why);
     if (t == SHIM_TO_NCCL)
         return real_call(o, h);
     o->target = t;

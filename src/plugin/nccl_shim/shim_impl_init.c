@@ -24,6 +24,7 @@
 #include "shim_comm.h"
 #include "shim_group.h"
 #include "shim_init.h"
+#include "shim_streams.h"
 
 #define ID_HALF 64
 
@@ -526,6 +527,9 @@ ncclResult_t shim_impl_CommFinalize(ncclComm_t comm)
                       (void *)comm);
     else
         shim_job_wait(c); /* loom's calls without a stream are over when they return */
+    /* Calls queued on CUDA streams: flushed, as NCCL's finalize flushes its operations. */
+    if (r == ncclSuccess)
+        r = shim_wraps_finish(c, "ncclCommFinalize");
     if (r == ncclSuccess && paired)
         r = SHIM_REAL(CommFinalize, (c->real));
     shim_comm_release(c);

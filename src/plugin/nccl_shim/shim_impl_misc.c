@@ -3,10 +3,15 @@
  * shim_impl_misc.c - version, error texts, memory, registration and the host
  * functions of NCCL's device API, in route and loom modes.
  *
- * Loom mode: ncclMemAlloc returns page-aligned host memory (loom's buffers
- * are host memory; the page alignment is what NCCL's window registration
- * asks of a buffer), tracked so that ncclMemFree refuses a pointer it did not
- * give out. Registrations are tokens (shim_token.h). The device API has no
+ * Loom mode: ncclMemAlloc is loomMemAlloc, device memory, where the process
+ * has a device runtime (loomCommDeviceRuntime); without one it returns
+ * page-aligned host memory (what loom's host path uses; the page alignment
+ * is what NCCL's window registration asks of a buffer), unless the CUDA
+ * driver is loaded: a program that uses CUDA asks for device memory, and
+ * host memory would fail it later and far from the cause. ncclMemFree frees
+ * the host memory it gave out and hands everything else to loomMemFree,
+ * which refuses what loomMemAlloc did not give. Registrations are tokens
+ * (shim_token.h). The device API has no
  * loom counterpart: its calls fail with InvalidUsage, ncclTeam* return a team
  * of zeros, ncclTeamRankTo* -1 (no such rank) and ncclLLA2ACalcSlots 0 (no
  * slots), each leaving the reason as the last error.
@@ -15,6 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "shim_buffers.h"
 #include "shim_comm.h"
 #include "shim_premul.h"
 #include "shim_token.h"
@@ -69,6 +75,15 @@ ncclResult_t shim_impl_MemAlloc(void **ptr, size_t size)
         return SHIM_REAL(MemAlloc, (ptr, size));
     if (ptr == NULL)
         return shim_fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+    const char *runtime = NULL;
+    char why[256] = "";
+    if (loomCommDeviceRuntime(NULL, &runtime, why, sizeof(why)) == loomSuccess && runtime != NULL)
+        return shim_loom(loomMemAlloc(ptr, size));
+    if (shim_cuda_loaded())
+        return shim_fail(ncclInvalidUsage,
+                         "ncclMemAlloc: this process uses CUDA, but loom has no device runtime to "
+                         "allocate device memory with: %s",
+                         why);
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0)
         page = 4096;
@@ -113,13 +128,17 @@ ncclResult_t shim_impl_MemFree(void *ptr)
         mem_cap = 0;
     }
     pthread_mutex_unlock(&mem_lock);
-    if (!found)
-        return shim_fail(ncclInvalidArgument,
-                         "ncclMemFree: %p was not allocated by ncclMemAlloc "
-                         "(or was freed already)",
-                         ptr);
-    free(ptr);
-    return ncclSuccess;
+    if (found) {
+        free(ptr);
+        return ncclSuccess;
+    }
+    const char *runtime = NULL;
+    if (loomCommDeviceRuntime(NULL, &runtime, NULL, 0) == loomSuccess && runtime != NULL)
+        return shim_loom(loomMemFree(ptr)); /* refuses what loomMemAlloc did not give */
+    return shim_fail(ncclInvalidArgument,
+                     "ncclMemFree: %p was not allocated by ncclMemAlloc "
+                     "(or was freed already)",
+                     ptr);
 }
 
 /* ---- registration ---------------------------------------------------------------- */

@@ -724,32 +724,56 @@ static shim_target_t because(shim_target_t t, char *why, size_t whylen, const ch
     return t;
 }
 
+static const char *or_unknown(const char *why)
+{
+    return why != NULL && *why ? why : "no reason given";
+}
+
 shim_target_t shim_route_decide(const shim_rules_t *rules, const shim_call_t *call, char *why,
                                 size_t whylen)
 {
     if (call == NULL)
         return because(SHIM_TO_NCCL, why, whylen, "no call");
-    if (call->device_buffers)
-        return because(SHIM_TO_NCCL, why, whylen, "device buffers (loom has no GPU path yet)");
-    if (call->capturing)
-        return because(SHIM_TO_NCCL, why, whylen, "stream capture (loom's path is not capturable)");
     if (call->coll == SHIM_COLL_SEND || call->coll == SHIM_COLL_RECV)
         return because(SHIM_TO_NCCL, why, whylen, "send/recv (peers are never split)");
     if (call->in_group)
         return because(SHIM_TO_NCCL, why, whylen, "inside a group (a group is never split)");
+    if (call->device_buffers && !call->loom_device)
+        return because(SHIM_TO_NCCL, why, whylen, "device buffers, and loom has no device path: %s",
+                       or_unknown(call->loom_why));
+    if (call->device_buffers && call->op >= (int)ncclNumOps)
+        return because(SHIM_TO_NCCL, why, whylen,
+                       "device buffers with a premulsum op (loom scales its input on the host)");
     const int nrules = rules ? rules->n : 0;
-    for (int i = 0; i < nrules; i++) {
-        const rule_t *r = &rules->rule[i];
-        if (!rule_matches(r, call))
-            continue;
-        if (r->target == SHIM_TO_ECHO &&
-            !(call->coll == SHIM_COLL_ALLREDUCE && call->op == ncclSum &&
-              (call->datatype == ncclFloat32 || call->datatype == ncclFloat16 ||
-               call->datatype == ncclBfloat16)))
-            return because(SHIM_TO_LOOM, why, whylen,
-                           "rule %d: %s; echo takes only sum allreduce of fp32, fp16 or bf16",
-                           i + 1, r->text);
-        return because(r->target, why, whylen, "rule %d: %s", i + 1, r->text);
+    int i = 0;
+    while (i < nrules && !rule_matches(&rules->rule[i], call))
+        i++;
+    if (i == nrules)
+        return because(SHIM_TO_NCCL, why, whylen, "no rule matched");
+    const rule_t *r = &rules->rule[i];
+    shim_target_t t = r->target;
+    const char *note = "";
+    if (t == SHIM_TO_ECHO && !(call->coll == SHIM_COLL_ALLREDUCE && call->op == ncclSum &&
+                               (call->datatype == ncclFloat32 || call->datatype == ncclFloat16 ||
+                                call->datatype == ncclBfloat16))) {
+        t = SHIM_TO_LOOM;
+        note = "; echo takes only sum allreduce of fp32, fp16 or bf16";
     }
-    return because(SHIM_TO_NCCL, why, whylen, "no rule matched");
+    if (t == SHIM_TO_ECHO && call->capturing)
+        return because(SHIM_TO_NCCL, why, whylen,
+                       "rule %d: %s; stream capture (echo runs host-staged, which a CUDA graph "
+                       "cannot capture)",
+                       i + 1, r->text);
+    if (t == SHIM_TO_LOOM && call->device_buffers && !call->loom_device_coll)
+        return because(SHIM_TO_NCCL, why, whylen,
+                       "rule %d: %s%s; device buffers, and no transport of loom's device path "
+                       "runs the call: %s",
+                       i + 1, r->text, note, or_unknown(call->loom_why));
+    if (t == SHIM_TO_LOOM && call->capturing && !(call->device_buffers && call->loom_capturable))
+        return because(SHIM_TO_NCCL, why, whylen, "rule %d: %s%s; stream capture (%s)", i + 1,
+                       r->text, note,
+                       call->device_buffers ? "loom's transport for it runs host-staged, which "
+                                              "a CUDA graph cannot capture"
+                                            : "loom's host path cannot be captured");
+    return because(t, why, whylen, "rule %d: %s%s", i + 1, r->text, note);
 }

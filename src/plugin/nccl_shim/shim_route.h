@@ -4,7 +4,9 @@
  * LOOM_NCCL_ROUTE (or the default rules) applied to a description of the
  * call. The decision is a pure function of values that are equal on every
  * rank (the communicator's size and host count fixed at init, the
- * collective, datatype, op, byte count, group and capture state), never of
+ * collective, datatype, op, byte count, group and capture state, whether the
+ * buffers are device memory - the same kind on every rank of an SPMD program
+ * - and what loom's device path, agreed at init, does with them), never of
  * timing, pointers or history, so that every rank of a communicator decides
  * alike: a call sent to loom on one rank and to NCCL on another would hang.
  */
@@ -44,6 +46,13 @@ typedef struct {
     int in_group;       /* issued between ncclGroupStart and ncclGroupEnd */
     int device_buffers; /* a buffer is CUDA device memory */
     int capturing;      /* the stream is being captured into a CUDA graph */
+    /* With device buffers: what loom's side of the communicator can do with
+     * them (loomCommDeviceRuntime, loomCommDevicePlan: fixed at its creation,
+     * equal on every rank). */
+    int loom_device;      /* loom's communicator has a device path */
+    int loom_device_coll; /* one of its transports runs this call */
+    int loom_capturable;  /* that transport may be captured into a CUDA graph */
+    const char *loom_why; /* why not, for the reason (may be NULL) */
 } shim_call_t;
 
 typedef struct shim_rules shim_rules_t;
@@ -60,14 +69,18 @@ const shim_rules_t *shim_rules_default(int echo);
 /* The rule list in canonical form (for the trace and the INFO line). */
 const char *shim_rules_text(const shim_rules_t *rules);
 
-/* The backend for call. Besides the rules, fixed constraints apply first and
- * win: device buffers go to NCCL (loom has no GPU path yet); Send/Recv and
- * every call inside a group go to NCCL, so that a group or a pair of peers
- * is never split across backends; a captured stream goes to NCCL; Echo takes
- * only sum AllReduce of float32/float16/bfloat16 (else the call goes to
- * loom). In loom mode the caller treats NCCL as loom. why
- * (may be NULL) receives a short reason: the rule that matched, or the
- * constraint. */
+/* The backend for call. Besides the rules, fixed constraints apply and win
+ * (docs/nccl-plugins.md, "Fixed constraints"): Send/Recv and every call
+ * inside a group go to NCCL, so that a group or a pair of peers is never
+ * split across backends; device buffers go to NCCL where loom's side has no
+ * device path, and for a PreMulSum op (loom scales its input on the host);
+ * Echo takes only sum AllReduce of float32/float16/bfloat16 (else the call
+ * goes to loom); a call the rules give to loom goes to NCCL when its device
+ * buffers have no transport there, or when its stream is being captured and
+ * loom would not run it on a transport a CUDA graph can capture (host
+ * buffers never are; Echo never is). In loom mode the caller treats NCCL as
+ * loom. why (may be NULL) receives a short reason: the rule that matched,
+ * or the constraint. */
 shim_target_t shim_route_decide(const shim_rules_t *rules, const shim_call_t *call, char *why,
                                 size_t whylen);
 const char *shim_target_name(shim_target_t target);
