@@ -406,8 +406,9 @@ LOOM_API loomResult_t loomCommPlan(loomComm_t comm, loomCollective_t collective,
                                    double *predicted_us);
 
 /* The device runtime under comm's device path, "cuda" or "emulated" (static
- * storage), or NULL when comm has none: it was created while the process
- * had no device runtime, so its calls take host memory only. comm NULL: the
+ * storage), or NULL when comm has none: it was created while this process,
+ * or another of its ranks, had no device runtime, so its calls take host
+ * memory only. comm NULL: the
  * process's device runtime, which a communicator created now would use
  * (looked for again while there is none, as creation does). why (may be
  * NULL; whyLen bytes) gets "" with a runtime, else the reason, e.g.

@@ -28,11 +28,12 @@
  *           then a captured AllReduce refused (ncclInvalidUsage, loom's
  *           text in ncclGetLastError);
  *   route   LOOM_NCCL_MODE=route paired with libfake-nccl.so (FAKE_NCCL):
- *           the default rules send a 1 MiB bf16 sum AllReduce on device
- *           buffers to loom and an AllGather to NCCL (the fake's call
- *           counts tell), a captured one to loom where its transport may be
- *           captured, and to NCCL under LOOM_DEVICE_TRANSPORTS=staged
- *           (MODE route-staged).
+ *           with the built-in rules every call on device buffers goes to
+ *           NCCL (the fake's call counts tell); with a LOOM_NCCL_ROUTE rule
+ *           that takes a 1 MiB bf16 sum AllReduce to loom, that call goes to
+ *           loom and an AllGather to NCCL, a captured one to loom where its
+ *           transport may be captured, and to NCCL under
+ *           LOOM_DEVICE_TRANSPORTS=staged (MODE route-staged).
  * Prints one line per rank and exits 0 when every rank passed.
  */
 #include <dlfcn.h>
@@ -573,8 +574,9 @@ static long fake_count(void *fake, const char *name)
     return count(name);
 }
 
-/* Route mode: the default rules take a 1 MiB bf16 sum AllReduce on device buffers (loom, or
- * NCCL where a capture needs it), everything else goes to NCCL. */
+/* Route mode: a LOOM_NCCL_ROUTE rule takes a 1 MiB bf16 sum AllReduce on device buffers
+ * (loom, or NCCL where a capture needs it), everything else goes to NCCL; the built-in rules
+ * keep device buffers on NCCL. */
 static void run_route(ncclComm_t comm, int rank, int n, cudaStream_t s, const char *fake_path,
                       int staged_only)
 {
@@ -597,7 +599,8 @@ static void run_route(ncclComm_t comm, int rank, int n, cudaStream_t s, const ch
         for (size_t i = 0; i < count; i++)
             if (((uint16_t *)out)[i] != want)
                 die("route: bf16 AllReduce element %zu is wrong", i);
-        const int to_nccl = capture && staged_only;
+        const char *rules = getenv("LOOM_NCCL_ROUTE");
+        const int to_nccl = rules == NULL || *rules == '\0' || (capture && staged_only);
         if (fake_count(fake, "AllReduce") != before + to_nccl)
             die("route: the%s bf16 AllReduce went to %s, expected %s", capture ? " captured" : "",
                 to_nccl ? "loom" : "NCCL", to_nccl ? "NCCL" : "loom");

@@ -127,11 +127,21 @@ TEST_F(ShimDevice, StagedTransportRefusesCapture)
         << r.out;
 }
 
+// Device buffers leave NCCL only by a rule the user wrote (the built-in rules keep them there
+// until loom's device path has run on a GPU); the rule then sends them where it says.
 TEST_F(ShimDevice, RouteModeSendsDeviceBuffersByTheRules)
 {
-    for (const char *mode : {"route", "route-staged"}) {
+    const struct {
+        const char *mode;
+        bool rule; // a LOOM_NCCL_ROUTE rule, or the built-in ones
+    } runs[] = {{"route", false}, {"route", true}, {"route-staged", true}};
+    for (const auto &run : runs) {
+        const char *mode = run.mode;
         std::vector<std::pair<std::string, std::string>> env = {
             {"LOOM_NCCL_MODE", "route"}, {"LOOM_NCCL_LIBRARY", Env("LOOM_FAKE_NCCL")}};
+        if (run.rule)
+            env.push_back({"LOOM_NCCL_ROUTE", "coll=allreduce dtype=fp16,bf16 op=sum bytes>=1M "
+                                              "nranks=2-8 hosts=1 -> loom"});
         if (std::string(mode) == "route-staged")
             env.push_back({"LOOM_DEVICE_TRANSPORTS", "staged"});
         const ProgRun r = RunProgram(Args(mode), env);

@@ -516,6 +516,7 @@ static ncclResult_t coll_handle(shim_op_t *o, int paired, ncclComm_t h)
                         .name = c->named ? c->name : NULL,
                         .in_group = in_group,
                         .device_buffers = device,
+                        .paired = paired,
                         .capturing = st.capturing};
     char dev_why[512] = "";
     if (device)

@@ -744,6 +744,13 @@ shim_target_t shim_route_decide(const shim_rules_t *rules, const shim_call_t *ca
     if (call->device_buffers && call->op >= (int)ncclNumOps)
         return because(SHIM_TO_NCCL, why, whylen,
                        "device buffers with a premulsum op (loom scales its input on the host)");
+    /* Device buffers leave NCCL only by a rule the user wrote: loom's device path has not yet
+     * run on a GPU (docs/gpu.md, Results on a GPU), so the built-in rules do not pick it. */
+    if (call->device_buffers && call->paired && rules != NULL && !rules->owned)
+        return because(SHIM_TO_NCCL, why, whylen,
+                       "device buffers under the built-in rules, which keep them on NCCL until "
+                       "loom's device path has been checked on a GPU (docs/gpu.md); a "
+                       "LOOM_NCCL_ROUTE rule sends them to loom");
     const int nrules = rules ? rules->n : 0;
     int i = 0;
     while (i < nrules && !rule_matches(&rules->rule[i], call))

@@ -45,6 +45,7 @@ typedef struct {
     const char *name;   /* ncclConfig_t.commName, or NULL */
     int in_group;       /* issued between ncclGroupStart and ncclGroupEnd */
     int device_buffers; /* a buffer is CUDA device memory */
+    int paired;         /* route mode: the communicator has a real NCCL side */
     int capturing;      /* the stream is being captured into a CUDA graph */
     /* With device buffers: what loom's side of the communicator can do with
      * them (loomCommDeviceRuntime, loomCommDevicePlan: fixed at its creation,
