@@ -27,6 +27,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "dev_comm.h"
+#include "devrt.h"
 
 typedef struct {
     int depth;
@@ -263,6 +264,15 @@ static loomResult_t group_record(struct loomComm *comm, const loom_op_t *op, loo
 
 loomResult_t loom_enqueue(loomComm_t comm, loom_op_t *op, loomStream_t stream)
 {
+    if (__builtin_expect(comm->dev == NULL, 1)) {
+        /* Device memory on a communicator without a device path fails here, on this rank,
+         * before it takes a ticket: the host path would read it as host memory. */
+        const loom_devrt_t *rt = loom_devrt_found();
+        if (__builtin_expect(rt != NULL, 0) && loom_dev_op_on_device_rt(rt, op)) {
+            op_free(op);
+            return loom_dev_refuse_op(comm);
+        }
+    }
     if (group.depth == 0 && stream == NULL) {
         if (__builtin_expect(comm->dev != NULL, 0) && loom_dev_op_on_device(comm->dev, op))
             return loom_dev_submit_op(comm, op, NULL); /* consumes op */

@@ -152,6 +152,9 @@ typedef struct loom_devrt {
  * (the calling thread's text, valid until its next call). */
 const loom_devrt_t *loom_devrt(void);
 const char *loom_devrt_why_none(void);
+/* The runtime loom_devrt has found so far, NULL if none yet: one atomic load,
+ * never a look (what a call on a communicator without a device state asks). */
+const loom_devrt_t *loom_devrt_found(void);
 /* The implementations, for loom_info and the tests: NULL when this build or
  * machine lacks one (why gets the reason). */
 const loom_devrt_t *loom_devrt_cuda(char *why, size_t why_len);

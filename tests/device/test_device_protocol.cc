@@ -503,14 +503,23 @@ TEST(DeviceProtocol, RankWithoutRuntimeMeansNoDeviceStateAnywhere)
             XT_CHECK_LOOM(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, nullptr));
             XT_CHECK(out == (float)(nranks * (nranks + 1) / 2));
             // The ranks with a runtime still have device memory, but no device path here: the
-            // wrapped stream, which only the device path can serve, is refused.
+            // wrapped stream, which only the device path can serve, and device memory, which
+            // the host path would misread, are refused on the rank alone, before any exchange.
             if (rank != 1) {
                 loomStream_t s = nullptr;
                 XT_CHECK_LOOM(loomStreamCreateFromCuda(&s, nullptr));
                 XT_CHECK_LOOM_RES(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, s),
                                   loomInvalidUsage);
                 XT_CHECK_LOOM(loomStreamDestroy(s));
+                devtest::DevBuf d(sizeof(float));
+                XT_CHECK_LOOM_RES(
+                    loomAllReduce(&in, d.data(), 1, loomFloat32, loomSum, comm, nullptr),
+                    loomInvalidUsage);
+                XT_CHECK_MSG(devtest::LastErrorHas("rank 1 had no device runtime"),
+                             loomGetLastError(nullptr));
             }
+            XT_CHECK_LOOM(loomAllReduce(&in, &out, 1, loomFloat32, loomSum, comm, nullptr));
+            XT_CHECK(out == (float)(nranks * (nranks + 1) / 2));
         },
         o));
 }

@@ -61,6 +61,11 @@ const loom_devrt_t *loom_devrt(void)
     return rt;
 }
 
+const loom_devrt_t *loom_devrt_found(void)
+{
+    return __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+}
+
 const char *loom_devrt_why_none(void)
 {
     if (loom_devrt() != NULL)

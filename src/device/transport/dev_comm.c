@@ -458,6 +458,12 @@ const char *loom_dev_comm_why_none(struct loomComm *c)
 {
     if (__atomic_load_n(&c->dev, __ATOMIC_ACQUIRE) != NULL)
         return "";
+    if (c->dev_rt != NULL && c->dev_rt_absent >= 0) {
+        static __thread char peer_why[96];
+        snprintf(peer_why, sizeof(peer_why), "rank %d had no device runtime when it joined",
+                 c->dev_rt_absent);
+        return peer_why;
+    }
     const char *why = loom_devrt_why_none();
     return why[0] != '\0' ? why
                           : "the process found its device runtime only after the communicator "

@@ -24,6 +24,7 @@
 #define LOOM_DEV_COMM_H
 
 #include "comm.h"
+#include "devrt.h"
 #include "loom.h"
 
 #ifdef __cplusplus
@@ -70,6 +71,11 @@ const char *loom_dev_comm_why_none(struct loomComm *c);
  * collectives their base pointers) as the runtime's ptr_device sees it. One
  * pointer test per buffer. */
 int loom_dev_op_on_device(const loom_dev_state_t *d, const loom_op_t *op);
+/* The same for a communicator without a device state in a process that has a runtime (it
+ * found one after c was made, or a peer had none): such memory cannot go the host way. */
+int loom_dev_op_on_device_rt(const loom_devrt_t *rt, const loom_op_t *op);
+/* InvalidUsage, with a WARN saying why c has no device path. */
+loomResult_t loom_dev_refuse_op(struct loomComm *c);
 int loom_dev_task_on_device(const loom_dev_state_t *d, const loom_task_t *t);
 
 /* ---- issuing (dev_issue.c) ----------------------------------------------- */

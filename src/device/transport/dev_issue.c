@@ -22,7 +22,12 @@
 
 int loom_dev_op_on_device(const loom_dev_state_t *d, const loom_op_t *op)
 {
-    int (*const dev)(const void *) = d->rt->ptr_device; /* -1 for host memory and NULL */
+    return loom_dev_op_on_device_rt(d->rt, op);
+}
+
+int loom_dev_op_on_device_rt(const loom_devrt_t *rt, const loom_op_t *op)
+{
+    int (*const dev)(const void *) = rt->ptr_device; /* -1 for host memory and NULL */
     switch (op->kind) {
     case LOOM_OP_COLL:
         return dev(op->coll.sendbuff) >= 0 || dev(op->coll.recvbuff) >= 0;
@@ -34,6 +39,14 @@ int loom_dev_op_on_device(const loom_dev_state_t *d, const loom_op_t *op)
         return dev(op->echo.sendbuff) >= 0 || dev(op->echo.recvbuff) >= 0;
     }
     return 0;
+}
+
+loomResult_t loom_dev_refuse_op(struct loomComm *c)
+{
+    LOOM_WARN("rank %d: device memory given to communicator %s, which has no device path: %s; "
+              "create communicators after CUDA has started on every rank (docs/gpu.md)",
+              c->rank, c->name, loom_dev_comm_why_none(c));
+    return loomInvalidUsage;
 }
 
 int loom_dev_task_on_device(const loom_dev_state_t *d, const loom_task_t *t)
