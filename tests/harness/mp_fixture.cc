@@ -50,7 +50,6 @@ struct RankState {
     int nranks = 0;
     int share_fd = -1;         // ranks > 0: read end of the pipe from rank 0
     std::vector<int> share_to; // rank 0: write ends, indexed by rank (entry 0 unused)
-    std::string context;
 };
 
 RankState g_rank;
@@ -285,9 +284,12 @@ const std::string &LastRunSkipReason()
     return g_skip_reason;
 }
 
+// Per thread: the device suite runs ranks as threads of one process too.
+static thread_local std::string t_context;
+
 void SetContext(const std::string &context)
 {
-    g_rank.context = context;
+    t_context = context;
 }
 
 void Fail(const char *file, int line, const std::string &message)
@@ -295,8 +297,8 @@ void Fail(const char *file, int line, const std::string &message)
     const char *base = strrchr(file, '/');
     fprintf(stderr, "rank %d %s:%d: %s\n", g_rank.rank, base ? base + 1 : file, line,
             message.c_str());
-    if (!g_rank.context.empty())
-        fprintf(stderr, "rank %d   while: %s\n", g_rank.rank, g_rank.context.c_str());
+    if (!t_context.empty())
+        fprintf(stderr, "rank %d   while: %s\n", g_rank.rank, t_context.c_str());
     fflush(stdout);
     _exit(kExitCheckFailed);
 }
