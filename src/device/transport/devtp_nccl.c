@@ -39,6 +39,7 @@
 
 #include "check.h"
 #include "devtp_nccl.h"
+#include "nccl_homes.h"
 #include "param.h"
 
 #define NCCL_MIN_BYTES 4096u
@@ -147,27 +148,11 @@ static void lib_init(void)
         lib_ptr = &lib;
         return;
     }
-    const char *homes[][2] = {
-        {getenv("NCCL_HOME"), "/lib"},
-        {getenv("CUDA_HOME"), "/lib64"},
-        {getenv("CUDA_HOME"), "/lib"},
-        {getenv("CUDA_PATH"), "/lib64"},
-        {getenv("CUDA_PATH"), "/lib"},
-        {"/usr/local/cuda", "/lib64"},
-        {"/usr/local/cuda", "/lib"},
-#if defined(__x86_64__)
-        {"/usr/lib", "/x86_64-linux-gnu"},
-#elif defined(__aarch64__)
-        {"/usr/lib", "/aarch64-linux-gnu"},
-#endif
-        {"/usr", "/lib64"},
-        {"/usr", "/lib"},
-    };
-    for (size_t i = 0; i < sizeof(homes) / sizeof(homes[0]); i++) {
-        if (homes[i][0] == NULL || homes[i][0][0] == '\0')
+    char path[512];
+    int r;
+    for (size_t i = 0; (r = loom_nccl_home(i, path, sizeof(path))) >= 0; i++) {
+        if (r == 0)
             continue;
-        char path[512];
-        snprintf(path, sizeof(path), "%s%s/libnccl.so.2", homes[i][0], homes[i][1]);
         if (access(path, R_OK) == 0 && try_path(path, 0) == 0) {
             lib_ptr = &lib;
             return;

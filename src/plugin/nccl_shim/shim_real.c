@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "nccl_homes.h"
 #include "shim.h"
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
@@ -219,29 +220,13 @@ static void real_init(void)
         return;
     }
 
-    const char *homes[][2] = {
-        {getenv("NCCL_HOME"), "/lib"},
-        {getenv("CUDA_HOME"), "/lib64"},
-        {getenv("CUDA_HOME"), "/lib"},
-        {getenv("CUDA_PATH"), "/lib64"},
-        {getenv("CUDA_PATH"), "/lib"},
-        {"/usr/local/cuda", "/lib64"},
-        {"/usr/local/cuda", "/lib"},
-#if defined(__x86_64__)
-        {"/usr/lib", "/x86_64-linux-gnu"},
-#elif defined(__aarch64__)
-        {"/usr/lib", "/aarch64-linux-gnu"},
-#endif
-        {"/usr", "/lib64"},
-        {"/usr", "/lib"},
-    };
     char tried[sizeof(real_why)] = "";
     size_t o = 0;
-    for (size_t i = 0; i < sizeof(homes) / sizeof(homes[0]); i++) {
-        if (homes[i][0] == NULL || homes[i][0][0] == '\0')
+    char path[512];
+    int r;
+    for (size_t i = 0; (r = loom_nccl_home(i, path, sizeof(path))) >= 0; i++) {
+        if (r == 0)
             continue;
-        char path[512];
-        snprintf(path, sizeof(path), "%s%s/libnccl.so.2", homes[i][0], homes[i][1]);
         struct stat st;
         if (stat(path, &st) != 0)
             continue;
