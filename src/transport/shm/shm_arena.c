@@ -11,12 +11,12 @@
  * src/collectives/shm/shm_open.c (create, destroy; break as the
  * point-to-point layer's break hook).
  *
- * Layout (offsets from the mapping; slots page aligned):
+ * Layout (offsets from the mapping):
  *   0                      header (64 bytes)
  *   64                     control blocks: nranks x 320 bytes (loom_arena_ctl_t)
  *   then                   tiny-call cells: nranks x 256 x 64 bytes (loom_arena_cell_t)
- *   page aligned           data slots: nranks x slot_bytes, each two halves
- * Footprint: nranks x (slot_bytes + 16704) bytes plus at most a page; slot_bytes
+ *   page aligned + 2 KiB   data slots: nranks x slot_bytes, each two halves
+ * Footprint: nranks x (slot_bytes + 16704) bytes plus at most a page and a half; slot_bytes
  * is LOOM_SHM_COLL_BYTES rounded down to 8 KiB, halved until the arena stays
  * below LOOM_SHM_SEG_MAX_BYTES.
  *
@@ -87,12 +87,19 @@ _Static_assert(offsetof(loom_arena_ctl_t, state) == 64, "the flag has a cache li
 _Static_assert(sizeof(loom_arena_cell_t) == 64, "a tiny-call cell is one cache line");
 _Static_assert(sizeof(loom_arena_desc_t) <= 64, "a descriptor fits a cache line");
 
+#define SLOTS_PAGE_OFFSET 2048u
+
 static size_t slots_offset(int nranks)
 {
     size_t meta =
         sizeof(arena_hdr_t) +
         (size_t)nranks * (sizeof(loom_arena_ctl_t) + LOOM_ARENA_CELLS * sizeof(loom_arena_cell_t));
-    return (meta + 4095) & ~(size_t)4095;
+    /* Half a page past a page boundary: the buffers users hand in are mostly page aligned or
+     * 16 bytes past it (posix_memalign, glibc's mmap'd chunks), and a copy whose destination
+     * lies less than 1 KiB past its source modulo 4 KiB has its loads alias its own recent
+     * stores (x86 load/store disambiguation compares the low 12 address bits) and must run
+     * backwards, slower (loom_shm_copy). From half a page off, neither direction aliases. */
+    return ((meta + 4095) & ~(size_t)4095) + SLOTS_PAGE_OFFSET;
 }
 
 static size_t arena_bytes(int nranks, size_t slot_bytes)

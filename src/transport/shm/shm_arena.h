@@ -93,7 +93,7 @@ struct loom_arena {
     int counted;              /* this rank counted itself as mapped */
     loom_arena_ctl_t *ctl;    /* [nranks] */
     loom_arena_cell_t *cells; /* [nranks][LOOM_ARENA_CELLS] */
-    uint8_t *slots;           /* [nranks] x slot_bytes, page aligned */
+    uint8_t *slots;           /* [nranks] x slot_bytes, half a page past page alignment */
     size_t slot_bytes;
     int cma;        /* the smallest vote: 0 no single copy, else the agreed LOOM_SHM_COLL_CMA */
     int copy_fast;  /* every rank's kernel copy beat two memcpys */
