@@ -9,8 +9,8 @@
  * its element-wise elements (its shard; every element for Replicated) x the AdamW time per
  * element; ranks pinned to one core (loomrun puts rank r on CPU r mod C) share it, so a core's
  * time is the sum over its ranks and the step takes the busiest core's time. Rows adds its
- * in-step all-gathers: loomCommPlan's predicted time where the cost model has one, else the
- * time of the same AllGather measured here (the shared-memory family is not modelled).
+ * in-step all-gathers: loomCommPlan's predicted time (on one host the shared-memory variant's,
+ * from the arena probe), else (one rank) the time of the same AllGather measured here.
  */
 #include <string.h>
 

@@ -398,9 +398,10 @@ typedef enum {
 /* What a call of `collective` with this count (the call's own count argument)
  * and datatype would run on comm now: *algorithm (may be NULL) gets the
  * algorithm's name as LOOM_ALGO spells it (static storage; LOOM_ALGO is
- * honoured), *predicted_us (may be NULL) the cost model's predicted time, or
- * -1 when the algorithm is not modelled (the shared-memory family picks its
- * variant by size itself). Local: no communication. Errors: InvalidArgument. */
+ * honoured), *predicted_us (may be NULL) the cost model's predicted time (for
+ * the shared-memory family, of the variant it picks for this size), or -1
+ * where nothing is predicted (one rank). Local: no communication. Errors:
+ * InvalidArgument. */
 LOOM_API loomResult_t loomCommPlan(loomComm_t comm, loomCollective_t collective, size_t count,
                                    loomDataType_t datatype, const char **algorithm,
                                    double *predicted_us);

@@ -11,6 +11,7 @@
  * below it). Like ucx_info. The device section of -v is loom_info_device.c's.
  * Reads internals (the parameter, transport and algorithm tables); changes nothing.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,10 +101,34 @@ static void size_text(double b, char *buf, size_t len)
  * create a communicator (the built-in defaults with LOOM_CALIBRATE=0, or
  * where that fails), ucx's from the defaults (UCX runs between hosts). */
 static loom_link_cost_t g_cost[LOOM_LINK_NUM];
+/* The arena probe of the shm class's communicator (shm_probe.c; zeros where none ran). */
+static loom_shm_machine_t g_arena;
 
 /* The hidden first argument that makes loom_info the second rank of measure_class's
  * communicator; the unique id follows it in hex. */
 #define PEER_ARG "--calibration-peer"
+
+/* Pins this process to the k-th CPU it may run on (as loomrun pins rank k), so that the two
+ * ranks of a measurement run on two CPUs, as a benchmark's do; *saved (may be NULL) gets the
+ * affinity before. No-op with fewer than k + 1 CPUs. */
+static void pin_to_usable_cpu(int k, cpu_set_t *saved)
+{
+    cpu_set_t now;
+    CPU_ZERO(&now);
+    if (sched_getaffinity(0, sizeof(now), &now) != 0)
+        return;
+    if (saved)
+        *saved = now;
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &now) || seen++ != k)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        (void)sched_setaffinity(0, sizeof(one), &one);
+        return;
+    }
+}
 
 /* Rank 1 of measure_class's communicator: a fresh process image, so that nothing the parent's
  * threads held at fork (the allocator's locks, with the bootstrap root's thread running) is
@@ -119,6 +144,7 @@ static int calibration_peer(const char *hex)
             return 2;
         id.internal[i] = (char)v;
     }
+    pin_to_usable_cpu(1, NULL);
     loomComm_t comm = NULL;
     if (loomCommInitRank(&comm, 2, id, 1) != loomSuccess)
         return 1;
@@ -149,10 +175,17 @@ static int measure_class(const char *net, loom_link_cost_t *l_p)
         execv("/proc/self/exe", argv);
         _exit(127);
     }
+    cpu_set_t saved;
+    CPU_ZERO(&saved);
+    pin_to_usable_cpu(0, &saved);
     loomComm_t comm = NULL;
     loomResult_t res = loomCommInitRank(&comm, 2, id, 0);
+    if (CPU_COUNT(&saved) > 0)
+        (void)sched_setaffinity(0, sizeof(saved), &saved);
     if (res == loomSuccess) {
         *l_p = comm->coll.link;
+        if (strcmp(net, "shm") == 0)
+            g_arena = comm->coll.shm;
         loomCommDestroy(comm);
     }
     int status = 0;
@@ -211,15 +244,24 @@ static void shm_machine_here(loom_shm_machine_t *m)
     const int single_copy = cma < 0 ? 0 : cma > 2 ? 2 : (int)cma;
     loom_shm_machine_fill(m, (size_t)loom_param_SHM_COLL_BYTES() / 2, single_copy,
                           single_copy == 1 && loom_arena_kernel_copy_fast());
+    if (single_copy > 0)
+        m->kernel_ns = loom_arena_kernel_copy_ns();
+    m->flag_ns = g_arena.flag_ns;
+    m->local_ns = g_arena.local_ns;
+    m->cross_ns = g_arena.cross_ns;
+    m->cross1_ns = g_arena.cross1_ns;
 }
 
-/* A shm cell of the decision table: the variant the plan chooses. */
-static const char *shm_cell(loom_coll_kind_t kind, double bytes, int nranks,
-                            const loom_shm_machine_t *m, const loom_shm_overrides_t *o)
+/* A shm cell of the decision table: the variant the plan chooses and its predicted time. */
+static void shm_cell(loom_coll_kind_t kind, const loom_cost_call_t *call,
+                     const loom_shm_machine_t *m, const loom_shm_overrides_t *o,
+                     const loom_link_cost_t *link, char *cell, size_t len)
 {
     loom_shm_plan_t p;
-    loom_shm_plan(kind, (size_t)bytes, nranks, m, o, &p);
-    return loom_shm_algo_name(p.variant);
+    loom_shm_plan(kind, (size_t)call->nbytes, call->nranks, m, o, &p);
+    const double ns = loom_shm_predict(kind, p.variant, call, m, link);
+    snprintf(cell, len, ns < 1e5 ? "%s %.1fus" : "%s %.0fus", loom_shm_algo_name(p.variant),
+             ns / 1e3);
 }
 
 static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
@@ -231,7 +273,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
         chunk = 4096;
     printf("# link class %s: alpha %.1f us, o %.1f us, beta %.3f ns/B, one way %.3f ns/B, "
            "gamma %.3f ns/B; %d ranks on %d host(s) (ranks consecutive on each); chunk %zu "
-           "bytes; %s; cells: algorithm and predicted time (shm: the variant, not modelled)\n",
+           "bytes; %s; cells: algorithm (shm: the plan's variant) and predicted time\n",
            loom_link_class_name(cls), link.alpha_ns / 1e3, link.o_ns / 1e3, link.beta_ns,
            link.beta_one_ns, link.gamma_ns, nranks, nhosts, chunk,
            loom_param_DETERMINISTIC() ? "reductions in rank order (LOOM_DETERMINISTIC=1)"
@@ -273,8 +315,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
             const loom_algo_t *a = loom_algo_pick(table, n, decision_kinds[k], &call, &link, &us);
             char cell[48];
             if (a != NULL && strcmp(a->name, "shm") == 0) /* it picks by size itself */
-                snprintf(cell, sizeof(cell), "%s",
-                         shm_cell(decision_kinds[k], bytes, nranks, &m, &o));
+                shm_cell(decision_kinds[k], &call, &m, &o, &link, cell, sizeof(cell));
             else
                 snprintf(cell, sizeof(cell), "%s %.0fus", a ? a->name : "-", us / 1e3);
             printf(" %-24s", cell);

@@ -261,6 +261,8 @@ def record(doc, key, coll, n, rep, rows):
         m = {"impl": key, "coll": coll, "nranks": n, "rep": rep, "size": r["size"],
              "count": r["count"], "iters": r.get("actual_iterations"), "time_us": o.get("time"),
              "algbw": o.get("alg_bw"), "busbw": o.get("bus_bw"), "nwrong": o.get("nwrong")}
+        if r.get("model_us") is not None:
+            m["model_us"] = r["model_us"]  # loom's prediction in the same launch (-M 1)
         doc["measurements"].append(m)
         if m["nwrong"]:
             doc["failures"].append({"impl": key, "coll": coll, "nranks": n, "rep": rep,
@@ -340,7 +342,8 @@ def finish(a, cfg, doc, active, t_start):
              "time in us per call, busbw in GB/s (nccl-tests factors)",
              "# loom/best = best peer time / loom time = loom busbw / best peer busbw; "
              "> 1: loom is faster; loom/X: the same against peer X alone",
-             "# algo, model us: what loom's traced launch chose and the cost model predicted; "
+             "# algo: what loom's traced launch chose; model us: the cost model's prediction in the "
+             "timed launches (median); "
              "meas/model = loom's measured time / the prediction",
              f"# machine: {sysinfo.machine_text(doc['machine'])}"]
     lines += [f"# loom probe: {p['line']}" for p in doc["probe"]]

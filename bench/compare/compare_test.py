@@ -4,7 +4,7 @@
 # compare_test.py - unit tests of bench/compare's pure parts on crafted input:
 # the reader of loom's traced launches (coll_trace.py: per row the algorithm
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
-# the ratio table (report.py), the traced sweeps and Intel MPI's environment
+# the ratio table and the prediction each row is set against (report.py), the traced sweeps and Intel MPI's environment
 # (impls.py), and that every collective it compares (the uneven ones too) has a
 # name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
 import os
@@ -111,6 +111,16 @@ class ReportTest(unittest.TestCase):
         m = self.rows()[1]["model"]
         self.assertEqual(m["algo"], "tree")
         self.assertAlmostEqual(m["measured_over_model"], 1.25)
+
+    def test_the_timed_launches_predictions_replace_the_traced_one(self):
+        ms = [dict(meas("loom", "broadcast", 64, t, rep=k + 1), model_us=p)
+              for k, (t, p) in enumerate(((4.0, 2.0), (6.0, 3.0), (5.0, 10.0)))]
+        traces = [{"coll": "broadcast", "nranks": 2, "size": 64, "out_of_place": None,
+                   "in_place": {"algo": "shm", "model_us": 40.0}}]
+        m = report.summarize(ms, ["loom"], traces)[0]["model"]
+        self.assertEqual(m["algo"], "shm")  # the traced launch names the algorithm
+        self.assertAlmostEqual(m["model_us"], 3.0)  # the median of the timed launches' own
+        self.assertAlmostEqual(m["measured_over_model"], 5.0 / 3.0)
 
     def test_model_lines_count_rows_within_the_bound_from_64k(self):
         def row(size, ratio):

@@ -138,9 +138,11 @@ class Loom(Impl):
         prog = os.path.join(self.cfg.build, "bench", f"{coll}_perf")
         # -z 2: blocking calls back to back, the shape of the MPI benchmark's loop (a
         # stream would add its worker thread's hand-off, which MPI does not have).
+        # -M 1: each row's prediction from the constants this launch measured at creation, so
+        # that measured/predicted compares one launch with itself.
         cmd = [self.loomrun, "-v", "-n", str(nranks), prog, "-b", str(sweep[0]), "-e",
                str(sweep[1]), "-f", str(sweep[2]), "-n", str(iters), "-w", str(warmup), "-c",
-               str(check), "-z", "2", "-T", str(self.cfg.timeout)]
+               str(check), "-z", "2", "-T", str(self.cfg.timeout), "-M", "1"]
         return cmd + (["-J", json_path] if json_path else [])
 
     def run(self, coll, nranks, bands, rep, check):

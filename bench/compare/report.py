@@ -7,7 +7,8 @@
 # busbw ratio = loom busbw / best peer busbw are the same number, since every
 # implementation uses the same bytes and bus factor: > 1 means loom is faster.
 # Beside loom's time: the algorithm its traced launch chose and the model's
-# prediction. It runs nothing; compare.py calls it.
+# prediction (the timed launches' own where they printed it). It runs nothing;
+# compare.py calls it.
 import math
 import statistics
 
@@ -18,12 +19,17 @@ NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter":
          "alltoall": "AlltoAll", "broadcast": "Broadcast", "reduce": "Reduce"}
 
 
-def model_of(traces, coll, nranks, size, loom_us):
+def model_of(traces, coll, nranks, size, loom_us, timed_models=()):
     """The traced call that stands for loom's compared column (in place for
-    Broadcast, as compare.record measures it) with measured/predicted."""
+    Broadcast, as compare.record measures it) with measured/predicted. Where the
+    timed launches printed their own predictions (-M 1), their median replaces
+    the traced launch's: each launch measures its constants at creation, and the
+    prediction should come from the launch whose time it is set against."""
     for t in traces:
         if (t["coll"], t["nranks"], t["size"]) == (coll, nranks, size):
             call = t["in_place"] if coll == "broadcast" else t["out_of_place"]
+            if call is not None and timed_models:
+                call = dict(call, model_us=statistics.median(timed_models))
             return coll_trace.with_ratio(call, loom_us)
     return None
 
@@ -59,7 +65,8 @@ def summarize(measurements, impl_keys, traces=()):
         peers = [k for k in impl_keys if k != "loom" and k in times]
         rec["best_peer"], rec["ratio"] = best_peer(times, peers)
         rec["loom_over_peer"] = {k: times[k] / times["loom"] for k in peers if "loom" in times}
-        rec["model"] = model_of(traces, coll, nranks, size, times.get("loom"))
+        timed = [m["model_us"] for m in by_impl.get("loom", []) if m.get("model_us")]
+        rec["model"] = model_of(traces, coll, nranks, size, times.get("loom"), timed)
         rows.append(rec)
     order = {c: i for i, c in enumerate(NAMES)}
     rows.sort(key=lambda r: (order.get(r["coll"], 99), r["nranks"], r["size"]))

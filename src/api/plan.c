@@ -8,6 +8,7 @@
  * layer above loom (the drop-in NCCL library) can tell before a call whether
  * loom will take its device buffers and whether a CUDA graph may capture it.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "comm.h"
@@ -45,7 +46,7 @@ static loomResult_t plan(loomComm_t comm, loomCollective_t collective, size_t co
     if (algorithm)
         *algorithm = name;
     if (predicted_us)
-        *predicted_us = ns < 0 ? -1.0 : ns / 1e3;
+        *predicted_us = ns < 0 || !isfinite(ns) ? -1.0 : ns / 1e3;
     return loomSuccess;
 }
 

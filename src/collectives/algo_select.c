@@ -301,6 +301,24 @@ static const loom_algo_t *forced_algo(loom_coll_kind_t kind)
     return found;
 }
 
+/* The prediction of an shm row: the variant it runs (the plan's, or the one its name forces),
+ * priced by shm_cost.c. */
+static double shm_predicted(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
+                            const loom_algo_t *algo, const loom_cost_call_t *call)
+{
+    static const struct {
+        const char *suffix;
+        uint32_t variant;
+    } forced[] = {{"_flat", SHM_ALGO_FLAT}, {"_cico", SHM_ALGO_CICO}, {"_cma", SHM_ALGO_CMA}};
+    uint32_t variant = 0;
+    for (size_t i = 0; i < sizeof(forced) / sizeof(forced[0]); i++)
+        if (strcmp(algo->name + 3, forced[i].suffix) == 0)
+            variant = forced[i].variant;
+    if (variant == 0)
+        variant = loom_shm_pick(ctx, a);
+    return loom_shm_predict(a->kind, variant, call, &ctx->shm, &ctx->link);
+}
+
 /* The model's (or LOOM_ALGO's) choice for a call, NULL if none can run. */
 static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a,
                                  const loom_cost_call_t *call, double *predicted_p)
@@ -321,13 +339,16 @@ static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
         loom_cost_call_t sized;
         loom_link_cost_t at;
         size_call(call, &ctx->link, &sized, &at);
-        *predicted_p = algo->cost(&sized, &at);
+        *predicted_p = strncmp(algo->name, "shm", 3) == 0 ? shm_predicted(ctx, a, algo, call)
+                                                          : algo->cost(&sized, &at);
         return algo;
     }
     algo = loom_algo_pick(algos, NALGOS, a->kind, call, &ctx->link, predicted_p);
     if (algo != NULL && !loom_shm_algo_usable(ctx, algo->name)) /* shm class, no arena */
         algo = loom_algo_pick(algos + shm_rows(), NALGOS - shm_rows(), a->kind, call, &ctx->link,
                               predicted_p);
+    if (algo != NULL && algo->cost == loom_cost_shm_family)
+        *predicted_p = shm_predicted(ctx, a, algo, call);
     return algo;
 }
 
@@ -338,7 +359,7 @@ const char *loom_coll_plan(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, doub
     const loom_algo_t *algo = choose(ctx, a, &call, &ns);
     if (algo == NULL)
         return NULL;
-    *predicted_ns = algo->cost == loom_cost_shm_family ? -1.0 : ns;
+    *predicted_ns = ns;
     return algo->name;
 }
 

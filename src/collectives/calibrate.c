@@ -18,7 +18,9 @@
  * a CPU that copies them, as loopback TCP and shared memory do, twice as fast);
  * gamma times a float32 sum over 256 KiB locally; cold compares memcpy's rate
  * in the L2 with its rate past it, once per process (loom_link_cost_for_call
- * charges it to the bytes of calls whose buffers outgrow the L2). Across hosts the
+ * charges it to the bytes of calls whose buffers outgrow the L2); where there is an arena, the
+ * arena probe (shm/shm_probe.c) times its flag round and its copies for the shm collectives'
+ * prediction, agreed with the rest. Across hosts the
  * same exchanges among the ranks of each host measure the links inside it.
  * The ranks' values differ, so they then agree: one AllReduce (direct, max,
  * float64) of the class, both sets of constants, the rates of the hosts'
@@ -273,6 +275,10 @@ enum {
     AG_TCP = AG_INTRA + LOOM_COST_NCONST,
     AG_RDMA,
     AG_CACHE,
+    AG_ARENA, /* the arena probe's flag, local, cross, cross1 (loom_shm_probe_t; -1: none) */
+    AG_ARENA_LOCAL,
+    AG_ARENA_CROSS,
+    AG_ARENA_CROSS1,
     AG_NUM
 };
 
@@ -337,9 +343,25 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
             free(group);
             LOOM_CHECK(res);
         }
+        /* Every rank agreed at creation on whether there is an arena. */
+        if (loom_shm_arena(ctx) != NULL) {
+            loom_shm_probe_t pr;
+            LOOM_CHECK(loom_shm_probe(ctx, &pr));
+            v[AG_ARENA] = pr.flag_ns;
+            v[AG_ARENA_LOCAL] = pr.local_ns;
+            v[AG_ARENA_CROSS] = pr.cross_ns;
+            v[AG_ARENA_CROSS1] = pr.cross1_ns;
+            loom_p2p_set_context(ctx->p2p, "calibration", ctx->seq); /* the probe's last call */
+        }
     }
     LOOM_CHECK(agree_max(ctx, v, AG_NUM));
     ctx->cache_bytes = -v[AG_CACHE];
+    if (v[AG_ARENA_CROSS] > 0) {
+        ctx->shm.flag_ns = v[AG_ARENA];
+        ctx->shm.local_ns = v[AG_ARENA_LOCAL];
+        ctx->shm.cross_ns = v[AG_ARENA_CROSS];
+        ctx->shm.cross1_ns = v[AG_ARENA_CROSS1];
+    }
     const loom_link_class_t cls = class_of(v[AG_CLASS]);
     if (measuring)
         log_constants(-1, "agreed", cls, &v[AG_LINK]);
@@ -396,16 +418,17 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p,
     free(hash);
     LOOM_CHECK(res);
     ctx->intra = loom_link_cost_default(intra_class(p2p, &ctx->hosts, rank, nranks));
-    ctx->seq = 0; /* calibration runs as collective 0; user collectives start at 1 */
+    ctx->seq = 0; /* calibration runs as collective 0, the arena probe's calls next; user
+                     collectives follow them */
     memset(ctx->memo, 0, sizeof(ctx->memo));
     ctx->chunk_bytes = (size_t)loom_param_CHUNK_BYTES();
     if (ctx->chunk_bytes < 4096)
         ctx->chunk_bytes = 4096;
     ctx->link = loom_link_cost_default(detect_class(p2p, rank, nranks));
+    loom_shm_machine(ctx, &ctx->shm); /* the arena probe's calls are planned with it */
     if (nranks > 1)
         LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
-    loom_shm_machine(ctx, &ctx->shm);
     if (rank == 0 && ctx->arena != NULL) { /* bench/compare records this line */
         char text[320];
         loom_shm_machine_text(&ctx->shm, text, sizeof(text));

@@ -113,6 +113,12 @@ typedef struct {
     size_t page;        /* the memory page */
     int single_copy;    /* agreed at creation: 0 none, 1 where the rules say, 2 always */
     int kernel_fast;    /* every rank's kernel copy beat two memcpys (creation probe) */
+    /* Only the prediction reads these (shm_cost.c), never a choice; 0 unknown. */
+    double kernel_ns; /* this process's kernel copy, ns per byte (the kernel-copy probe) */
+    /* The arena probe (shm_probe.c), agreed at creation: a flag round, a byte copied from
+     * lines this core wrote, from lines another core wrote while it copies the other way
+     * (both ways), and while it does not (one way). */
+    double flag_ns, local_ns, cross_ns, cross1_ns;
 } loom_shm_machine_t;
 
 /* Per-communicator state shared by all algorithms. An algorithm may run on a
@@ -217,8 +223,8 @@ loomResult_t loom_alltoall_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a)
 loomResult_t loom_alltoallv_hier(loom_coll_ctx_t *ctx, const loom_coll_args_t *a);
 
 /* The algorithm a call would run now (LOOM_ALGO, then the model; NULL if
- * none can) and its predicted time in ns, -1 where the model does not price
- * it (the shm family). Reads ctx only. */
+ * none can) and its predicted time in ns (LOOM_COST_NA where none is: one
+ * rank). Reads ctx only. */
 const char *loom_coll_plan(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, double *predicted_ns);
 /* Runs one collective with the selected algorithm; *algo_name_p (may be NULL)
  * receives the algorithm's name. */

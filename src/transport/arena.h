@@ -176,6 +176,9 @@ int loom_arena_copy_fast(const loom_arena_t *a);
  * memcpys of it (shm_copy_probe.c): single copy replaces two copies through
  * the arena with one kernel copy. Measured once per process, about 1 ms. */
 int loom_arena_kernel_copy_fast(void);
+/* The same probe's kernel copy in ns per byte (the best of its copies of 1 MiB), measured on
+ * first use; 0 where process_vm_readv failed. The cost model prices single copy with it. */
+double loom_arena_kernel_copy_ns(void);
 /* Single copy: nbytes from address addr of rank's process into dst. */
 loomResult_t loom_arena_read(loom_arena_t *a, int rank, void *dst, uint64_t addr, size_t nbytes);
 /* Fails the call (and breaks the layer) with res; the message is detail. */

@@ -325,8 +325,8 @@ TEST(ShimLoom, GroupsDeferInitsAndRunCallsTogether)
             XT_NCCL_REFUSED(ncclGroupEnd(), ncclInvalidUsage, "no group is open");
             XT_NCCL(ncclCommDestroy(a));
             XT_NCCL(ncclCommDestroy(b));
-            // The shared-memory family picks its variant itself and has no modelled time: over
-            // point-to-point messages loom's cost model answers.
+            // Over point-to-point messages here; the shared-memory family's variants are
+            // predicted as well (shm_cost.c).
         },
         LoomMode({{"LOOM_SHM_COLL", "0"}})));
 }

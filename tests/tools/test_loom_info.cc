@@ -71,19 +71,28 @@ TEST(LoomInfo, ShmDecisionTableShowsTheVariantThatRuns)
                                     "LOOM_SHM_COLL_CMA=0 LOOM_TOPO_FILE=" + std::string(fixtures) +
                                         "/shm-large-l3.json");
     ASSERT_EQ(status, 0) << out;
-    // Columns: allreduce allgather reducescatter broadcast reduce alltoall.
+    // Columns: allreduce allgather reducescatter broadcast reduce alltoall, each the variant
+    // and its predicted time ("12.5us").
     const std::vector<std::string> tiny = Row(out, "8 B"), flat = Row(out, "8 KiB"),
                                    big = Row(out, "512 KiB");
-    ASSERT_EQ(tiny.size(), 8u) << out;
-    ASSERT_EQ(flat.size(), 8u) << out;
-    ASSERT_EQ(big.size(), 8u) << out;
-    for (size_t k = 2; k < 8; k++)
-        EXPECT_EQ(tiny[k], "shm_tiny") << "8 B, column " << k - 2 << "\n" << out;
-    EXPECT_EQ(flat[2], "shm_flat") << out;
-    EXPECT_EQ(flat[6], "shm_flat") << out;
-    EXPECT_EQ(flat[3], "shm_cico") << out;
-    for (size_t k = 2; k < 8; k++)
-        EXPECT_EQ(big[k], "shm_cico") << "512 KiB, column " << k - 2 << "\n" << out;
+    ASSERT_EQ(tiny.size(), 14u) << out;
+    ASSERT_EQ(flat.size(), 14u) << out;
+    ASSERT_EQ(big.size(), 14u) << out;
+    auto variant = [](const std::vector<std::string> &row, size_t col) { return row[2 + 2 * col]; };
+    auto us = [](const std::vector<std::string> &row, size_t col) {
+        return std::stod(row[3 + 2 * col]);
+    };
+    for (size_t k = 0; k < 6; k++)
+        EXPECT_EQ(variant(tiny, k), "shm_tiny") << "8 B, column " << k << "\n" << out;
+    EXPECT_EQ(variant(flat, 0), "shm_flat") << out;
+    EXPECT_EQ(variant(flat, 4), "shm_flat") << out;
+    EXPECT_EQ(variant(flat, 1), "shm_cico") << out;
+    for (size_t k = 0; k < 6; k++) {
+        EXPECT_EQ(variant(big, k), "shm_cico") << "512 KiB, column " << k << "\n" << out;
+        // Predicted: more bytes take longer.
+        EXPECT_GT(us(big, k), us(flat, k)) << "column " << k << "\n" << out;
+        EXPECT_GT(us(flat, k), 0.0) << "column " << k << "\n" << out;
+    }
 }
 
 TEST(LoomInfo, TcpDecisionTableShowsModelledAlgorithms)

@@ -73,6 +73,17 @@ void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m);
 /* m for this process's CPUs, page and caches (loom_shm_caches) and the given arena facts;
  * loom_info fills one for an arena it assumes. */
 void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, int kernel_fast);
+/* What the arena probe measured on this rank, ns: a flag round, a byte copied from lines this
+ * core wrote, a byte copied from lines another core wrote while it copies the other way, and
+ * while it does not (0 on rank 0, which measures no reader's time). */
+typedef struct {
+    double flag_ns, local_ns, cross_ns, cross1_ns;
+} loom_shm_probe_t;
+/* The arena probe (shm_probe.c): the AllGathers it times run ctx's next collective sequence
+ * numbers. Every rank of ctx must call it. */
+loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out);
+/* The probe's larger block on machine m with n ranks. */
+size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n);
 /* loom_shm_plan for this call on ctx's communicator (the same answer on
  * every rank for matching calls). */
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p);

@@ -47,6 +47,8 @@ void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
     const loom_arena_t *ar = loom_shm_arena(ctx);
     loom_shm_machine_fill(m, ar ? loom_arena_half_bytes(ar) : 0,
                           ar ? loom_arena_single_copy(ar) : 0, ar ? loom_arena_copy_fast(ar) : 0);
+    if (m->single_copy > 0)
+        m->kernel_ns = loom_arena_kernel_copy_ns();
 }
 
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p)

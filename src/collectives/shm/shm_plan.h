@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "cost_model.h"
 
 /* Algorithm ids, carried in the call descriptor: ranks that run different
  * algorithms on one call fail instead of misreading each other's slots. */
@@ -53,6 +54,11 @@ void loom_shm_overrides(loom_shm_overrides_t *o);
 /* Bytes from which a copy's destination streams past the cache: it no longer fits the
  * writer's L2 twice over, or its share of the L3, whichever is smaller. */
 size_t loom_shm_nt_threshold(const loom_shm_machine_t *m, int n);
+/* Predicted ns of call c (c->nbytes as loom_coll_bytes) of kind when it runs variant
+ * (SHM_ALGO_*) on machine m, from the shm link's constants (shm_cost.c); LOOM_COST_NA for one
+ * rank and for AllToAllv. A pure function of its arguments. */
+double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost_call_t *c,
+                        const loom_shm_machine_t *m, const loom_link_cost_t *link);
 /* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
 const char *loom_shm_algo_name(uint32_t algo);
 /* One line describing m, for logs and loom_info. */

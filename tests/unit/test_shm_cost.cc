@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// test_shm_cost.cc - unit tests of loom_shm_predict (shm_cost.c), the shared-memory
+// collectives' predicted time: each variant's count of flags, copies and reductions priced with
+// the arena probe's constants, the kernel copy's rate for single copy, the ranks sharing CPUs,
+// the cold cost past the cache, and the link's constants where nothing was probed. Arithmetic
+// only; bench/compare sets the predictions against measurements.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+extern "C" {
+#include "shm/shm_plan.h"
+}
+
+namespace {
+
+constexpr double K = 1024, M = K * K;
+
+// A machine with a 512 KiB slot half, 8 CPUs, and round probe constants.
+loom_shm_machine_t Machine()
+{
+    loom_shm_machine_t m = {};
+    m.cpus = 8;
+    m.l2 = 1 << 20;
+    m.half = 512 * 1024;
+    m.page = 4096;
+    m.flag_ns = 1000;
+    m.local_ns = 0.01;
+    m.cross_ns = 0.05;
+    m.cross1_ns = 0.03;
+    m.kernel_ns = 0.1;
+    return m;
+}
+
+loom_link_cost_t Link()
+{
+    loom_link_cost_t l = {};
+    l.cls = LOOM_LINK_SHM;
+    l.alpha_ns = 300;
+    l.beta_ns = 0.2;
+    l.beta_one_ns = 0.1;
+    l.gamma_ns = 0.02;
+    return l;
+}
+
+double Predict(loom_coll_kind_t kind, uint32_t variant, double bytes, int n,
+               const loom_shm_machine_t &m, const loom_link_cost_t &l, double cache = 0)
+{
+    loom_cost_call_t c = {};
+    c.nranks = n;
+    c.nbytes = bytes;
+    c.acc_ratio = 1;
+    c.cache_bytes = cache;
+    return loom_shm_predict(kind, variant, &c, &m, &l);
+}
+
+TEST(ShmCost, CountsFlagsCopiesAndReductions)
+{
+    const loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    const double S = 64 * K;
+    // AllGather, 2 ranks: one round; the own block in and into recvbuff, the other block out.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l),
+                     1000 + 2 * (S / 2) * 0.01 + (S / 2) * 0.05);
+    // AllReduce, 2 ranks: two flag rounds; half in, half read by the reduction and half out,
+    // every byte reduced.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, m, l),
+                     2 * 1000 + (S / 2) * (0.01 + 2 * 0.05) + S * 0.02);
+    // ReduceScatter keeps its result: no copy out.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, S, 2, m, l),
+                     1000 + (S / 2) * (0.01 + 0.05) + S * 0.02);
+    // Broadcast: a reader copies out every byte the root wrote, one way.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, S, 2, m, l), 1000 + S * 0.03);
+    // Reduce: as AllReduce, but the root alone copies the results out, one way.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_REDUCE, SHM_ALGO_CICO, S, 2, m, l),
+                     2 * 1000 + (S / 2) * (0.01 + 0.05 + 0.03) + S * 0.02);
+    // A flat Reduce's root reads the others' copies one way and reduces all n.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_REDUCE, SHM_ALGO_FLAT, S, 4, m, l),
+                     1000 + 3 * S * 0.03 + 4 * S * 0.02);
+    // Tiny calls and the barrier: a flag.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_TINY, 8, 4, m, l), 1000);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BARRIER, SHM_ALGO_BARRIER, 0, 4, m, l), 1000);
+}
+
+TEST(ShmCost, RoundsFollowTheSlotHalf)
+{
+    const loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    // Four halves' worth of a Broadcast takes four flag rounds, and four times the bytes.
+    const double one = Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, 512 * K, 2, m, l);
+    const double four = Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, 2 * M, 2, m, l);
+    EXPECT_DOUBLE_EQ(four, 4 * one);
+}
+
+TEST(ShmCost, SingleCopyPaysTheKernelsRate)
+{
+    const loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    const double S = 1 * M;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BCAST, SHM_ALGO_CMA, S, 2, m, l), 2 * 1000 + S * 0.1);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLTOALL, SHM_ALGO_CMA, S, 4, m, l),
+                     2 * 1000 + 0.75 * S * 0.1 + S / 4 * 0.01);
+    // A faster kernel copy predicts a faster call.
+    loom_shm_machine_t fast = m;
+    fast.kernel_ns = 0.02;
+    EXPECT_LT(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CMA, S, 4, fast, l),
+              Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CMA, S, 4, m, l));
+}
+
+TEST(ShmCost, RanksSharingCpusStretchTheLocalWork)
+{
+    loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    const double roomy = Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, 1 * M, 4, m, l);
+    m.cpus = 2; // 4 ranks on 2 CPUs: the copies of two ranks take turns on each
+    const double crowded = Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, 1 * M, 4, m, l);
+    const double q = 0.75, S = 1 * M;
+    EXPECT_DOUBLE_EQ(crowded - roomy, q * S * 0.01 + S * 0.02); // local copies and reductions
+}
+
+TEST(ShmCost, BytesPastTheCachePayTheColdCost)
+{
+    const loom_shm_machine_t m = Machine();
+    loom_link_cost_t l = Link();
+    l.cold_ns = 0.04;
+    const double S = 64 * M, cache = 1 * M;
+    const double warm = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l);
+    const double cold = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l, cache);
+    const double extra = 0.04 * (1 - cache / 2 / S); // loom_link_cost_for_call's share
+    EXPECT_NEAR(cold - warm, (2 * S / 2 + S / 2) * extra, 1e-6 * cold);
+    // Within the cache nothing changes.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 256 * K, 2, m, l, cache),
+                     Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 256 * K, 2, m, l));
+}
+
+TEST(ShmCost, WithoutTheProbeTheLinkPrices)
+{
+    loom_shm_machine_t m = Machine();
+    m.flag_ns = m.local_ns = m.cross_ns = m.cross1_ns = 0; // LOOM_CALIBRATE=0
+    const loom_link_cost_t l = Link();
+    const double S = 64 * K;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l),
+                     300 + (2 * (S / 2) + S / 2) * 0.1);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, S, 2, m, l), 300 + S * 0.1);
+}
+
+TEST(ShmCost, NothingToPredict)
+{
+    const loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    EXPECT_TRUE(std::isinf(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, 1 * M, 1, m, l)));
+    EXPECT_TRUE(std::isinf(Predict(LOOM_COLL_ALLTOALLV, SHM_ALGO_CICO, 1 * M, 4, m, l)));
+}
+
+} // namespace
