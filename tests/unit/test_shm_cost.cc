@@ -3,7 +3,8 @@
 // test_shm_cost.cc - unit tests of loom_shm_predict (shm_cost.c), the shared-memory
 // collectives' predicted time: each variant's count of flags, copies and reductions priced with
 // the arena probe's constants, the kernel copy's rate for single copy, the ranks sharing CPUs,
-// the cold cost past the cache, and the link's constants where nothing was probed. Arithmetic
+// the cold cost past the plan's streaming threshold, and the link's constants where nothing
+// was probed. Arithmetic
 // only; bench/compare sets the predictions against measurements.
 #include <gtest/gtest.h>
 
@@ -45,13 +46,12 @@ loom_link_cost_t Link()
 }
 
 double Predict(loom_coll_kind_t kind, uint32_t variant, double bytes, int n,
-               const loom_shm_machine_t &m, const loom_link_cost_t &l, double cache = 0)
+               const loom_shm_machine_t &m, const loom_link_cost_t &l)
 {
     loom_cost_call_t c = {};
     c.nranks = n;
     c.nbytes = bytes;
     c.acc_ratio = 1;
-    c.cache_bytes = cache;
     return loom_shm_predict(kind, variant, &c, &m, &l);
 }
 
@@ -119,19 +119,22 @@ TEST(ShmCost, RanksSharingCpusStretchTheLocalWork)
     EXPECT_DOUBLE_EQ(crowded - roomy, q * S * 0.01 + S * 0.02); // local copies and reductions
 }
 
-TEST(ShmCost, BytesPastTheCachePayTheColdCost)
+TEST(ShmCost, BytesPastTheStreamingThresholdPayTheColdCost)
 {
-    const loom_shm_machine_t m = Machine();
+    const loom_shm_machine_t m = Machine(); // 1 MiB L2, no L3 known: streaming from 2 MiB
+    ASSERT_EQ(loom_shm_nt_threshold(&m, 2), size_t{2} << 20);
     loom_link_cost_t l = Link();
-    l.cold_ns = 0.04;
-    const double S = 64 * M, cache = 1 * M;
+    const double S = 64 * M;
     const double warm = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l);
-    const double cold = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l, cache);
-    const double extra = 0.04 * (1 - cache / 2 / S); // loom_link_cost_for_call's share
+    l.cold_ns = 0.04;
+    const double cold = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l);
+    const double extra = 0.04 * (1 - 2 * M / S); // the share of the bytes past the threshold
     EXPECT_NEAR(cold - warm, (2 * S / 2 + S / 2) * extra, 1e-6 * cold);
-    // Within the cache nothing changes.
-    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 256 * K, 2, m, l, cache),
-                     Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 256 * K, 2, m, l));
+    // Below the threshold the call stays in the caches: nothing changes, whatever the L2.
+    loom_link_cost_t none = l;
+    none.cold_ns = 0;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 2 * M, 2, m, l),
+                     Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 2 * M, 2, m, none));
 }
 
 TEST(ShmCost, WithoutTheProbeTheLinkPrices)

@@ -14,8 +14,8 @@
  * root). The probe runs the communicator's own ranks on their
  * CPUs, so ranks that outnumber the CPUs are in its handover. A reduced byte costs the link's
  * gamma, a byte the kernel copies (single copy) the kernel-copy probe's rate, both stretched by
- * the ranks sharing a CPU; bytes past the cache pay the link's cold cost more
- * (loom_link_cost_for_call). The counts per
+ * the ranks sharing a CPU; past the plan's streaming threshold every byte pays the link's cold
+ * cost more. The counts per
  * variant are those of docs/shm-collectives.md (*Algorithms*), for the busiest rank (the root
  * of a Reduce, a reader of a Broadcast) of a call out of place: in place an AllGather or AllToAll
  * rank leaves its own block where it is. Without the probe (LOOM_CALIBRATE=0) a flag costs the
@@ -32,8 +32,12 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
     const int n = c->nranks;
     if (n <= 1 || kind == LOOM_COLL_ALLTOALLV)
         return LOOM_COST_NA; /* one rank copies locally; AllToAllv runs point to point */
-    const loom_link_cost_t at = loom_link_cost_for_call(link, c);
-    const double cold = at.gamma_ns - link->gamma_ns; /* per byte past the cache, 0 within */
+    /* Past the plan's streaming threshold the arena's copies go to memory: from there a byte
+     * pays the link's cold cost more, as loom_link_cost_for_call charges it past half the L2.
+     * Below it the calls stay in the caches, where the copies between the two cores are
+     * pipelined and the L3 keeps up with them. */
+    const double t = (double)loom_shm_nt_threshold(m, n), S = c->nbytes;
+    const double cold = link->cold_ns > 0 && S > t ? link->cold_ns * (1.0 - t / S) : 0.0;
     const double crowd = m->cpus > 0 && n > m->cpus ? (double)n / m->cpus : 1.0;
     const int probed = m->cross_ns > 0;
     const double f = probed ? m->flag_ns : link->alpha_ns;
@@ -44,8 +48,8 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
     const double X1 =
         (probed && m->cross1_ns > 0 ? m->cross1_ns : link->beta_one_ns) + cold * crowd;
     const double K = ((m->kernel_ns > 0 ? m->kernel_ns : link->beta_ns) + cold) * crowd;
-    const double G = at.gamma_ns * crowd;
-    const double S = c->nbytes, q = (n - 1.0) / n, B = S / n, H = (double)m->half;
+    const double G = (link->gamma_ns + cold) * crowd;
+    const double q = (n - 1.0) / n, B = S / n, H = (double)m->half;
     const double r = S > H ? ceil(S / H) : 1.0; /* rounds of the cico reductions and Broadcast */
     switch (variant) {
     case SHM_ALGO_TINY:
