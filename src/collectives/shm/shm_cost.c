@@ -6,18 +6,17 @@
  * algorithms. It prices, it does not choose: on a communicator with an arena the arena runs
  * every call (algo_select.c), and the plan picks the variant by its own rules.
  *
- * The units are the arena probe's (shm_probe.c): a flag round, a byte copied from lines the
- * copying core wrote itself (into the arena, or its own block), and a byte copied from lines
- * another core wrote (out of the arena, or read by a reduction) - the handover between cores
- * that sets the arena's speed in cache - while that core copies the other way (AllGather,
- * AllToAll, the reductions' inputs) or while it does not (a Broadcast's readers, a Reduce's
- * root). The probe runs the communicator's own ranks on their
- * CPUs, so ranks that outnumber the CPUs are in its handover. A reduced byte costs the link's
- * gamma, a byte the kernel copies (single copy) the kernel-copy probe's rate, both stretched by
- * the ranks sharing a CPU; past the plan's streaming threshold every byte pays the link's cold
- * cost more. The counts per
- * variant are those of docs/shm-collectives.md (*Algorithms*), for the busiest rank (the root
- * of a Reduce, a reader of a Broadcast) of a call out of place: in place an AllGather or AllToAll
+ * The units are the arena probe's (shm_probe.c): a flag round; a byte copied from lines the
+ * copying core wrote itself (into the arena, or its own block); and a byte copied from lines
+ * another core wrote (out of the arena, or read by a reduction), the handover between cores
+ * that sets the arena's speed in cache, both while that core copies the other way (AllGather,
+ * AllToAll, the reductions' inputs) and while it does not (a Broadcast's readers, a Reduce's
+ * root). The probe runs the communicator's own ranks on their CPUs, so ranks that outnumber the
+ * CPUs are in its handover. A reduced byte costs the link's gamma, a byte the kernel copies
+ * (single copy) the kernel-copy probe's rate, both stretched by the ranks sharing a CPU; past the
+ * plan's streaming threshold every byte pays the link's cold cost more. The counts per variant
+ * are those of docs/shm-collectives.md (*Algorithms*), for the busiest rank (the root of a
+ * Reduce, a reader of a Broadcast) of a call out of place: in place an AllGather or AllToAll
  * rank leaves its own block where it is. Without the probe (LOOM_CALIBRATE=0) a flag costs the
  * link's alpha, either copy half its beta (an exchange copies every byte in and out), and a
  * one-way handover its beta_one.
