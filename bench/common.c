@@ -542,7 +542,7 @@ static int plan_collective(void)
                {"ReduceScatter", loomCollReduceScatter},
                {"Broadcast", loomCollBroadcast},
                {"Reduce", loomCollReduce},
-               {"AllToAll", loomCollAllToAll}};
+               {"AlltoAll", loomCollAllToAll}}; /* nccl-tests' spelling, alltoall.c's name */
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcmp(g.coll->name, map[i].name) == 0)
             return (int)map[i].coll;
