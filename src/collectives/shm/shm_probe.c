@@ -13,7 +13,7 @@
  * arena's handover, which is what sets the collectives' speed in cache, while the other core
  * copies the other way; a Broadcast of the larger block (in place: the root copies in, the
  * others copy out) gives `cross1`, the handover one way. Every rank makes the same
- * calls; they take the next 3 PROBE_REPS collective sequence numbers, so the communicator's own
+ * calls; they take the next 4 PROBE_REPS collective sequence numbers, so the communicator's own
  * calls come after them (the arena's flags grow with the sequence number).
  */
 #include <math.h>
@@ -105,7 +105,13 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
     }
     memset(buf, 1, big * (size_t)(n + 1)); /* faulted in before timing */
     uint64_t small_ns = 0, big_ns = 0, bcast_ns = 0;
+    /* The ranks arrive from calibration at different times, and where they outnumber the CPUs
+     * the first calls can fall into a convoy of sleeping waits (25-29 us per 1 KiB AllGather
+     * against 2.4 in steady calls, 4 ranks on 2 CPUs). Calls before the timed ones let the
+     * ranks settle into the order that steady calls run in. */
     loomResult_t res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);
+    if (res == loomSuccess)
+        res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);
     if (res == loomSuccess)
         res = time_allgather(ctx, buf, buf + big, big, &big_ns);
     /* In place, the root copies its buffer in and returns; a reader copies all of it out. */
