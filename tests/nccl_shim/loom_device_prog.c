@@ -49,6 +49,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "prog_util.h"
+
 static int g_rank = -1;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -146,24 +148,6 @@ typedef struct {
     int inplace;
     int root;
 } case_t;
-
-static size_t dt_size(ncclDataType_t dt)
-{
-    switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-        return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-        return 2;
-    case ncclFloat64:
-    case ncclInt64:
-    case ncclUint64:
-        return 8;
-    default:
-        return 4;
-    }
-}
 
 static size_t send_elems(const case_t *c, int n)
 {
@@ -264,7 +248,7 @@ static void *alloc_dev(size_t bytes)
 
 static bufs_t make_bufs(const case_t *c, int n, int rank, int idx, int device)
 {
-    const size_t es = dt_size(c->dt);
+    const size_t es = prog_type_size(c->dt);
     bufs_t b = {NULL, NULL, send_elems(c, n) * es, recv_elems(c, n) * es, device};
     /* In place: the output inside one buffer of the larger size. */
     const size_t big = b.send_bytes > b.recv_bytes ? b.send_bytes : b.recv_bytes;
@@ -305,7 +289,7 @@ static void free_bufs(bufs_t *b, int inplace)
 
 static void issue(const case_t *c, bufs_t *b, ncclComm_t comm, int rank, int n, cudaStream_t s)
 {
-    const size_t es = dt_size(c->dt);
+    const size_t es = prog_type_size(c->dt);
     switch (c->kind) {
     case AR:
         CHECK(ncclAllReduce(b->send, b->recv, c->count, c->dt, c->op, comm, s));
@@ -539,30 +523,14 @@ static void check_loom_edges(ncclComm_t comm, int rank, int n, cudaStream_t s)
 
 static void read_all(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t k = read(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            die("pipe read failed");
-        p += k;
-        len -= (size_t)k;
-    }
+    if (prog_read_all(fd, buf, len) != 0)
+        die("pipe read failed");
 }
 
 static void write_all(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            die("pipe write failed");
-        p += k;
-        len -= (size_t)k;
-    }
+    if (prog_write_all(fd, buf, len) != 0)
+        die("pipe write failed");
 }
 
 static long fake_count(void *fake, const char *name)

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "loom_mode_cases.h"
+#include "prog_util.h"
 
 #define NIDS      4
 #define MAX_CASES 512
@@ -60,30 +61,14 @@ static void die(const char *fmt, ...)
 
 static void read_all(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            die("pipe read failed");
-        p += n;
-        len -= (size_t)n;
-    }
+    if (prog_read_all(fd, buf, len) != 0)
+        die("pipe read failed");
 }
 
 static void write_all(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            die("pipe write failed");
-        p += n;
-        len -= (size_t)n;
-    }
+    if (prog_write_all(fd, buf, len) != 0)
+        die("pipe write failed");
 }
 
 /* ---- the cases -------------------------------------------------------------------- */

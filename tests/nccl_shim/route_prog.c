@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prog_util.h"
+
 static int g_rank = -1, g_nranks;
 
 #define DIE(...)                                                                                   \
@@ -129,24 +131,6 @@ static const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,   ncclInt32,   n
                                         ncclInt64,   ncclUint64,  ncclFloat16, ncclFloat32,
                                         ncclFloat64, ncclBfloat16};
 
-static size_t type_size(ncclDataType_t dt)
-{
-    switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-        return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-        return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-        return 4;
-    default:
-        return 8;
-    }
-}
-
 static int is_float(ncclDataType_t dt)
 {
     return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16;
@@ -191,7 +175,7 @@ static void store(void *buf, size_t j, ncclDataType_t dt, double f, uint64_t bit
         memcpy((char *)buf + 8 * j, &f, 8);
         break;
     default:
-        memcpy((char *)buf + type_size(dt) * j, &bits, type_size(dt)); /* little endian */
+        memcpy((char *)buf + prog_type_size(dt) * j, &bits, prog_type_size(dt)); /* little endian */
         break;
     }
 }
@@ -258,7 +242,7 @@ static void expect_reduce(void *buf, ncclDataType_t dt, int op, uint64_t key, si
             store(buf, j, dt, dt == ncclFloat64 ? acc64 : (double)acc32, 0);
             continue;
         }
-        const int bits = (int)type_size(dt) * 8;
+        const int bits = (int)prog_type_size(dt) * 8;
         const uint64_t mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
         const int is_signed = dt == ncclInt8 || dt == ncclInt32 || dt == ncclInt64;
         /* a value of the datatype, sign-extended for comparisons and the division */
@@ -324,9 +308,9 @@ static size_t random_count(rng_t *r, ncclDataType_t dt, int allow_large)
     case 1:
         return 1 + below(r, 3000);
     case 2:
-        return 1 + below(r, (256 << 10) / type_size(dt));
+        return 1 + below(r, (256 << 10) / prog_type_size(dt));
     default: /* 1 to 2 MiB: the size of the default rules */
-        return ((1 << 20) + below(r, 1 << 20)) / type_size(dt);
+        return ((1 << 20) + below(r, 1 << 20)) / prog_type_size(dt);
     }
 }
 
@@ -346,7 +330,7 @@ static void make_call(rng_t *r, call_t *c, int index, uint64_t seed, int grouped
         c->op = ncclSum;
         c->count = random_count(r, c->dt, !grouped);
         if (!grouped && below(r, 2))
-            c->count = ((1 << 20) + below(r, 1 << 20)) / type_size(c->dt);
+            c->count = ((1 << 20) + below(r, 1 << 20)) / prog_type_size(c->dt);
     } else {
         c->op = (c->kind == C_ALLREDUCE || c->kind == C_REDUCESCATTER || c->kind == C_REDUCE)
                     ? (int)below(r, 5)
@@ -369,7 +353,7 @@ static void *xmalloc(size_t n)
 /* Allocates and fills the buffers and the expected result of c on this rank. */
 static void prepare(call_t *c)
 {
-    const size_t es = type_size(c->dt), n = c->count, P = (size_t)g_nranks;
+    const size_t es = prog_type_size(c->dt), n = c->count, P = (size_t)g_nranks;
     const int op = c->op < 0 ? ncclSum : c->op;
     size_t send_elems = n;
     c->recv_elems = n;
@@ -457,9 +441,9 @@ static void prepare(call_t *c)
 static void *recv_ptr(const call_t *c)
 {
     if (c->in_place && c->kind == C_REDUCESCATTER)
-        return (char *)c->send + (size_t)g_rank * c->count * type_size(c->dt);
+        return (char *)c->send + (size_t)g_rank * c->count * prog_type_size(c->dt);
     if (c->in_place && c->kind == C_SCATTER && g_rank == c->root)
-        return (char *)c->send + (size_t)g_rank * c->count * type_size(c->dt);
+        return (char *)c->send + (size_t)g_rank * c->count * prog_type_size(c->dt);
     return c->recv;
 }
 
@@ -468,7 +452,7 @@ static const void *send_ptr(const call_t *c)
     if (c->in_place && c->kind == C_ALLREDUCE)
         return c->recv;
     if (c->in_place && (c->kind == C_ALLGATHER || (c->kind == C_GATHER && g_rank == c->root)))
-        return (char *)c->recv + (size_t)g_rank * c->count * type_size(c->dt);
+        return (char *)c->recv + (size_t)g_rank * c->count * prog_type_size(c->dt);
     return c->send;
 }
 
@@ -529,7 +513,7 @@ static uint64_t hash_bytes(const void *p, size_t n)
 /* Checks c's result and prints its line; group says whether it was issued inside a group. */
 static void finish(call_t *c, int index, int group)
 {
-    const size_t es = type_size(c->dt), n = c->count;
+    const size_t es = prog_type_size(c->dt), n = c->count;
     const void *out = c->kind == C_BCAST ? c->send : recv_ptr(c);
     const size_t bytes = c->recv_elems * es;
     const int exact = memcmp(out, c->expect, bytes) == 0;

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * prog_util.h - what the nccl.h-only test programs (loom_mode_prog.c, loom_device_prog.c,
+ * route_prog.c) share: an NCCL datatype's size, and whole reads and writes on the pipes over
+ * which their forked ranks pass the unique id. Header-only: each program is one executable that
+ * sees nothing of loom's build but nccl.h.
+ */
+#ifndef LOOM_TEST_PROG_UTIL_H
+#define LOOM_TEST_PROG_UTIL_H
+
+#include <errno.h>
+#include <nccl.h>
+#include <stddef.h>
+#include <unistd.h>
+
+static inline size_t prog_type_size(ncclDataType_t dt)
+{
+    switch (dt) {
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
+/* All len bytes from fd (a read cut short by a signal resumes): 0, or -1 on an error or end. */
+static inline int prog_read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t k = read(fd, p, len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+/* All len bytes to fd: 0, or -1 on an error. */
+static inline int prog_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t k = write(fd, p, len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+#endif
