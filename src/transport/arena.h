@@ -137,6 +137,14 @@ void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need);
 // up to LOOM_ARENA_CELLS - 1 calls. Tiny calls take no descriptor buffer and
 // no slot half, so they do not count in the rounds and calls above.
 #define LOOM_ARENA_CELL_BYTES 48u
+
+/* x86 load/store disambiguation compares the low 12 address bits: a copy whose destination lies
+ * less than LOOM_ARENA_ALIAS_NEAR bytes past its source modulo LOOM_ARENA_ALIAS_SPAN can have
+ * its loads wait on its own recent stores, so loom_shm_copy runs such copies backwards. The
+ * slots sit half a span past a page boundary (shm_arena.c), where neither a page-aligned user
+ * buffer nor one 16 bytes past it comes that near, in either direction. */
+#define LOOM_ARENA_ALIAS_SPAN 4096u
+#define LOOM_ARENA_ALIAS_NEAR 1024u
 /* The packed descriptor of a tiny call: what loom_arena_desc_t says minus
  * the buffers and rounds (count < 256 because the data fits a cell). */
 static inline uint64_t loom_arena_tiny_desc(uint32_t kind, int32_t dt, int32_t op, uint64_t count,

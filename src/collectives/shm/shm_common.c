@@ -252,12 +252,11 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt)
         _mm_sfence(); /* streaming stores are weakly ordered */
         return;
     }
-    /* A destination less than 1 KiB past the source modulo 4 KiB, which includes a
-     * page-aligned buffer against a page-aligned arena half: a forward copy's loads
-     * can alias its own recent stores there (4 KiB aliasing, an address property of
-     * x86 load/store disambiguation), so this copies backwards (docs/shm-collectives.md,
-     * "Copy direction", has the runs it slowed). */
-    if (bytes >= 4096 && (((uintptr_t)d - (uintptr_t)s) & 4095u) < 1024u) {
+    /* A destination just past the source modulo the aliasing span (arena.h): a forward
+     * copy's loads could wait on its own recent stores, so this copies backwards
+     * (docs/shm-collectives.md, "Copy direction", has the runs it slowed). */
+    if (bytes >= LOOM_ARENA_ALIAS_SPAN &&
+        (((uintptr_t)d - (uintptr_t)s) & (LOOM_ARENA_ALIAS_SPAN - 1)) < LOOM_ARENA_ALIAS_NEAR) {
         const size_t body = bytes & ~(size_t)63u;
         memcpy(d + body, s + body, bytes - body);
         for (size_t i = body; i > 0; i -= 64)

@@ -106,9 +106,9 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
     memset(buf, 1, big * (size_t)(n + 1)); /* faulted in before timing */
     uint64_t small_ns = 0, big_ns = 0, bcast_ns = 0;
     /* The ranks arrive from calibration at different times, and where they outnumber the CPUs
-     * the first calls can fall into a convoy of sleeping waits (25-29 us per 1 KiB AllGather
-     * against 2.4 in steady calls, 4 ranks on 2 CPUs). Calls before the timed ones let the
-     * ranks settle into the order that steady calls run in. */
+     * the first calls can fall into a convoy of sleeping waits that steady calls never see
+     * (docs/PERFORMANCE.md, *The cost model: shared memory*). Calls before the timed ones let
+     * the ranks settle into the order that steady calls run in. */
     loomResult_t res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);
     if (res == loomSuccess)
         res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);

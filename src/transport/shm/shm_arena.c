@@ -87,19 +87,15 @@ _Static_assert(offsetof(loom_arena_ctl_t, state) == 64, "the flag has a cache li
 _Static_assert(sizeof(loom_arena_cell_t) == 64, "a tiny-call cell is one cache line");
 _Static_assert(sizeof(loom_arena_desc_t) <= 64, "a descriptor fits a cache line");
 
-#define SLOTS_PAGE_OFFSET 2048u
-
 static size_t slots_offset(int nranks)
 {
     size_t meta =
         sizeof(arena_hdr_t) +
         (size_t)nranks * (sizeof(loom_arena_ctl_t) + LOOM_ARENA_CELLS * sizeof(loom_arena_cell_t));
-    /* Half a page past a page boundary: the buffers users hand in are mostly page aligned or
-     * 16 bytes past it (posix_memalign, glibc's mmap'd chunks), and a copy whose destination
-     * lies less than 1 KiB past its source modulo 4 KiB has its loads alias its own recent
-     * stores (x86 load/store disambiguation compares the low 12 address bits) and must run
-     * backwards, slower (loom_shm_copy). From half a page off, neither direction aliases. */
-    return ((meta + 4095) & ~(size_t)4095) + SLOTS_PAGE_OFFSET;
+    /* Half an aliasing span past a page boundary: the buffers users hand in are mostly page
+     * aligned or 16 bytes past it (posix_memalign, glibc's mmap'd chunks), and copies between
+     * them and the slots then run forward (arena.h, LOOM_ARENA_ALIAS_SPAN). */
+    return ((meta + 4095) & ~(size_t)4095) + LOOM_ARENA_ALIAS_SPAN / 2;
 }
 
 static size_t arena_bytes(int nranks, size_t slot_bytes)
