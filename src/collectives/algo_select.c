@@ -335,12 +335,15 @@ static const loom_algo_t *choose(loom_coll_ctx_t *ctx, const loom_coll_args_t *a
                       coll_names[a->kind], algo->name, call->nranks);
         algo = NULL;
     }
+    if (algo != NULL && strncmp(algo->name, "shm", 3) == 0) {
+        *predicted_p = shm_predicted(ctx, a, algo, call);
+        return algo;
+    }
     if (algo != NULL) {
         loom_cost_call_t sized;
         loom_link_cost_t at;
         size_call(call, &ctx->link, &sized, &at);
-        *predicted_p = strncmp(algo->name, "shm", 3) == 0 ? shm_predicted(ctx, a, algo, call)
-                                                          : algo->cost(&sized, &at);
+        *predicted_p = algo->cost(&sized, &at);
         return algo;
     }
     algo = loom_algo_pick(algos, NALGOS, a->kind, call, &ctx->link, predicted_p);
