@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * prog_util.h - what the nccl.h-only test programs (loom_mode_prog.c, loom_device_prog.c,
- * route_prog.c) share: an NCCL datatype's size, and whole reads and writes on the pipes over
- * which their forked ranks pass the unique id. Header-only: each program is one executable that
- * sees nothing of loom's build but nccl.h.
+ * route_prog.c) and the route-mode test that checks route_prog's output share: an NCCL
+ * datatype's size, and whole reads and writes on the pipes over which the programs' forked ranks
+ * pass the unique id. Header-only and valid C and C++: the programs see nothing of loom's build
+ * but nccl.h.
  */
 #ifndef LOOM_TEST_PROG_UTIL_H
 #define LOOM_TEST_PROG_UTIL_H
@@ -34,7 +35,7 @@ static inline size_t prog_type_size(ncclDataType_t dt)
 /* All len bytes from fd (a read cut short by a signal resumes): 0, or -1 on an error or end. */
 static inline int prog_read_all(int fd, void *buf, size_t len)
 {
-    char *p = buf;
+    char *p = (char *)buf;
     while (len > 0) {
         ssize_t k = read(fd, p, len);
         if (k < 0 && errno == EINTR)
@@ -50,7 +51,7 @@ static inline int prog_read_all(int fd, void *buf, size_t len)
 /* All len bytes to fd: 0, or -1 on an error. */
 static inline int prog_write_all(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
+    const char *p = (const char *)buf;
     while (len > 0) {
         ssize_t k = write(fd, p, len);
         if (k < 0 && errno == EINTR)

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "prog_util.h"
+
 extern "C" { /* shim_route.h has no guards of its own */
 #include "shim_route.h"
 }
@@ -286,24 +288,6 @@ std::vector<Decision> Decisions(const std::string &log)
     return out;
 }
 
-size_t TypeSize(int dt)
-{
-    switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-        return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-        return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-        return 4;
-    default:
-        return 8;
-    }
-}
-
 shim_coll_t CollOf(const std::string &fn)
 {
     static const std::map<std::string, shim_coll_t> m = {{"AllReduce", SHIM_COLL_ALLREDUCE},
@@ -388,7 +372,7 @@ void RunAndCheck(const Scenario &s, const shim_rules_t *rules, Tally *tally)
             sc.coll = CollOf(c.fn);
             sc.datatype = static_cast<ncclDataType_t>(c.dtype);
             sc.op = c.op;
-            sc.bytes = c.count * TypeSize(c.dtype);
+            sc.bytes = c.count * prog_type_size(static_cast<ncclDataType_t>(c.dtype));
             sc.nranks = s.nranks;
             sc.hosts = 1;
             sc.name = s.comm_name.c_str();
