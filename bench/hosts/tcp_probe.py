@@ -3,10 +3,11 @@
 #
 # tcp_probe.py - the raw TCP capacity of a modelled link, measured in the same
 # run as the collectives so that their busbw can be read against it: one
-# socket, socket buffers of loom's default LOOM_TCP_SOCKBUF (4 MiB), as much
-# data as fits in a few seconds. bench/hosts/run starts a receiver in one host
-# namespace and a sender in another (two of each for "both directions at
-# once"). It knows nothing of namespaces or loom.
+# socket, socket buffers left to the kernel's autotuning as loom leaves them
+# by default (LOOM_TCP_SOCKBUF=0), as much data as fits in a few seconds.
+# bench/hosts/run starts a receiver in one host namespace and a sender in
+# another (two of each for "both directions at once"). It knows nothing of
+# namespaces or loom.
 #   tcp_probe.py recv ADDR PORT   listens, takes one connection, reads to EOF
 #   tcp_probe.py send ADDR PORT SECONDS
 # Each prints one JSON line: bytes, seconds and gbps (10^9 bit/s) as it saw them.
@@ -15,21 +16,14 @@ import socket
 import sys
 import time
 
-SOCKBUF = 4 << 20
 CHUNK = 1 << 20
 # A receiver that never hears from its sender must not hang the run.
 ACCEPT_TIMEOUT_S = 30
 
 
-def bufsize(sock):
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKBUF)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKBUF)
-
-
 def recv(addr, port):
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    bufsize(ls)  # set before listen: accepted sockets inherit the window scale
     ls.bind((addr, port))
     ls.listen(1)
     print(json.dumps({"listening": port}), flush=True)
@@ -54,7 +48,6 @@ def recv(addr, port):
 
 def send(addr, port, seconds):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    bufsize(s)
     s.settimeout(ACCEPT_TIMEOUT_S)
     s.connect((addr, port))
     data = memoryview(bytes(CHUNK))

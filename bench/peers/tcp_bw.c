@@ -4,8 +4,9 @@
  * of one connected socket pair on 127.0.0.1, one direction, then both
  * directions at once. Each end is one thread pinned to its own CPU (as loomrun
  * deals ranks) that drives its socket with non-blocking send/recv and poll(),
- * as a rank without a progress thread does; socket buffers default to loom's
- * LOOM_TCP_SOCKBUF (4 MiB). It measures nothing of loom; bench/compare runs
+ * as a rank without a progress thread does; socket buffers are left to the
+ * kernel's autotuning unless -B sets them, as loom's LOOM_TCP_SOCKBUF (0 by
+ * default) does. It measures nothing of loom; bench/compare runs
  * it next to the collectives. Every wait is bounded (30 s without progress).
  * Usage: tcp_bw [-s BYTES] [-c CHUNK] [-B SOCKBUF] [-r REPS] [-J FILE]
  */
@@ -41,7 +42,7 @@ static struct {
     size_t bytes, chunk, sockbuf;
     int reps;
     pthread_barrier_t start, done;
-} g = {.bytes = 1u << 30, .chunk = 1u << 20, .sockbuf = 4u << 20, .reps = 3};
+} g = {.bytes = 1u << 30, .chunk = 1u << 20, .sockbuf = 0, .reps = 3};
 
 static double now_s(void)
 {

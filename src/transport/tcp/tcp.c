@@ -34,7 +34,10 @@
  *   one readv;
  * - isend writes what the sockets take at once, so a message leaves when it
  *   is posted rather than at the next test;
- * - TCP_NODELAY on every socket; SO_SNDBUF/SO_RCVBUF from LOOM_TCP_SOCKBUF;
+ * - TCP_NODELAY on every socket; SO_SNDBUF/SO_RCVBUF only if LOOM_TCP_SOCKBUF
+ *   asks: by default the kernel autotunes them, which keeps a window small
+ *   until the connection shows it needs more, so a receiver copies out bytes
+ *   the sender has just written rather than megabytes queued ahead of it;
  * - no spinning here: p2p.c spins LOOM_SPIN_US before it calls wait(). */
 
 /* Bytes a receive connection reads past a frame header (wire.c's read-ahead):
