@@ -119,6 +119,11 @@ struct loom_p2p {
     volatile int tp_abort; /* set once aborted or broken: transports give up, shm closes hard */
     volatile int tp_quiet; /* set once tearing down: peers leaving is expected (INFO) */
     loom_peer_info_t *peers;
+    /* How a wait spins before it sleeps in the transports (loom_p2p_spin_setup):
+     * LOOM_SPIN_US; with more ranks on this machine than CPUs, each pass yields
+     * the CPU, which a rank waited on may need. */
+    uint64_t spin_ns;
+    int spin_yields;
     int ntp;
     const loom_tp_t *tps[MAX_TP];
     void *ctx[MAX_TP];
@@ -163,6 +168,10 @@ static inline int loom_p2p_same_machine(const loom_p2p_t *p, int peer)
 {
     return p->peers[peer].machine_hash == p->peers[p->rank].machine_hash;
 }
+
+// ---- p2p_wait.c --------------------------------------------------------------------
+/* Sets p->spin_ns and p->spin_yields from LOOM_SPIN_US and this machine's ranks and CPUs. */
+void loom_p2p_spin_setup(loom_p2p_t *p);
 
 // ---- p2p_setup.c -------------------------------------------------------------------
 /* Breaks the layer (once): every peer gets the cause, then every connection

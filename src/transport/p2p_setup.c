@@ -250,6 +250,7 @@ loomResult_t loom_p2p_create(struct loom_bootstrap *bs, const loom_tp_init_args_
     loom_p2p_stamp_init(p);
     memcpy(p->peers, args->peers, (size_t)args->nranks * sizeof(*p->peers));
     p->args.peers = p->peers;
+    loom_p2p_spin_setup(p);
     for (int r = 0; r < p->nranks; r++)
         p->conns[r].tp = -1;
     LOOM_CHECK_GOTO(pick_transports(p, net_list, ucx_auto), res, err_free);

@@ -42,6 +42,23 @@ int loom_p2p_pid_gone(int pid)
     return rp != NULL && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
+void loom_p2p_spin_setup(loom_p2p_t *p)
+{
+    int here = 0;
+    for (int r = 0; r < p->nranks; r++)
+        here += loom_p2p_same_machine(p, r);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t us = loom_param_SPIN_US();
+    p->spin_ns = us > 0 ? (uint64_t)us * 1000ull : 0;
+    /* A pure spin would hold a CPU that a rank it waits for needs until the
+     * scheduler's slice ends; yielding hands it over at once, and still spins
+     * where that rank runs elsewhere. */
+    p->spin_yields = cpus > 0 && here > cpus;
+    LOOM_INFO(LOOM_LOG_P2P, "rank %d: waits spin %llu us%s (%d ranks on this machine, %ld CPUs)",
+              p->rank, (unsigned long long)(p->spin_ns / 1000),
+              p->spin_yields ? ", yielding the CPU each pass" : "", here, cpus);
+}
+
 /* Sleeps until deadline_ns or an abort, in slices. */
 static void hold_until(const loom_p2p_t *p, uint64_t deadline_ns)
 {
@@ -263,7 +280,7 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_
         return loomInvalidUsage;
     }
     uint64_t start = loom_now_ns();
-    uint64_t spin_until = start + (uint64_t)loom_param_SPIN_US() * 1000ull;
+    uint64_t spin_until = start + p->spin_ns;
     uint64_t last_progress = start, last_liveness = start;
     uint64_t timeout_ns = (uint64_t)p->args.timeout_ms * 1000000ull;
     int early = 0;
@@ -321,8 +338,11 @@ loomResult_t loom_p2p_wait_for(loom_p2p_t *p, loom_p2p_req_t *reqs, int n, loom_
             if (now - last_progress > LIVENESS_PERIOD_NS)
                 loom_p2p_probe_peers(p, reqs, n);
         }
-        if (now < spin_until)
+        if (now < spin_until) {
+            if (p->spin_yields)
+                sched_yield();
             continue;
+        }
         uint64_t asked = block_in_transports(p, reqs, n, also, nalso);
         early = asked > 0 && loom_now_ns() - now < asked / 2;
     }

@@ -8,7 +8,8 @@
 // algorithm is the same on every rank, LOOM_COST_SHM steers the choice, calls alternating
 // between sizes keep each size's choice, AllToAllv takes the hierarchy wherever the ranks span
 // hosts of equal size (and pairwise elsewhere, or when LOOM_ALGO says so), and a LOOM_ALGO name
-// that does not exist is reported once. Run by meson's 'coll' suite.
+// that does not exist is reported once; and how waits spin (yielding the CPU where ranks
+// outnumber the CPUs). Run by meson's 'coll' suite.
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "loom.h"
 #include "mp_fixture.h"
@@ -206,6 +209,34 @@ TEST(Select, CalibrationAgreesAcrossHosts)
     };
     XT_ASSERT_RUN(loomtest::RunRanks(
         3, [](int rank, int n, loomComm_t comm) { CheckCalibrated(rank, n, comm, "tcp"); }, opts));
+}
+
+// How each rank's waits spin, as its P2P log says: LOOM_SPIN_US, yielding the CPU on every pass
+// exactly where this machine's ranks outnumber its CPUs.
+void CheckSpin(int rank, int n, loomComm_t comm)
+{
+    const std::string line = After(ReadLines(TracePath(rank)), "waits spin ");
+    const bool crowded = n > sysconf(_SC_NPROCESSORS_ONLN);
+    XT_CHECK_MSG(line.rfind("7 us", 0) == 0, "waits spin " + line);
+    XT_CHECK_MSG((line.find("yielding the CPU") != std::string::npos) == crowded,
+                 std::to_string(n) + " ranks: waits spin " + line);
+    float x = 1, y = 0;
+    XT_CHECK_LOOM(loomAllReduce(&x, &y, 1, loomFloat32, loomSum, comm, nullptr));
+    XT_CHECK_EQ(y, static_cast<float>(n));
+}
+
+TEST(Select, WaitsYieldWhereRanksOutnumberCpus)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int n : {2, static_cast<int>(cpus) + 1}) {
+        if (n > 8)
+            continue; // a machine this large checks only the uncrowded case
+        // The later LOOM_DEBUG_SUBSYS replaces TraceOptions' COLL.
+        XT_ASSERT_RUN(loomtest::RunRanks(
+            n, CheckSpin,
+            TraceOptions(
+                {{"LOOM_NET", "tcp"}, {"LOOM_SPIN_US", "7"}, {"LOOM_DEBUG_SUBSYS", "P2P"}})));
+    }
 }
 
 // Without calibration every rank uses the defaults of the class; LOOM_NET=tcp makes it tcp.
