@@ -113,10 +113,10 @@ typedef struct {
  * at most ctx->ring_depth pieces of each in flight: round k+depth is posted
  * once piece k of every transfer has completed. A large message posted whole
  * fills the sockets with megabytes that the receiver copies out long after
- * they left the cache; paced, it moves like the ring's segments (loopback TCP,
- * 2 ranks, 16 MiB, interleaved: AllGather 1.3x, in place 1.4x, AllToAll
- * 1.25x). Both ends of a transfer must pass the same nbytes; transfers of 0
- * bytes are skipped. */
+ * they left the cache; paced, it moves like the ring's segments
+ * (docs/PERFORMANCE.md, *Defaults of the shm collectives and the tcp
+ * transport*). Both ends of a transfer must pass the same nbytes; transfers
+ * of 0 bytes are skipped. */
 loomResult_t loom_coll_paced(loom_coll_ctx_t *ctx, const loom_xfer_t *x, int nx, uint32_t tag);
 /* The paced exchange of AllGather and AllToAll direct: block p of recv (bytes
  * each) from every other rank p, and to every other rank p the block at

@@ -68,8 +68,9 @@ typedef struct {
 
 /* Cells per rank: a rank that does not wait for its peers (a broadcast root,
  * a reduce's non-root) runs up to this many calls minus one ahead, as deep as
- * an MPI's eager buffers (16 gave 4 ranks on 2 CPUs 0.2-0.3x Open MPI's 8-byte
- * broadcast and reduce, 256 gives 1.7-2.2x). 16 KiB per rank. */
+ * an MPI's eager buffers, so that a rank that runs ahead does not stall on a
+ * slower one each call (docs/PERFORMANCE.md, *Defaults of the shm collectives
+ * and the tcp transport*). 16 KiB per rank. */
 #define LOOM_ARENA_CELLS 256u
 
 struct loom_arena {
