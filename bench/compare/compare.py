@@ -111,6 +111,12 @@ def parse_args(argv):
     ap.add_argument("--timeout", type=int, help="seconds one launch may take")
     ap.add_argument("--no-install", action="store_true",
                     help="do not install the peers (apt-get, pip)")
+    ap.add_argument("--base", metavar="REV_OR_DIR",
+                    help="an earlier loom to run interleaved with this one, as implementation "
+                         "'base': a git revision of this source tree (exported and built under "
+                         "OUT/base) or a loom build directory; the report gives loom/base per "
+                         "collective and names any collective whose geomean fell by more than "
+                         f"{report.BASE_DROP:.0%}")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     mode = QUICK if a.quick else FULL
@@ -143,30 +149,61 @@ class Config:
         self.warmup = 5
         self.python = sys.executable
         self.tmp = None
+        self.base_build = self.base_name = None  # set by prepare_base
+
+
+def prepare_base(a, cfg):
+    """--base: a build directory as it is, or a git revision of cfg.root exported (git
+    archive) into OUT/base/src and built in OUT/base/build. Sets cfg.base_build and
+    cfg.base_name; returns None or what went wrong."""
+    if os.path.isfile(os.path.join(a.base, "tools", "loomrun")):
+        cfg.base_build = os.path.abspath(a.base)
+        cfg.base_name = os.path.basename(os.path.dirname(cfg.base_build)) or "base"
+        return build_loom(cfg.base_build, None, a.colls, cfg.logs)
+    r = subprocess.run(["git", "-C", cfg.root, "rev-parse", "--short", "--verify",
+                        a.base + "^{commit}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"--base {a.base}: neither a loom build directory nor a revision of {cfg.root}"
+    cfg.base_name = r.stdout.strip()
+    src = os.path.join(cfg.out, "base", f"src-{cfg.base_name}")
+    cfg.base_build = os.path.join(cfg.out, "base", f"build-{cfg.base_name}")
+    if not os.path.isfile(os.path.join(src, "meson.build")):
+        os.makedirs(src, exist_ok=True)
+        archive = subprocess.Popen(["git", "-C", cfg.root, "archive", cfg.base_name],
+                                   stdout=subprocess.PIPE)
+        untar = subprocess.run(["tar", "-x", "-C", src], stdin=archive.stdout)
+        archive.stdout.close()
+        if archive.wait() != 0 or untar.returncode != 0:
+            return f"--base {a.base}: git archive of {cfg.base_name} into {src} failed"
+    say(f"# base: loom {cfg.base_name} from {src}")
+    return build_loom(cfg.base_build, src, a.colls, cfg.logs)
 
 
 def say(msg):
     print(msg, flush=True)
 
 
-def build_loom(cfg, colls):
-    """meson setup (if there is no build yet) and ninja for just the programs
-    we run, when one of them is missing. Returns None or what went wrong."""
+def build_loom(build, root, colls, logs):
+    """meson setup of root in build (if there is no build yet) and ninja for just
+    the programs we run, when one of them is missing. Returns None or what went
+    wrong."""
     targets = ["tools/loomrun"] + [f"bench/{c}_perf" for c in colls]
     targets += [f"bench/peers/{p}" for p in ("bind_rank", "memcpy_bw", "tcp_bw")]
-    if all(os.access(os.path.join(cfg.build, t), os.X_OK) for t in targets):
-        say(f"# loom: using the programs in {cfg.build}")
+    if all(os.access(os.path.join(build, t), os.X_OK) for t in targets):
+        say(f"# loom: using the programs in {build}")
         return None
-    log = os.path.join(cfg.logs, "build.log")
+    log = os.path.join(logs, "build.log")
     steps = []
-    if not os.path.exists(os.path.join(cfg.build, "build.ninja")):
-        setup = ["meson", "setup", cfg.build, cfg.root]
+    if not os.path.exists(os.path.join(build, "build.ninja")):
+        if root is None:
+            return f"{build} has no build.ninja to build the missing programs with"
+        setup = ["meson", "setup", build, root]
         if not shutil.which("pkg-config") or \
                 subprocess.run(["pkg-config", "--exists", "gtest"]).returncode != 0:
             setup.append("-Dtests=false")  # GoogleTest is not installed: benchmarks only
         steps.append(setup)
-    steps.append(["ninja", "-C", cfg.build] + targets)
-    say(f"# loom: building in {cfg.build} (log {log})")
+    steps.append(["ninja", "-C", build] + targets)
+    say(f"# loom: building in {build} (log {log})")
     for cmd in steps:
         if not shutil.which(cmd[0]):
             return f"{cmd[0]} not found; run tools/install_deps.sh (or bench/compare/run without " \
@@ -174,7 +211,7 @@ def build_loom(cfg, colls):
         rc, _ = impls.run_bounded(cmd, None, log, 3600)
         if rc != 0:
             return f"'{' '.join(cmd)}' failed: {impls.tail(log)}"
-    missing = [t for t in targets if not os.access(os.path.join(cfg.build, t), os.X_OK)]
+    missing = [t for t in targets if not os.access(os.path.join(build, t), os.X_OK)]
     return f"still missing after the build: {', '.join(missing)}" if missing else None
 
 
@@ -254,7 +291,7 @@ def save(cfg, doc):
 def record(doc, key, coll, n, rep, rows):
     for r in rows:
         o = r.get("out_of_place") or {}
-        if key == "loom" and coll == "broadcast" and r.get("in_place"):
+        if key in ("loom", "base") and coll == "broadcast" and r.get("in_place"):
             # MPI_Bcast has one buffer (the root sends from it): its match is loom's
             # in-place broadcast, not one whose root also copies sendbuff into recvbuff.
             o = r["in_place"]
@@ -278,11 +315,17 @@ def main(argv):
     say(f"# bench/compare: {'quick' if a.quick else 'full'} run, net {a.net}, ranks {a.ranks}, "
         f"{len(a.sizes)} sizes, {a.reps} repetition(s), output in {cfg.out}")
 
-    err = build_loom(cfg, a.colls)
+    err = build_loom(cfg.build, cfg.root, a.colls, cfg.logs)
     if err:
         say(f"# loom build failed: {err}")
         say("compare: FAILED (loom could not be built)")
         return 1
+    if a.base:
+        err = prepare_base(a, cfg)
+        if err:
+            say(f"# base: {err}")
+            say("compare: FAILED (the base loom could not be built)")
+            return 1
     impl_list = impls.make_all(cfg, a.impls)
     build_peers(cfg, impl_list)
     doc = {
@@ -354,6 +397,7 @@ def finish(a, cfg, doc, active, t_start):
     lines += report.ratio_matrix(rows, labels)
     lines.append("")
     lines += report.geomean_lines(rows)
+    lines += report.base_lines(rows, labels.get("base"))
     lines += report.model_lines(rows)
     lines += report.limit_lines(rows, doc["limits"], a.net)
     for u in doc["unsupported"]:

@@ -4,7 +4,8 @@
 # compare_test.py - unit tests of bench/compare's pure parts on crafted input:
 # the reader of loom's traced launches (coll_trace.py: per row the algorithm
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
-# the ratio table and the prediction each row is set against (report.py), the traced sweeps and Intel MPI's environment
+# the ratio table and the prediction each row is set against, an earlier loom's geomeans
+# (report.py), the traced sweeps, the earlier loom's launch and Intel MPI's environment
 # (impls.py), and that every collective it compares (the uneven ones too) has a
 # name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
 import os
@@ -135,6 +136,23 @@ class ReportTest(unittest.TestCase):
             "prediction"])
         self.assertEqual(report.model_lines([row(8, 1.0)]), [])
 
+    def test_an_earlier_loom_is_set_against_loom_and_is_no_peer(self):
+        ms = [meas("loom", "all_reduce", 64, 10.0), meas("base", "all_reduce", 64, 5.0),
+              meas("ompi", "all_reduce", 64, 12.0), meas("loom", "all_reduce", 128, 10.0),
+              meas("base", "all_reduce", 128, 12.0), meas("loom", "reduce", 64, 10.0),
+              meas("base", "reduce", 64, 10.2)]
+        rows = report.summarize(ms, ["loom", "base", "ompi"])
+        self.assertEqual(rows[0]["best_peer"], "ompi")  # the faster base is not a peer
+        self.assertAlmostEqual(rows[0]["loom_over_peer"]["base"], 0.5)
+        self.assertEqual(report.base_lines(rows, "loom abc1234"), [
+            "AllReduce       2 ranks: geomean loom/base  0.77 over 2 sizes",
+            "Reduce          2 ranks: geomean loom/base  1.02 over 1 sizes",
+            "loom against loom abc1234: geomean fell by more than 5% for AllReduce 2 ranks "
+            "(0.77)"])
+        self.assertEqual(report.base_lines(rows[2:], None)[-1],
+                         "loom against the base: no collective's geomean fell by more than 5%")
+        self.assertEqual(report.base_lines(report.summarize(ms[:1], ["loom"]), None), [])
+
     def test_ratio_matrix_names_the_best_peer_and_marks_losses(self):
         out = report.ratio_matrix(self.rows(), {"impi": "Intel MPI", "mpich": "MPICH"})
         self.assertEqual(out[2], "| AllReduce | 2 | **0.80** impi |")
@@ -157,6 +175,20 @@ class ImplsTest(unittest.TestCase):
         self.assertEqual(impls.row_of(1048576, rows), 1048576)
         self.assertEqual(impls.row_of(0, rows), 0)
         self.assertIsNone(impls.row_of(4096, rows))
+
+    def test_an_earlier_loom_runs_right_after_loom_from_its_own_build(self):
+        cfg = types.SimpleNamespace(build="/tmp/new", base_build="/tmp/old", base_name="abc1234",
+                                    net="shm", timeout=60, peers_bin="/tmp/bin",
+                                    impi_prefix="/opt/impi")
+        made = impls.make_all(cfg, ["loom", "ompi"])
+        self.assertEqual([i.key for i in made], ["loom", "base", "ompi"])
+        base = made[1]
+        self.assertEqual(base.label, "loom abc1234")
+        cmd = base.command("all_reduce", 2, (8, 8, 2), 5, 1, 0, None)
+        self.assertEqual(cmd[:5], ["/tmp/old/tools/loomrun", "-v", "-n", "2",
+                                   "/tmp/old/bench/all_reduce_perf"])
+        self.assertNotIn("-M", cmd)  # an earlier revision may lack the prediction column
+        self.assertIn("-M", made[0].command("all_reduce", 2, (8, 8, 2), 5, 1, 0, None))
 
     def test_intel_mpi_fabrics(self):
         shm = impls.IntelMpi(self.cfg("shm"))

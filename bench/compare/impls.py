@@ -113,9 +113,12 @@ class Impl:
 class Loom(Impl):
     key, label = "loom", "loom"
 
-    def __init__(self, cfg):
+    predict = True  # -M 1: the cost model's prediction beside each row
+
+    def __init__(self, cfg, build_dir=None):
         super().__init__(cfg)
-        self.loomrun = os.path.join(cfg.build, "tools", "loomrun")
+        self.build_dir = build_dir or cfg.build
+        self.loomrun = os.path.join(self.build_dir, "tools", "loomrun")
         if not os.access(self.loomrun, os.X_OK):
             self.reason = f"{self.loomrun} is missing"
 
@@ -135,14 +138,15 @@ class Loom(Impl):
 
     def command(self, coll, nranks, sweep, iters, warmup, check, json_path):
         """loomrun and the *_perf program over one sweep (MIN, MAX, FACTOR)."""
-        prog = os.path.join(self.cfg.build, "bench", f"{coll}_perf")
+        prog = os.path.join(self.build_dir, "bench", f"{coll}_perf")
         # -z 2: blocking calls back to back, the shape of the MPI benchmark's loop (a
         # stream would add its worker thread's hand-off, which MPI does not have).
         # -M 1: each row's prediction from the constants this launch measured at creation, so
         # that measured/predicted compares one launch with itself.
         cmd = [self.loomrun, "-v", "-n", str(nranks), prog, "-b", str(sweep[0]), "-e",
                str(sweep[1]), "-f", str(sweep[2]), "-n", str(iters), "-w", str(warmup), "-c",
-               str(check), "-z", "2", "-T", str(self.cfg.timeout), "-M", "1"]
+               str(check), "-z", "2", "-T", str(self.cfg.timeout)]
+        cmd += ["-M", "1"] if self.predict else []
         return cmd + (["-J", json_path] if json_path else [])
 
     def run(self, coll, nranks, bands, rep, check):
@@ -196,6 +200,20 @@ class Loom(Impl):
                              "calls": len(calls)}
         return {"rows": rows, "probe": coll_trace.probe_lines(lines), "error": error,
                 "seconds": total}
+
+
+class LoomBase(Loom):
+    """An earlier loom (compare.py --base): the same programs and launch from another
+    build, run right after loom so that the two are interleaved. Its rows are set against
+    loom's (loom/base), never counted as a peer. It runs without -M, which a revision
+    older than the prediction column lacks; its choices are not traced."""
+
+    key = "base"
+    predict = False
+
+    def __init__(self, cfg):
+        super().__init__(cfg, cfg.base_build)
+        self.label = f"loom {cfg.base_name}"
 
 
 def row_of(size, rows):
@@ -480,6 +498,10 @@ KEYS = ["loom", "ompi", "mpich", "impi", "gloo"]
 
 
 def make_all(cfg, wanted):
-    """The implementations to run, in interleaving order."""
+    """The implementations to run, in interleaving order; an earlier loom (cfg.base_build)
+    right after loom."""
     makers = {"loom": Loom, "ompi": OpenMpi, "mpich": Mpich, "impi": IntelMpi, "gloo": Gloo}
-    return [makers[k](cfg) for k in KEYS if k in wanted]
+    out = [makers[k](cfg) for k in KEYS if k in wanted]
+    if getattr(cfg, "base_build", None):
+        out.insert(1 if out and out[0].key == "loom" else 0, LoomBase(cfg))
+    return out

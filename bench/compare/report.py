@@ -62,9 +62,9 @@ def summarize(measurements, impl_keys, traces=()):
             busbw = ms[0]["busbw"] * ms[0]["time_us"] / t if t > 0 else 0.0
             rec["impls"][impl] = {"time_us": t, "busbw": busbw, "reps": len(ms)}
         times = {k: v["time_us"] for k, v in rec["impls"].items() if v["time_us"] > 0}
-        peers = [k for k in impl_keys if k != "loom" and k in times]
-        rec["best_peer"], rec["ratio"] = best_peer(times, peers)
-        rec["loom_over_peer"] = {k: times[k] / times["loom"] for k in peers if "loom" in times}
+        others = [k for k in impl_keys if k != "loom" and k in times]
+        rec["best_peer"], rec["ratio"] = best_peer(times, [k for k in others if k != "base"])
+        rec["loom_over_peer"] = {k: times[k] / times["loom"] for k in others if "loom" in times}
         timed = [m["model_us"] for m in by_impl.get("loom", []) if m.get("model_us")]
         rec["model"] = model_of(traces, coll, nranks, size, times.get("loom"), timed)
         rows.append(rec)
@@ -168,6 +168,37 @@ def geomean_lines(rows):
         faster = sum(v > 1 for v in vals)
         lines.append(f"{NAMES.get(coll, coll):<14} {n:>2} ranks: geomean loom/best {g:5.2f}, "
                      f"loom faster at {faster} of {len(vals)} sizes")
+    return lines
+
+
+BASE_DROP = 0.05  # a collective whose geomean loom/base falls below 1 - this is named
+
+
+def base_lines(rows, label):
+    """With an earlier loom run beside this one (--base): the geometric mean of
+    loom/base (base time / loom time, > 1: this loom is faster) per collective and
+    rank count, and a last line naming every one below 1 - BASE_DROP, or saying
+    that none is."""
+    acc = {}
+    for r in rows:
+        v = r["loom_over_peer"].get("base")
+        if v:
+            acc.setdefault((r["coll"], r["nranks"]), []).append(v)
+    if not acc:
+        return []
+    lines, fell = [], []
+    for (coll, n), vals in sorted(acc.items(), key=lambda kv: (list(NAMES).index(kv[0][0])
+                                                                if kv[0][0] in NAMES else 99,
+                                                                kv[0][1])):
+        g = math.exp(sum(math.log(v) for v in vals) / len(vals))
+        lines.append(f"{NAMES.get(coll, coll):<14} {n:>2} ranks: geomean loom/base {g:5.2f} "
+                     f"over {len(vals)} sizes")
+        if g < 1 - BASE_DROP:
+            fell.append(f"{NAMES.get(coll, coll)} {n} ranks ({g:.2f})")
+    against = f"against {label}" if label else "against the base"
+    lines.append(f"loom {against}: " + (
+        f"geomean fell by more than {BASE_DROP:.0%} for " + ", ".join(fell) if fell else
+        f"no collective's geomean fell by more than {BASE_DROP:.0%}"))
     return lines
 
 
