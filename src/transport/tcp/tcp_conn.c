@@ -50,6 +50,15 @@
 
 _Static_assert(LOOM_SECURE_HANDLE_BYTES <= LOOM_TP_HANDLE_MAX, "tcp handle too large");
 
+/* "autotuned by the kernel" or "of N bytes" (LOOM_TCP_SOCKBUF), for the INFO lines. */
+static const char *sockbuf_text(const tcp_ctx_t *ctx, char *buf, size_t len)
+{
+    if (ctx->sockbuf <= 0)
+        return "autotuned by the kernel";
+    snprintf(buf, len, "of %lld bytes", (long long)ctx->sockbuf);
+    return buf;
+}
+
 void loom_tcp_conn_init(tcp_ctx_t *ctx)
 {
     ctx->sec = (loom_secure_cfg_t){.name = "tcp",
@@ -208,9 +217,11 @@ loomResult_t loom_tcp_connect(void *ctx_v, const void *handle, int peer, void **
     }
     loom_tcp_connect_drop(ctx, peer);
     tcp_comm_t *c;
+    char sb[48];
     LOOM_CHECK(loom_tcp_comm_create(ctx, fds, ctx->nsocks, ctx->piece_bytes, peer, 1, &c));
-    LOOM_INFO(LOOM_LOG_TCP, "tcp: rank %d connected to rank %d (%d sockets, %u-byte pieces)",
-              ctx->rank, peer, ctx->nsocks, ctx->piece_bytes);
+    LOOM_INFO(LOOM_LOG_TCP,
+              "tcp: rank %d connected to rank %d (%d sockets, %u-byte pieces, socket buffers %s)",
+              ctx->rank, peer, ctx->nsocks, ctx->piece_bytes, sockbuf_text(ctx, sb, sizeof(sb)));
     *send_comm_p = c;
     return loomSuccess;
 }
@@ -314,8 +325,10 @@ static loomResult_t assembly_finish(tcp_listen_t *l, int peer, tcp_comm_t **comm
     const uint32_t piece = a->piece_bytes;
     free(a);
     LOOM_CHECK(loom_tcp_comm_create(ctx, fds, nsocks, piece, peer, 0, comm_p));
-    LOOM_INFO(LOOM_LOG_TCP, "tcp: rank %d accepted rank %d (%d sockets, %u-byte pieces)", ctx->rank,
-              peer, nsocks, piece);
+    char sb[48];
+    LOOM_INFO(LOOM_LOG_TCP,
+              "tcp: rank %d accepted rank %d (%d sockets, %u-byte pieces, socket buffers %s)",
+              ctx->rank, peer, nsocks, piece, sockbuf_text(ctx, sb, sizeof(sb)));
     return loomSuccess;
 }
 
