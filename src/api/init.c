@@ -17,6 +17,7 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
+#include "cpus.h"
 #include "dev_comm.h"
 #include "devrt.h"
 #include "init.h"
@@ -219,8 +220,7 @@ static void count_local(struct loomComm *c)
 static int64_t stream_spin_ns(int local_size)
 {
     int64_t spin = loom_param_SPIN_US() * 1000;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus > 0 && 2L * local_size > cpus && spin > OVERSUB_SPIN_NS)
+    if (loom_cpus_crowded(2L * local_size) && spin > OVERSUB_SPIN_NS)
         spin = OVERSUB_SPIN_NS;
     return spin < 0 ? 0 : spin;
 }

@@ -17,6 +17,7 @@
  * It does not choose (algo_select.c) or measure (calibrate.c).
  */
 #include "cost_model.h"
+#include "cpus.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,8 +240,7 @@ double loom_link_message_ns(const loom_link_cost_t *l, double nbytes)
 
 int loom_ring_depth(loom_link_class_t cls, int nranks)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cls == LOOM_LINK_SHM && cpus > 0 && nranks > cpus ? 1 : 4;
+    return cls == LOOM_LINK_SHM && loom_cpus_crowded(nranks) ? 1 : 4;
 }
 
 int loom_ceil_log2(int n)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cpus.h"
 #include "p2p_impl.h"
 #include "param.h"
 #include "timer.h"
@@ -47,16 +48,16 @@ void loom_p2p_spin_setup(loom_p2p_t *p)
     int here = 0;
     for (int r = 0; r < p->nranks; r++)
         here += loom_p2p_same_machine(p, r);
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     const int64_t us = loom_param_SPIN_US();
     p->spin_ns = us > 0 ? (uint64_t)us * 1000ull : 0;
     /* A pure spin would hold a CPU that a rank it waits for needs until the
      * scheduler's slice ends; yielding hands it over at once, and still spins
      * where that rank runs elsewhere. */
-    p->spin_yields = cpus > 0 && here > cpus;
+    p->spin_yields = loom_cpus_crowded(here);
     LOOM_INFO(LOOM_LOG_P2P, "rank %d: waits spin %llu us%s (%d ranks on this machine, %ld CPUs)",
               p->rank, (unsigned long long)(p->spin_ns / 1000),
-              p->spin_yields ? ", yielding the CPU each pass" : "", here, cpus);
+              p->spin_yields ? ", yielding the CPU each pass" : "", here,
+              sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* Sleeps until deadline_ns or an abort, in slices. */

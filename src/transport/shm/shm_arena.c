@@ -35,6 +35,7 @@
  * did, posts skip their fence (shm_arena_sync.c).
  */
 #include "shm_arena.h"
+#include "cpus.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,10 +93,12 @@ static size_t slots_offset(int nranks)
     size_t meta =
         sizeof(arena_hdr_t) +
         (size_t)nranks * (sizeof(loom_arena_ctl_t) + LOOM_ARENA_CELLS * sizeof(loom_arena_cell_t));
-    /* Half an aliasing span past a page boundary: the buffers users hand in are mostly page
-     * aligned or 16 bytes past it (posix_memalign, glibc's mmap'd chunks), and copies between
-     * them and the slots then run forward (arena.h, LOOM_ARENA_ALIAS_SPAN). */
-    return ((meta + 4095) & ~(size_t)4095) + LOOM_ARENA_ALIAS_SPAN / 2;
+    /* Half an aliasing span past a multiple of it (a page boundary where pages are 4 KiB): the
+     * buffers users hand in are mostly page aligned or 16 bytes past it (posix_memalign,
+     * glibc's mmap'd chunks), and copies between them and the slots then run forward (arena.h,
+     * LOOM_ARENA_ALIAS_SPAN). */
+    const size_t span = LOOM_ARENA_ALIAS_SPAN;
+    return ((meta + span - 1) & ~(span - 1)) + span / 2;
 }
 
 static size_t arena_bytes(int nranks, size_t slot_bytes)
@@ -467,9 +470,8 @@ loomResult_t loom_arena_create(loom_p2p_t *p2p, const loom_tp_init_args_t *args,
     a->nranks = args->nranks;
     a->abort_flag = args->abort_flag ? args->abort_flag : &never;
     a->timeout_ms = args->timeout_ms;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     a->spin_ns = (int64_t)loom_param_SPIN_US() * 1000;
-    a->oversubscribed = cpus > 0 && args->nranks > cpus;
+    a->oversubscribed = loom_cpus_crowded(args->nranks);
     if (a->oversubscribed && a->spin_ns > OVERSUB_SPIN_NS)
         a->spin_ns = OVERSUB_SPIN_NS; /* the rank waited on needs this CPU */
     a->yields = YIELDS;
