@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <nccl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <unistd.h>
 
 static inline size_t prog_type_size(ncclDataType_t dt)
@@ -32,12 +33,12 @@ static inline size_t prog_type_size(ncclDataType_t dt)
     }
 }
 
-/* All len bytes from fd (a read cut short by a signal resumes): 0, or -1 on an error or end. */
-static inline int prog_read_all(int fd, void *buf, size_t len)
+/* All len bytes from (writing == 0) or to fd, a call cut short by a signal resumed: 0, or -1
+ * on an error or, reading, the end. */
+static inline int prog_io_all(int fd, char *p, size_t len, int writing)
 {
-    char *p = (char *)buf;
     while (len > 0) {
-        ssize_t k = read(fd, p, len);
+        ssize_t k = writing ? write(fd, p, len) : read(fd, p, len);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -48,20 +49,15 @@ static inline int prog_read_all(int fd, void *buf, size_t len)
     return 0;
 }
 
-/* All len bytes to fd: 0, or -1 on an error. */
+static inline int prog_read_all(int fd, void *buf, size_t len)
+{
+    return prog_io_all(fd, (char *)buf, len, 0);
+}
+
+/* write() only reads the buffer, so dropping const here writes nothing through it. */
 static inline int prog_write_all(int fd, const void *buf, size_t len)
 {
-    const char *p = (const char *)buf;
-    while (len > 0) {
-        ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        len -= (size_t)k;
-    }
-    return 0;
+    return prog_io_all(fd, (char *)(uintptr_t)buf, len, 1);
 }
 
 #endif
