@@ -116,7 +116,7 @@ def parse_args(argv):
                          "'base': a git revision of this source tree (exported and built under "
                          "OUT/base) or a loom build directory; the report gives loom/base per "
                          "collective and names any collective whose geomean fell by more than "
-                         f"{report.BASE_DROP:.0%}")
+                         f"{report.BASE_DROP * 100:.0f} %%")
     ap.add_argument("--root", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     mode = QUICK if a.quick else FULL

@@ -6,7 +6,7 @@
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
 # the ratio table and the prediction each row is set against, an earlier loom's geomeans
 # (report.py), the traced sweeps, the earlier loom's launch and Intel MPI's environment
-# (impls.py), and that every collective it compares (the uneven ones too) has a
+# (impls.py), the command line's help, and that every collective it compares (the uneven ones too) has a
 # name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
 import os
 import sys
@@ -16,6 +16,7 @@ import unittest
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coll_trace  # noqa: E402
+import compare  # noqa: E402
 import impls  # noqa: E402
 import report  # noqa: E402
 
@@ -217,6 +218,18 @@ class ImplsTest(unittest.TestCase):
             self.assertIn(c, report.NAMES)
             self.assertIn('{"%s", "%s",' % (c, report.NAMES[c]), mpi)
             self.assertIn('"%s": ("%s",' % (c, report.NAMES[c]), gloo)
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_help_prints_every_option(self):
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit) as e:
+            compare.parse_args(["--help"])
+        self.assertEqual(e.exception.code, 0)
+        self.assertIn("--base REV_OR_DIR", out.getvalue())
+        self.assertIn("more than 5 %", out.getvalue())
 
 
 if __name__ == "__main__":
