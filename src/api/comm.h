@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "call_guard.h"
 #include "check.h"
 #include "coll.h"
 #include "echo.h"
@@ -112,9 +113,16 @@ extern loom_registry_t loom_comms;
  * NULL) unless comm is live; on success the caller owes one
  * loom_comm_release. */
 loomResult_t loom_comm_acquire(loomComm_t comm, const char *fn);
-/* Runs `call` (an expression of type loomResult_t) holding a reference on comm. */
+/* Runs `call` (an expression of type loomResult_t) holding comm (call_guard.h: the thread's
+ * slot, or a reference). */
 #define LOOM_WITH_COMM(comm, fn, call)                                                             \
-    LOOM_WITH_REF(loom_comm_acquire((comm), (fn)), loom_comm_release(comm), call)
+    do {                                                                                           \
+        loom_guard_t with_comm_guard_;                                                             \
+        LOOM_CHECK(loom_call_enter((comm), (fn), &with_comm_guard_));                              \
+        loomResult_t with_comm_res_ = (call);                                                      \
+        loom_call_leave((comm), with_comm_guard_);                                                 \
+        return with_comm_res_;                                                                     \
+    } while (0)
 /* Records an operation: into the thread's open group, or as a task of its own
  * that runs now (stream NULL) or is queued on the stream. Takes ownership of
  * op's owned arrays. */

@@ -277,6 +277,7 @@ loomResult_t loom_comm_create(loomComm_t *comm_p, int nranks, const loom_id_t *i
     pthread_cond_init(&c->cond, NULL);
     c->refs = 1;
     c->shrink_fd = -1;
+    loom_call_guard_init(); /* before any handle exists: see call_guard.h */
     c->rank = rank;
     c->nranks = nranks;
     apply_config(c, config);

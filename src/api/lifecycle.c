@@ -32,14 +32,16 @@ static void set_abort_flag(struct loomComm *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Whether a reference other than the caller's is in use: held by a call in
- * progress or an issued task. Those end by themselves within the timeout, and
- * at once after an abort. The references of tasks recorded in open groups
- * (parked) only keep the memory: they are not waited for. Under c->lock,
- * which `parked` changes under together with its references, so the two
- * counts read here agree. */
-static int comm_in_use(struct loomComm *c, int mine)
+/* Whether a reference other than the caller's `mine` is in use, or a thread's slot holds the
+ * communicator (call_guard.h; a revoke's own thread's aside, its call being one of them): held
+ * by a call in progress or an issued task. Those end by themselves within the timeout, and at
+ * once after an abort. The references of tasks recorded in open groups (parked) only keep the
+ * memory: they are not waited for. Under c->lock, which `parked` changes under together with
+ * its references, so the two counts read here agree. */
+static int comm_in_use(struct loomComm *c, int mine, int closing)
 {
+    if (loom_call_slots_hold(c, !closing)) /* first: see call_guard.h */
+        return 1;
     return __atomic_load_n(&c->refs, __ATOMIC_SEQ_CST) - c->parked > mine;
 }
 
@@ -50,8 +52,11 @@ static void wait_idle(struct loomComm *c, int mine, int closing)
     pthread_mutex_lock(&c->lock);
     if (closing)
         __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
+    /* The registry closed the handle (a teardown) or the abort flag is up (a revoke): calls
+     * that entered before are visible in their slots from here on, later ones are refused. */
+    loom_call_fence();
     __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
-    while (comm_in_use(c, mine)) {
+    while (comm_in_use(c, mine, closing)) {
         /* A release that read `closing` before it was set wakes nobody: look again
          * every millisecond (loom_comm_release). */
         struct timespec until;
@@ -127,7 +132,8 @@ void loom_comm_revoke(struct loomComm *c)
     if (__atomic_exchange_n(&c->revoked, 1, __ATOMIC_SEQ_CST))
         return;
     set_abort_flag(c);
-    wait_idle(c, 2, 0); /* the user's reference and this call's */
+    /* The user's reference and the calls of this thread (this one among them) aside. */
+    wait_idle(c, 1 + loom_call_own_refs(c), 0);
     loom_p2p_fail(c->p2p, loomRemoteError);
     LOOM_INFO(LOOM_LOG_INIT, "comm %s rank %d nranks %d - Revoke COMPLETE", c->name, c->rank,
               c->nranks);

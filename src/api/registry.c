@@ -19,6 +19,12 @@ static loom_registry_entry_t *find(loom_registry_t *r, const void *handle)
     return NULL;
 }
 
+/* Under the lock. */
+static void bump(loom_registry_t *r)
+{
+    __atomic_store_n(&r->epoch, r->epoch + 1, __ATOMIC_RELAXED);
+}
+
 static void warn_invalid(const loom_registry_t *r, const void *handle, const char *fn)
 {
     if (handle == NULL)
@@ -42,6 +48,7 @@ loomResult_t loom_registry_add(loom_registry_t *r, const void *handle, int *refs
         r->cap = cap;
     }
     r->entries[r->n++] = (loom_registry_entry_t){.handle = handle, .refs = refs, .closing = 0};
+    bump(r);
     pthread_mutex_unlock(&r->lock);
     return loomSuccess;
 }
@@ -65,14 +72,28 @@ loomResult_t loom_registry_acquire(loom_registry_t *r, const void *handle, const
 
 loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const char *fn)
 {
+    uint64_t epoch;
+    return loom_registry_check_at(r, handle, fn, &epoch);
+}
+
+loomResult_t loom_registry_check_at(loom_registry_t *r, const void *handle, const char *fn,
+                                    uint64_t *epoch)
+{
     pthread_mutex_lock(&r->lock);
     loom_registry_entry_t *e = handle ? find(r, handle) : NULL;
     const int ok = e != NULL && !e->closing;
+    *epoch = __atomic_load_n(&r->epoch, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&r->lock);
     if (ok)
         return loomSuccess;
-    warn_invalid(r, handle, fn);
+    if (fn != NULL)
+        warn_invalid(r, handle, fn);
     return loomInvalidArgument;
+}
+
+uint64_t loom_registry_epoch(const loom_registry_t *r)
+{
+    return __atomic_load_n(&r->epoch, __ATOMIC_RELAXED);
 }
 
 int loom_registry_is_live(loom_registry_t *r, const void *handle)
@@ -93,6 +114,7 @@ loom_registry_state_t loom_registry_close(loom_registry_t *r, const void *handle
     if (e != NULL) {
         was = e->closing ? LOOM_REGISTRY_CLOSING : LOOM_REGISTRY_LIVE;
         e->closing = 1;
+        bump(r);
         if (hold)
             __atomic_add_fetch(e->refs, 1, __ATOMIC_SEQ_CST);
     }
@@ -106,8 +128,10 @@ loomResult_t loom_registry_remove(loom_registry_t *r, const void *handle, const 
 {
     pthread_mutex_lock(&r->lock);
     loom_registry_entry_t *e = handle ? find(r, handle) : NULL;
-    if (e != NULL)
+    if (e != NULL) {
         *e = r->entries[--r->n];
+        bump(r);
+    }
     if (r->n == 0) {
         /* With no handle of this kind left the process holds nothing of loom's for it (leak
          * checkers and the hygiene tests compare against the state before the first one). */

@@ -14,6 +14,7 @@
 #define LOOM_API_REGISTRY_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "check.h"
 #include "loom.h"
@@ -30,11 +31,12 @@ typedef struct {
     const char *invalid; /* why a handle may not be listed, e.g. "destroyed or never created" */
     loom_registry_entry_t *entries;
     int n, cap;
+    uint64_t epoch; /* raised (under the lock) by every add, close and remove */
 } loom_registry_t;
 
 #define LOOM_REGISTRY_INITIALIZER(_kind, _invalid)                                                 \
     {                                                                                              \
-        PTHREAD_MUTEX_INITIALIZER, (_kind), (_invalid), NULL, 0, 0                                 \
+        PTHREAD_MUTEX_INITIALIZER, (_kind), (_invalid), NULL, 0, 0, 0                              \
     }
 
 /* Lists a new handle; SystemError (WARN) if out of memory. */
@@ -46,6 +48,12 @@ loomResult_t loom_registry_acquire(loom_registry_t *r, const void *handle, const
  * closing; takes no reference, so the answer is only good for an early
  * argument check. */
 loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const char *fn);
+/* As loom_registry_check, and *epoch is the registry's epoch while it held: the answer stays
+ * true as long as the epoch has not moved (call_guard.h). */
+loomResult_t loom_registry_check_at(loom_registry_t *r, const void *handle, const char *fn,
+                                    uint64_t *epoch);
+/* The registry's epoch now (relaxed: call_guard.c orders it). */
+uint64_t loom_registry_epoch(const loom_registry_t *r);
 /* 1 if the handle is listed and not closing, else 0; logs nothing and takes no
  * reference (for callers that ask whose handle a value is, like loomStreamIsLive). */
 int loom_registry_is_live(loom_registry_t *r, const void *handle);

@@ -57,11 +57,16 @@ static void log_init(void)
 
 void loom_debug_set_rank(int rank)
 {
-    thread_rank = rank;
+    /* Every call names its rank: plain loads first, so that the common case (the same rank
+     * as the last call, the process already named) costs no store and no locked instruction. */
+    if (thread_rank != rank)
+        thread_rank = rank;
     /* The first communicator made in the process names it. Several may be made at once on
      * threads of their own (the NCCL drop-in library's grouped inits do), hence the atomics. */
     int unset = -1;
-    __atomic_compare_exchange_n(&process_rank, &unset, rank, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&process_rank, __ATOMIC_RELAXED) == -1)
+        __atomic_compare_exchange_n(&process_rank, &unset, rank, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
 }
 
 int loom_debug_get_rank(void)

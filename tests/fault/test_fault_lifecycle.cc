@@ -260,6 +260,56 @@ TEST(Abort, RacingCallsNeverTouchAFreedCommunicator)
         opts));
 }
 
+// More threads than there are call slots (call_guard.h: 256) call on one communicator at once,
+// so that some hold it through their slot and the rest through a reference, while this thread
+// destroys it: every thread's calls end with InvalidArgument, none runs on freed memory (ASan),
+// and the teardown waits for the calls in progress of both kinds.
+TEST(Destroy, ManyThreadsCallingEndRefusedNeverOnFreedMemory)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        1,
+        [](int, int, loomComm_t) {
+            constexpr int kThreads = 300;
+            for (int round = 0; round < 3; round++) {
+                loomComm_t comm = loomtest::CreateComm();
+                std::atomic<int> started{0}, refused{0}, other{0};
+                std::vector<std::thread> callers;
+                for (int t = 0; t < kThreads; t++)
+                    callers.emplace_back([&] {
+                        float x[16] = {};
+                        int n = 0;
+                        started++;
+                        for (;;) {
+                            loomResult_t r = loomCommCount(comm, &n);
+                            if (r == loomSuccess)
+                                r = loomAllReduce(x, x, 16, loomFloat32, loomSum, comm, nullptr);
+                            if (r == loomInvalidArgument) {
+                                refused++;
+                                return;
+                            }
+                            if (r != loomSuccess) {
+                                other++;
+                                return;
+                            }
+                        }
+                    });
+                while (started.load() < kThreads)
+                    usleep(100);
+                usleep(static_cast<useconds_t>(round) * 500);
+                XT_CHECK_LOOM(loomCommDestroy(comm));
+                for (auto &c : callers)
+                    c.join();
+                XT_CHECK_MSG(refused.load() == kThreads && other.load() == 0,
+                             "round " + std::to_string(round) + ": " +
+                                 std::to_string(refused.load()) + " refused, " +
+                                 std::to_string(other.load()) + " other errors");
+            }
+        },
+        opts));
+}
+
 // ---- abort and destroy with an open group ---------------------------------------------------
 
 // An operation recorded in a group that is still open holds its communicator until loomGroupEnd,
