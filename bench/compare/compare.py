@@ -256,7 +256,7 @@ def run_all(a, cfg, impl_list, doc):
         for coll in a.colls:
             for rep in range(1, a.reps + 1):
                 parts = []
-                for impl in impl_list:
+                for impl in impls.rep_order(impl_list, rep):
                     if impl.key in down:
                         parts.append(f"{impl.key} -")
                         continue
@@ -337,7 +337,9 @@ def main(argv):
                    "iters": f"max({MIN_ITERS}, min({MAX_ITERS}, {ITER_BYTES} / size))",
                    "bands": make_bands(a.sizes), "ranks": a.ranks, "colls": a.colls,
                    "interleave": "for each rank count, collective and repetition: "
-                                 + ", ".join(i.key for i in impl_list),
+                                 + ", ".join(i.key for i in impl_list)
+                                 + ("; loom and base trade places in even repetitions"
+                                    if a.base else ""),
                    "binding": "rank r on the (r mod C)-th usable CPU, every implementation",
                    "statistic": "median of the repetitions' times (each the mean over ranks)"},
         "machine": sysinfo.machine(), "load_start": sysinfo.load(),

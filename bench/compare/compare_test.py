@@ -191,6 +191,18 @@ class ImplsTest(unittest.TestCase):
         self.assertNotIn("-M", cmd)  # an earlier revision may lack the prediction column
         self.assertIn("-M", made[0].command("all_reduce", 2, (8, 8, 2), 5, 1, 0, None))
 
+    def test_loom_and_the_earlier_loom_trade_places_every_other_repetition(self):
+        cfg = types.SimpleNamespace(build="/tmp/new", base_build="/tmp/old", base_name="abc1234",
+                                    net="shm", timeout=60, peers_bin="/tmp/bin",
+                                    impi_prefix="/opt/impi")
+        made = impls.make_all(cfg, ["loom", "ompi", "impi"])
+        order = [[i.key for i in impls.rep_order(made, rep)] for rep in (1, 2, 3)]
+        self.assertEqual(order, [["loom", "base", "ompi", "impi"], ["base", "loom", "ompi", "impi"],
+                                 ["loom", "base", "ompi", "impi"]])
+        cfg.base_build = None
+        alone = impls.make_all(cfg, ["loom", "ompi"])
+        self.assertEqual([i.key for i in impls.rep_order(alone, 2)], ["loom", "ompi"])
+
     def test_intel_mpi_fabrics(self):
         shm = impls.IntelMpi(self.cfg("shm"))
         self.assertIn("not installed in /opt/impi", shm.reason)
