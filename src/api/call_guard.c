@@ -22,6 +22,9 @@
 #define SLOTS 256
 /* Calls held by reference and nested on one thread deeper than this are refused. */
 #define NEST_MAX 8
+/* Handles a thread remembers as vouched for: a thread that alternates between a few
+ * communicators (data and tensor parallel groups) asks the registry only when the epoch moves. */
+#define VOUCHED 4
 
 typedef struct {
     _Atomic(const void *) comm; /* the communicator a call of the owner is in, or NULL */
@@ -35,12 +38,13 @@ static atomic_int light;         /* membarrier registered: slots in use (set onc
 static pthread_key_t exit_key;   /* gives the slot back when its thread exits */
 static atomic_int slots_claimed; /* how many slots were ever handed out (bounds the scans) */
 
-/* The calling thread: its slot, the handle the registry last vouched for and at what epoch,
+/* The calling thread: its slot, the handles the registry last vouched for and at what epoch,
  * and the communicators its calls in progress hold by reference (for loom_call_own_refs). */
 static __thread struct {
     slot_t *slot;
     int no_slot; /* none could be had: references from now on */
-    const void *vouched;
+    const void *vouched[VOUCHED];
+    unsigned next_vouched; /* the entry the next vouched handle replaces */
     uint64_t epoch;
     int nrefs;
     const void *refs[NEST_MAX];
@@ -122,11 +126,25 @@ static loomResult_t vouch(loomComm_t comm, const char *fn)
 {
     uint64_t epoch;
     loomResult_t res = loom_registry_check_at(&loom_comms, comm, fn, &epoch);
-    if (res == loomSuccess) {
-        me.vouched = comm;
+    if (res != loomSuccess)
+        return res;
+    if (epoch != me.epoch) { /* what was vouched for at another epoch may be gone */
+        memset(me.vouched, 0, sizeof(me.vouched));
         me.epoch = epoch;
     }
-    return res;
+    me.vouched[me.next_vouched++ % VOUCHED] = comm;
+    return loomSuccess;
+}
+
+/* Whether the registry vouched for comm at the epoch it is at now. */
+static int vouched(loomComm_t comm)
+{
+    if (__atomic_load_n(&loom_comms.epoch, __ATOMIC_ACQUIRE) != me.epoch)
+        return 0;
+    for (int i = 0; i < VOUCHED; i++)
+        if (me.vouched[i] == comm)
+            return 1;
+    return 0;
 }
 
 loomResult_t loom_call_enter(loomComm_t comm, const char *fn, loom_guard_t *guard)
@@ -139,8 +157,7 @@ loomResult_t loom_call_enter(loomComm_t comm, const char *fn, loom_guard_t *guar
         atomic_store_explicit(&s->comm, comm, memory_order_relaxed);
         /* The slot store before the epoch load: the teardown's membarrier is the other half. */
         atomic_signal_fence(memory_order_seq_cst);
-        if (comm != me.vouched ||
-            __atomic_load_n(&loom_comms.epoch, __ATOMIC_ACQUIRE) != me.epoch) {
+        if (!vouched(comm)) {
             loomResult_t res = vouch(comm, fn);
             if (res != loomSuccess) {
                 atomic_store_explicit(&s->comm, NULL, memory_order_release);

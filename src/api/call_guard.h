@@ -7,7 +7,7 @@
  * takes under 100 ns, and those four were a quarter of it.
  *
  * Instead each thread owns a slot that names the communicator it is calling on (a hazard
- * pointer), and remembers the last handle the registry vouched for together with the
+ * pointer), and remembers the last few handles the registry vouched for together with the
  * registry's epoch, which every add, close and remove of a communicator raises. A call stores
  * its handle in the slot and then reads the epoch: unchanged, the handle is still live and was
  * not closed, and the slot keeps it so. A teardown closes the handle (raising the epoch), then

@@ -310,6 +310,43 @@ TEST(Destroy, ManyThreadsCallingEndRefusedNeverOnFreedMemory)
         opts));
 }
 
+// A thread that alternates between communicators keeps each vouched for (call_guard.c) until
+// one of them is destroyed: from then on that one is refused and the other still runs, also
+// when a communicator created afterwards takes the destroyed one's address.
+TEST(Destroy, AlternatingCommunicatorsRefuseOnlyTheDestroyedOne)
+{
+    loomtest::RunOptions opts;
+    opts.create_comm = false;
+    XT_ASSERT_RUN(loomtest::RunRanks(
+        1,
+        [](int, int, loomComm_t) {
+            float x[4] = {};
+            auto call = [&](loomComm_t c) {
+                return loomAllReduce(x, x, 4, loomFloat32, loomSum, c, nullptr);
+            };
+            loomComm_t a = loomtest::CreateComm(), b = loomtest::CreateComm();
+            for (int i = 0; i < 10; i++) {
+                XT_CHECK_LOOM(call(a));
+                XT_CHECK_LOOM(call(b));
+            }
+            XT_CHECK_LOOM(loomCommDestroy(a));
+            XT_CHECK_LOOM_RES(call(a), loomInvalidArgument);
+            XT_CHECK_LOOM(call(b));
+            XT_CHECK_LOOM_RES(call(a), loomInvalidArgument);
+            loomComm_t c = loomtest::CreateComm(); // may reuse a's memory
+            XT_CHECK_LOOM(call(c));
+            XT_CHECK_LOOM(call(b));
+            if (c != a)
+                XT_CHECK_LOOM_RES(call(a), loomInvalidArgument);
+            XT_CHECK_LOOM(loomCommDestroy(b));
+            XT_CHECK_LOOM_RES(call(b), loomInvalidArgument);
+            XT_CHECK_LOOM(call(c));
+            XT_CHECK_LOOM(loomCommDestroy(c));
+            XT_CHECK_LOOM_RES(call(c), loomInvalidArgument);
+        },
+        opts));
+}
+
 // ---- abort and destroy with an open group ---------------------------------------------------
 
 // An operation recorded in a group that is still open holds its communicator until loomGroupEnd,
