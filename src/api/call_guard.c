@@ -8,6 +8,7 @@
  */
 #include "call_guard.h"
 
+#include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -219,12 +220,14 @@ int loom_call_fence_ready(void)
     return atomic_load_explicit(&light, memory_order_relaxed);
 }
 
-void loom_call_fence(void)
+int loom_call_fence(void)
 {
     /* No slot was ever handed out without the registration, and light is set before the
      * first: a teardown that reads it unset has no slot to look at. */
     pthread_once(&once, init_once);
-    if (atomic_load_explicit(&light, memory_order_relaxed) &&
-        syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-        LOOM_WARN("membarrier(PRIVATE_EXPEDITED) failed after it was registered");
+    if (!atomic_load_explicit(&light, memory_order_relaxed) ||
+        syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+        return 1;
+    LOOM_WARN("membarrier(PRIVATE_EXPEDITED) failed after it was registered: %s", strerror(errno));
+    return 0;
 }

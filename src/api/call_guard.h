@@ -48,8 +48,9 @@ int loom_call_slots_hold(const void *comm, int not_mine);
 int loom_call_own_refs(const void *comm);
 /* After a handle was closed (or a communicator aborted): every call that entered without
  * seeing it is visible to loom_call_slots_hold from now on. A barrier on every thread of the
- * process, for whoever pairs a store and a later load of its own with a compiler barrier. */
-void loom_call_fence(void);
+ * process, for whoever pairs a store and a later load of its own with a compiler barrier.
+ * 1 if it was that barrier (or none was needed: no slots), 0 if membarrier failed (WARN). */
+int loom_call_fence(void);
 /* Registers membarrier, once; called before a communicator exists. */
 void loom_call_guard_init(void);
 /* 1 if loom_call_fence is that barrier (membarrier registered at loom_call_guard_init). */

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "comm.h"
@@ -215,10 +216,24 @@ static int ticket_wait(struct loomComm *comm, uint64_t ticket)
         return 0;
     pthread_mutex_lock(&comm->lock);
     __atomic_add_fetch(&comm->waiters, 1, __ATOMIC_SEQ_CST);
-    loom_call_fence(); /* the other half of serve_next's light store */
+    /* The other half of serve_next's light store. Should it fail, a wake-up may be lost:
+     * then look again every millisecond rather than sleep for good. */
+    const int fenced = loom_call_fence();
     while (__atomic_load_n(&comm->now_serving, __ATOMIC_SEQ_CST) != ticket &&
-           !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
-        pthread_cond_wait(&comm->cond, &comm->lock);
+           !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        if (fenced) {
+            pthread_cond_wait(&comm->cond, &comm->lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &until);
+    }
     __atomic_sub_fetch(&comm->waiters, 1, __ATOMIC_SEQ_CST);
     int aborted = __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&comm->lock);

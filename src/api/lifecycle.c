@@ -53,8 +53,12 @@ static void wait_idle(struct loomComm *c, int mine, int closing)
     if (closing)
         __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
     /* The registry closed the handle (a teardown) or the abort flag is up (a revoke): calls
-     * that entered before are visible in their slots from here on, later ones are refused. */
-    loom_call_fence();
+     * that entered before are visible in their slots from here on, later ones are refused.
+     * Should the barrier fail, a slot store still in flight has long landed a millisecond on. */
+    if (!loom_call_fence()) {
+        const struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
     __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
     while (comm_in_use(c, mine, closing)) {
         /* A release that read `closing` before it was set wakes nobody: look again
