@@ -29,6 +29,7 @@
 #include "debug.h"
 #include "dev_comm.h"
 #include "devrt.h"
+#include "timer.h"
 
 typedef struct {
     int depth;
@@ -225,13 +226,7 @@ static int ticket_wait(struct loomComm *comm, uint64_t ticket)
             pthread_cond_wait(&comm->cond, &comm->lock);
             continue;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        const struct timespec until = loom_clock_in_us(CLOCK_REALTIME, 1000);
         pthread_cond_timedwait(&comm->cond, &comm->lock, &until);
     }
     __atomic_sub_fetch(&comm->waiters, 1, __ATOMIC_SEQ_CST);

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "dev_comm.h"
 #include "init.h"
+#include "timer.h"
 
 /* The flag stops host waits; the device path's release ends every wait its streams queued
  * (under the lock, which a teardown takes before it frees the device state). */
@@ -63,13 +64,7 @@ static void wait_idle(struct loomComm *c, int mine, int closing)
     while (comm_in_use(c, mine, closing)) {
         /* A release that read `closing` before it was set wakes nobody: look again
          * every millisecond (loom_comm_release). */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        const struct timespec until = loom_clock_in_us(CLOCK_REALTIME, 1000);
         pthread_cond_timedwait(&c->cond, &c->lock, &until);
     }
     __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);

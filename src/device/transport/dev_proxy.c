@@ -82,13 +82,7 @@ static void *proxy_main(void *arg)
 /* Sleeps up to us microseconds on d->wd (d->qlock held), woken by an issue or the stop. */
 static void nap(loom_dev_state_t *d, unsigned us)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += (long)us * 1000L;
-    while (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    const struct timespec until = loom_clock_in_us(CLOCK_MONOTONIC, (long)us);
     pthread_cond_timedwait(&d->wd, &d->qlock, &until);
 }
 
