@@ -5,9 +5,10 @@
 # the reader of loom's traced launches (coll_trace.py: per row the algorithm
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
 # the ratio table and the prediction each row is set against, an earlier loom's geomeans
-# (report.py), the traced sweeps, the earlier loom's launch and Intel MPI's environment
-# (impls.py), the command line's help, and that every collective it compares (the uneven ones too) has a
-# name in the table and a form in each peer program. Runs nothing. Run by meson's 'tools' suite.
+# (report.py), the traced sweeps, the earlier loom's launch and order and Intel MPI's
+# environment (impls.py), the command line's help, and that every collective it compares (the
+# uneven ones too) has a name in the table and a form in each peer program. Runs nothing. Run
+# by meson's 'tools' suite.
 import os
 import sys
 import types
