@@ -140,7 +140,7 @@ static loomResult_t vouch(loomComm_t comm, const char *fn)
 /* Whether the registry vouched for comm at the epoch it is at now. */
 static int vouched(loomComm_t comm)
 {
-    if (__atomic_load_n(&loom_comms.epoch, __ATOMIC_ACQUIRE) != me.epoch)
+    if (loom_registry_epoch(&loom_comms) != me.epoch)
         return 0;
     for (int i = 0; i < VOUCHED; i++)
         if (me.vouched[i] == comm)

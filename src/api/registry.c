@@ -91,11 +91,6 @@ loomResult_t loom_registry_check_at(loom_registry_t *r, const void *handle, cons
     return loomInvalidArgument;
 }
 
-uint64_t loom_registry_epoch(const loom_registry_t *r)
-{
-    return __atomic_load_n(&r->epoch, __ATOMIC_RELAXED);
-}
-
 int loom_registry_is_live(loom_registry_t *r, const void *handle)
 {
     pthread_mutex_lock(&r->lock);

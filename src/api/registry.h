@@ -44,7 +44,7 @@ loomResult_t loom_registry_add(loom_registry_t *r, const void *handle, int *refs
 /* Raises the handle's reference count if it is listed and not closing;
  * otherwise InvalidArgument, with a WARN naming fn unless fn is NULL. */
 loomResult_t loom_registry_acquire(loom_registry_t *r, const void *handle, const char *fn);
-/* InvalidArgument (WARN naming fn) unless the handle is listed and not
+/* InvalidArgument (WARN naming fn unless fn is NULL) unless the handle is listed and not
  * closing; takes no reference, so the answer is only good for an early
  * argument check. */
 loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const char *fn);
@@ -52,8 +52,11 @@ loomResult_t loom_registry_check(loom_registry_t *r, const void *handle, const c
  * true as long as the epoch has not moved (call_guard.h). */
 loomResult_t loom_registry_check_at(loom_registry_t *r, const void *handle, const char *fn,
                                     uint64_t *epoch);
-/* The registry's epoch now (relaxed: call_guard.c orders it). */
-uint64_t loom_registry_epoch(const loom_registry_t *r);
+/* The registry's epoch now; inline, as every call on a communicator reads it (call_guard.c). */
+static inline uint64_t loom_registry_epoch(const loom_registry_t *r)
+{
+    return __atomic_load_n(&r->epoch, __ATOMIC_ACQUIRE);
+}
 /* 1 if the handle is listed and not closing, else 0; logs nothing and takes no
  * reference (for callers that ask whose handle a value is, like loomStreamIsLive). */
 int loom_registry_is_live(loom_registry_t *r, const void *handle);
