@@ -250,6 +250,12 @@ static void shm_machine_here(loom_shm_machine_t *m)
     m->local_ns = g_arena.local_ns;
     m->cross_ns = g_arena.cross_ns;
     m->cross1_ns = g_arena.cross1_ns;
+    /* The probed calls price the tables of as many ranks, where their sizes are this
+     * machine's (a LOOM_TOPO_FILE's caches or another slot size would change them). */
+    if (m->l2 == g_arena.l2 && m->half == g_arena.half) {
+        memcpy(m->call_ns, g_arena.call_ns, sizeof(m->call_ns));
+        m->probe_ranks = g_arena.probe_ranks;
+    }
 }
 
 /* A shm cell of the decision table: the variant the plan chooses and its predicted time. */
@@ -283,7 +289,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     shm_machine_here(&m);
     loom_shm_overrides(&o);
     if (cls == LOOM_LINK_SHM) {
-        char text[256];
+        char text[768];
         loom_shm_machine_text(&m, text, sizeof(text));
         printf("# shm plan: %s; streaming from %zu KiB written\n", text,
                loom_shm_nt_threshold(&m, nranks) >> 10);

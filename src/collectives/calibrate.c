@@ -19,18 +19,16 @@
  * gamma times a float32 sum over 256 KiB locally; cold compares memcpy's rate
  * in the L2 with its rate past it, once per process (loom_link_cost_for_call
  * charges it to the bytes of calls whose buffers outgrow the L2); where there is an arena, the
- * arena probe (shm/shm_probe.c) times its flag round and its copies for the shm collectives'
- * prediction, agreed with the rest. Across hosts the
- * same exchanges among the ranks of each host measure the links inside it.
- * The ranks' values differ, so they then agree: one AllReduce (direct, max,
- * float64) of the class, both sets of constants, the rates of the hosts'
- * interfaces and RDMA ports and the smallest L2; every rank adopts the maximum
- * (the L2: the minimum), the constants rounded to a
- * coarse grid (loom_cost_round), so every rank's model, hence every rank's
- * choice of algorithm, is the same (different choices would deadlock), and
- * reruns on one machine mostly get the same constants. The interface's rate
- * bounds a measured beta across hosts from below, the RDMA port's rate
- * replaces it (loom_link_cost_with_rate); LOOM_COST_<CLASS> wins over all.
+ * arena probe (shm/shm_probe.c) times its flag round, its copies and a call of each
+ * collective for the shm collectives' prediction, agreed with the rest (the slowest rank's). Across
+ * hosts the same exchanges among the ranks of each host measure the links inside it. The ranks'
+ * values differ, so they then agree: one AllReduce (direct, max, float64) of the class, both sets
+ * of constants, the rates of the hosts' interfaces and RDMA ports and the smallest L2; every rank
+ * adopts the maximum (the L2: the minimum), the constants rounded to a coarse grid
+ * (loom_cost_round), so every rank's model, hence every rank's choice of algorithm, is the same
+ * (different choices would deadlock), and reruns on one machine mostly get the same constants. The
+ * interface's rate bounds a measured beta across hosts from below, the RDMA port's rate replaces it
+ * (loom_link_cost_with_rate); LOOM_COST_<CLASS> wins over all.
  */
 #include <math.h>
 #include <stdio.h>
@@ -279,7 +277,8 @@ enum {
     AG_ARENA_LOCAL,
     AG_ARENA_CROSS,
     AG_ARENA_CROSS1,
-    AG_NUM
+    AG_ARENA_CALL, /* the probe's calls' times (loom_shm_probe_t.call_ns) */
+    AG_NUM = AG_ARENA_CALL + LOOM_SHM_PROBE_CALLS
 };
 
 static loomResult_t agree_max(loom_coll_ctx_t *ctx, double *v, size_t n)
@@ -351,6 +350,7 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
             v[AG_ARENA_LOCAL] = pr.local_ns;
             v[AG_ARENA_CROSS] = pr.cross_ns;
             v[AG_ARENA_CROSS1] = pr.cross1_ns;
+            memcpy(&v[AG_ARENA_CALL], pr.call_ns, sizeof(pr.call_ns));
             loom_p2p_set_context(ctx->p2p, "calibration", ctx->seq); /* the probe's last call */
         }
     }
@@ -361,6 +361,8 @@ static loomResult_t calibrate(loom_coll_ctx_t *ctx, int tcp_mbps, int rdma_mbps)
         ctx->shm.local_ns = v[AG_ARENA_LOCAL];
         ctx->shm.cross_ns = v[AG_ARENA_CROSS];
         ctx->shm.cross1_ns = v[AG_ARENA_CROSS1];
+        memcpy(ctx->shm.call_ns, &v[AG_ARENA_CALL], sizeof(ctx->shm.call_ns));
+        ctx->shm.probe_ranks = ctx->nranks;
     }
     const loom_link_class_t cls = class_of(v[AG_CLASS]);
     if (measuring)
@@ -430,7 +432,7 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p,
         LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     if (rank == 0 && ctx->arena != NULL) { /* bench/compare records this line */
-        char text[320];
+        char text[768];
         loom_shm_machine_text(&ctx->shm, text, sizeof(text));
         LOOM_INFO(LOOM_LOG_SHM, "shm machine: %s; streaming from %zu KiB written", text,
                   loom_shm_nt_threshold(&ctx->shm, nranks) >> 10);

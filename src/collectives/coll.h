@@ -104,6 +104,9 @@ typedef struct {
     int pos;        /* this rank's index in order */
 } loom_hosts_t;
 
+/* Calls the arena probe times, one per collective and variant (shm_probe.c). */
+#define LOOM_SHM_PROBE_CALLS 8
+
 /* What the shared-memory plan (shm_plan.h) knows of the machine, fixed when the communicator
  * is made. Caches in bytes, 0 where unknown. */
 typedef struct {
@@ -119,6 +122,10 @@ typedef struct {
      * lines this core wrote, from lines another core wrote while it copies the other way
      * (both ways), and while it does not (one way). */
     double flag_ns, local_ns, cross_ns, cross1_ns;
+    /* The probe's own time of one call of each collective and variant it times (in cache; the
+     * slots are shm_probe.c's), and the ranks that ran them: a call's time holds for as many. */
+    double call_ns[LOOM_SHM_PROBE_CALLS];
+    int probe_ranks;
 } loom_shm_machine_t;
 
 /* Per-communicator state shared by all algorithms. An algorithm may run on a

@@ -148,6 +148,68 @@ TEST(ShmCost, WithoutTheProbeTheLinkPrices)
     EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, S, 2, m, l), 300 + S * 0.1);
 }
 
+TEST(ShmCost, AProbedCallPricesItsOwnBytes)
+{
+    loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    const int slot = loom_shm_probe_slot(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO);
+    ASSERT_GE(slot, 0);
+    const double S0 = (double)loom_shm_probe_bytes(&m, 2, slot);
+    ASSERT_GT(S0, 0);
+    const double formula = Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 2, m, l);
+    m.call_ns[slot] = 20000;
+    m.probe_ranks = 2;
+    // The probe's own call is predicted as it ran, whatever the rates would sum to.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 2, m, l), 20000);
+    // Twice the bytes cost twice the probe's bytes; the flags (two rounds) stay the count's.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, 2 * S0, 2, m, l),
+                     2 * 1000 + 2 * (20000 - 2 * 1000));
+    // Another rank count, or a call the probe did not time, is the count's.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 4, m, l),
+                     Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 4, Machine(), l));
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S0, 2, m, l),
+                     Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S0, 2, Machine(), l));
+    EXPECT_NE(formula, 20000);
+    // Past the streaming threshold the cold cost comes on top, as in the count.
+    loom_link_cost_t cold = l;
+    cold.cold_ns = 0.04;
+    const double S = 64 * M;
+    EXPECT_NEAR(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, m, cold) -
+                    Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, m, l),
+                Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, Machine(), cold) -
+                    Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, Machine(), l),
+                1e-6 * S);
+}
+
+TEST(ShmCost, TheProbeTimesEveryCollectivesArenaPath)
+{
+    const loom_shm_machine_t m = Machine();
+    const loom_coll_kind_t kinds[] = {LOOM_COLL_ALLREDUCE,      LOOM_COLL_ALLGATHER,
+                                      LOOM_COLL_REDUCE_SCATTER, LOOM_COLL_BCAST,
+                                      LOOM_COLL_REDUCE,         LOOM_COLL_ALLTOALL};
+    for (loom_coll_kind_t k : kinds) {
+        const int slot = loom_shm_probe_slot(k, SHM_ALGO_CICO);
+        ASSERT_GE(slot, 0) << loom_coll_name(k);
+        loom_coll_kind_t kind;
+        uint32_t variant;
+        loom_shm_probe_call(slot, &kind, &variant);
+        EXPECT_EQ(kind, k);
+        EXPECT_EQ(variant, (uint32_t)SHM_ALGO_CICO);
+        EXPECT_EQ(loom_shm_probe_slot(k, SHM_ALGO_CMA), -1); // single copy is priced by rates
+    }
+    // The uneven calls run as the even ones do.
+    EXPECT_EQ(loom_shm_probe_slot(LOOM_COLL_ALLGATHERV, SHM_ALGO_CICO),
+              loom_shm_probe_slot(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO));
+    EXPECT_EQ(loom_shm_probe_slot(LOOM_COLL_REDUCE_SCATTERV, SHM_ALGO_CICO),
+              loom_shm_probe_slot(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO));
+    // A flat call fits one slot half, or it would run cico.
+    loom_shm_machine_t small = m;
+    small.half = 64 * 1024;
+    const int flat = loom_shm_probe_slot(LOOM_COLL_REDUCE, SHM_ALGO_FLAT);
+    ASSERT_GE(flat, 0);
+    EXPECT_LE(loom_shm_probe_bytes(&small, 8, flat), small.half);
+}
+
 TEST(ShmCost, NothingToPredict)
 {
     const loom_shm_machine_t m = Machine();

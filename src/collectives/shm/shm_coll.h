@@ -75,11 +75,13 @@ void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m);
 void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, int kernel_fast);
 /* What the arena probe measured on this rank, ns: a flag round, a byte copied from lines this
  * core wrote, a byte copied from lines another core wrote while it copies the other way, and
- * while it does not (0 on rank 0, which measures no reader's time). */
+ * while it does not (0 on rank 0, which measures no reader's time); and the median time of
+ * each probed call (loom_shm_probe_slot; 0 for rank 0's Broadcast, its copy in alone). */
 typedef struct {
     double flag_ns, local_ns, cross_ns, cross1_ns;
+    double call_ns[LOOM_SHM_PROBE_CALLS];
 } loom_shm_probe_t;
-/* The arena probe (shm_probe.c): the AllGathers it times run ctx's next collective sequence
+/* The arena probe (shm_probe.c): the calls it times run ctx's next collective sequence
  * numbers. Every rank of ctx must call it. */
 loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out);
 /* The probe's larger block on machine m with n ranks. */

@@ -17,38 +17,29 @@
  * plan's streaming threshold every byte pays the link's cold cost more. The counts per variant
  * are those of docs/shm-collectives.md (*Algorithms*), for the busiest rank (the root of a
  * Reduce, a reader of a Broadcast) of a call out of place: in place an AllGather or AllToAll
- * rank leaves its own block where it is. Without the probe (LOOM_CALIBRATE=0) a flag costs the
- * link's alpha, either copy half its beta (an exchange copies every byte in and out), and a
- * one-way handover its beta_one.
+ * rank leaves its own block where it is. Where the probe timed the variant itself on as many
+ * ranks, the call's bytes cost what they cost there, in place of the sum of the rates: the
+ * count then gives the flags and the cold cost alone. Without the probe (LOOM_CALIBRATE=0) a
+ * flag costs the link's alpha, either copy half its beta (an exchange copies every byte in
+ * and out), and a one-way handover its beta_one.
  */
 #include <math.h>
 
 #include "shm_plan.h"
 
-double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost_call_t *c,
-                        const loom_shm_machine_t *m, const loom_link_cost_t *link)
+/* What one flag round, and one byte of each kind of work, costs: a copy from lines this core
+ * wrote (L), from lines another core wrote both ways (X) and one way (X1), a kernel copy (K),
+ * a reduction (G). */
+typedef struct {
+    double f, L, X, X1, K, G;
+} units_t;
+
+/* The variant's count of flags and bytes for the busiest rank, priced with u. */
+static double count(loom_coll_kind_t kind, uint32_t variant, int n, double S, double H,
+                    const units_t *u)
 {
-    const int n = c->nranks;
-    if (n <= 1 || kind == LOOM_COLL_ALLTOALLV)
-        return LOOM_COST_NA; /* one rank copies locally; AllToAllv runs point to point */
-    /* Past the plan's streaming threshold the arena's copies go to memory: from there a byte
-     * pays the link's cold cost more, as loom_link_cost_for_call charges it past half the L2.
-     * Below it the calls stay in the caches, where the copies between the two cores are
-     * pipelined and the L3 keeps up with them. */
-    const double t = (double)loom_shm_nt_threshold(m, n), S = c->nbytes;
-    const double cold = link->cold_ns > 0 && S > t ? link->cold_ns * (1.0 - t / S) : 0.0;
-    const double crowd = m->cpus > 0 && n > m->cpus ? (double)n / m->cpus : 1.0;
-    const int probed = m->cross_ns > 0;
-    const double f = probed ? m->flag_ns : link->alpha_ns;
-    /* A copy from lines this core wrote, one from lines another core wrote (the probe's AllGather
-     * ran on the shared CPUs, so that one has the crowding in it), a kernel copy, a reduction. */
-    const double L = ((probed ? m->local_ns : link->beta_ns / 2) + cold) * crowd;
-    const double X = (probed ? m->cross_ns : link->beta_ns / 2) + cold * crowd;
-    const double X1 =
-        (probed && m->cross1_ns > 0 ? m->cross1_ns : link->beta_one_ns) + cold * crowd;
-    const double K = ((m->kernel_ns > 0 ? m->kernel_ns : link->beta_ns) + cold) * crowd;
-    const double G = (link->gamma_ns + cold) * crowd;
-    const double q = (n - 1.0) / n, B = S / n, H = (double)m->half;
+    const double f = u->f, L = u->L, X = u->X, X1 = u->X1, K = u->K, G = u->G;
+    const double q = (n - 1.0) / n, B = S / n;
     const double r = S > H ? ceil(S / H) : 1.0; /* rounds of the cico reductions and Broadcast */
     switch (variant) {
     case SHM_ALGO_TINY:
@@ -91,4 +82,49 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
             return r * f + q * S * (L + X) + S * G;
         }
     }
+}
+
+double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost_call_t *c,
+                        const loom_shm_machine_t *m, const loom_link_cost_t *link)
+{
+    const int n = c->nranks;
+    if (n <= 1 || kind == LOOM_COLL_ALLTOALLV)
+        return LOOM_COST_NA; /* one rank copies locally; AllToAllv runs point to point */
+    /* Past the plan's streaming threshold the arena's copies go to memory: from there a byte
+     * pays the link's cold cost more, as loom_link_cost_for_call charges it past half the L2.
+     * Below it the calls stay in the caches, where the copies between the two cores are
+     * pipelined and the L3 keeps up with them. */
+    const double t = (double)loom_shm_nt_threshold(m, n), S = c->nbytes, H = (double)m->half;
+    const double cold = link->cold_ns > 0 && S > t ? link->cold_ns * (1.0 - t / S) : 0.0;
+    const double crowd = m->cpus > 0 && n > m->cpus ? (double)n / m->cpus : 1.0;
+    const int probed = m->cross_ns > 0;
+    /* A copy from lines this core wrote, one from lines another core wrote (the probe's AllGather
+     * ran on the shared CPUs, so that one has the crowding in it), a kernel copy, a reduction. */
+    const units_t warm = {
+        .f = probed ? m->flag_ns : link->alpha_ns,
+        .L = (probed ? m->local_ns : link->beta_ns / 2) * crowd,
+        .X = probed ? m->cross_ns : link->beta_ns / 2,
+        .X1 = probed && m->cross1_ns > 0 ? m->cross1_ns : link->beta_one_ns,
+        .K = (m->kernel_ns > 0 ? m->kernel_ns : link->beta_ns) * crowd,
+        .G = link->gamma_ns * crowd,
+    };
+    const units_t all = {.f = warm.f,
+                         .L = warm.L + cold * crowd,
+                         .X = warm.X + cold * crowd,
+                         .X1 = warm.X1 + cold * crowd,
+                         .K = warm.K + cold * crowd,
+                         .G = warm.G + cold * crowd};
+    const double sum = count(kind, variant, n, S, H, &all);
+    /* Where the probe timed this very call (on these ranks, in cache), its time per byte stands
+     * for the sum of the copy and reduction rates, which adds work that overlaps in the real
+     * call; the flags and the cold cost stay the count's. */
+    const int slot = probed && m->probe_ranks == n ? loom_shm_probe_slot(kind, variant) : -1;
+    if (slot < 0 || m->call_ns[slot] <= 0)
+        return sum;
+    const units_t flags = {.f = warm.f};
+    const double S0 = (double)loom_shm_probe_bytes(m, n, slot);
+    const double per_byte = fmax((m->call_ns[slot] - count(kind, variant, n, S0, H, &flags)) / S0,
+                                 1e-3); /* noise never makes bytes free */
+    return count(kind, variant, n, S, H, &flags) + S * per_byte +
+           (sum - count(kind, variant, n, S, H, &warm));
 }

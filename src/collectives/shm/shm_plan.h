@@ -59,6 +59,13 @@ size_t loom_shm_nt_threshold(const loom_shm_machine_t *m, int n);
  * rank and for AllToAllv. A pure function of its arguments. */
 double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost_call_t *c,
                         const loom_shm_machine_t *m, const loom_link_cost_t *link);
+/* The slot of loom_shm_machine_t.call_ns that the arena probe times kind's variant in, or -1
+ * where it times none (shm_probe.c). */
+int loom_shm_probe_slot(loom_coll_kind_t kind, uint32_t variant);
+/* The collective and variant of the probe's call in slot. */
+void loom_shm_probe_call(int slot, loom_coll_kind_t *kind, uint32_t *variant);
+/* The bytes (as loom_coll_bytes) of the probe's call in slot on machine m with n ranks. */
+size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot);
 /* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
 const char *loom_shm_algo_name(uint32_t algo);
 /* One line describing m, for logs and loom_info. */

@@ -2,9 +2,10 @@
  *
  * shm_probe.c - what the arena's own path costs on this machine, measured at communicator
  * creation (calibrate.c) for the prediction of the shm collectives (shm_cost.c): the time of a
- * flag round and the time per byte that a rank copies into or out of the arena. The point-to-
- * point calibration cannot stand in for it: its waits sleep where ranks outnumber the CPUs,
- * which the arena's do not, and its rings are not the arena's slots.
+ * flag round, the time per byte that a rank copies into or out of the arena, and the time of
+ * one real call of every collective. The point-to-point calibration cannot stand in for it: its
+ * waits sleep where ranks outnumber the CPUs, which the arena's do not, and its rings are not
+ * the arena's slots.
  *
  * It runs real arena AllGathers (cico, the simplest pattern that moves bytes both ways: a rank
  * copies its block in and every other block out) of two block sizes, one round each, so
@@ -12,9 +13,15 @@
  * a copy whose source this core wrote. `cross` is then a copy of lines another core wrote, the
  * arena's handover, which is what sets the collectives' speed in cache, while the other core
  * copies the other way; a Broadcast of the larger block (in place: the root copies in, the
- * others copy out) gives `cross1`, the handover one way. Every rank makes the same
- * calls; they take the next 4 PROBE_REPS collective sequence numbers, so the communicator's own
- * calls come after them (the arena's flags grow with the sequence number).
+ * others copy out) gives `cross1`, the handover one way.
+ *
+ * Then one call of each other collective and variant in probe_calls, of the same footprint
+ * (the cico variants, and the flat ones that run the reductions' smaller calls). Their times
+ * price those calls directly: how much a reduction's adds hide behind its reads, or a copy
+ * behind the other core's, differs between collectives and machines, and no sum of the copy
+ * rates above gets it right everywhere. Every rank makes the same calls; they take the next
+ * PROBE_REPS collective sequence numbers each, so the communicator's own calls come after
+ * them (the arena's flags grow with the sequence number).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +34,53 @@
 #define PROBE_REPS  15    /* calls per size; the median counts */
 #define SMALL_BLOCK 1024u /* above the tiny calls' cell, far below any copy's cost */
 #define BIG_BLOCK   (256u << 10)
+
+/* The calls the probe times, in slot order (loom_shm_machine_t.call_ns); AllGatherV and
+ * ReduceScatterV are priced as the even calls they run like. */
+static const struct {
+    loom_coll_kind_t kind;
+    uint32_t variant;
+    loom_algo_fn_t fn;
+} probe_calls[LOOM_SHM_PROBE_CALLS] = {
+    {LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, loom_allgather_shm_cico},
+    {LOOM_COLL_BCAST, SHM_ALGO_CICO, loom_bcast_shm_cico},
+    {LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, loom_allreduce_shm_cico},
+    {LOOM_COLL_ALLREDUCE, SHM_ALGO_FLAT, loom_allreduce_shm_flat},
+    {LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, loom_reduce_scatter_shm_cico},
+    {LOOM_COLL_REDUCE, SHM_ALGO_CICO, loom_reduce_shm_cico},
+    {LOOM_COLL_REDUCE, SHM_ALGO_FLAT, loom_reduce_shm_flat},
+    {LOOM_COLL_ALLTOALL, SHM_ALGO_CICO, loom_alltoall_shm_cico},
+};
+enum { SLOT_ALLGATHER, SLOT_BCAST };
+
+int loom_shm_probe_slot(loom_coll_kind_t kind, uint32_t variant)
+{
+    if (kind == LOOM_COLL_ALLGATHERV)
+        kind = LOOM_COLL_ALLGATHER;
+    else if (kind == LOOM_COLL_REDUCE_SCATTERV)
+        kind = LOOM_COLL_REDUCE_SCATTER;
+    for (int i = 0; i < LOOM_SHM_PROBE_CALLS; i++)
+        if (probe_calls[i].kind == kind && probe_calls[i].variant == variant)
+            return i;
+    return -1;
+}
+
+void loom_shm_probe_call(int slot, loom_coll_kind_t *kind, uint32_t *variant)
+{
+    *kind = probe_calls[slot].kind;
+    *variant = probe_calls[slot].variant;
+}
+
+size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot)
+{
+    const size_t big = loom_shm_probe_block(m, n), all = big * (size_t)n;
+    if (slot == SLOT_BCAST)
+        return big;
+    /* A flat call fits one slot half, or it runs cico instead. */
+    if (probe_calls[slot].variant == SHM_ALGO_FLAT && all > m->half)
+        return m->half / 64 * 64;
+    return all;
+}
 
 static int cmp_u64(const void *x, const void *y)
 {
@@ -68,6 +122,28 @@ static loomResult_t time_allgather(loom_coll_ctx_t *ctx, uint8_t *send, uint8_t 
     return time_calls(ctx, loom_allgather_shm_cico, &a, ns_p);
 }
 
+/* Times slot's call of loom_shm_probe_bytes: bytes from send into recv (n such blocks each),
+ * the reductions on float32, the rooted calls rooted at rank 0, the Broadcast in place. */
+static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, uint8_t *send, uint8_t *recv,
+                              uint64_t *ns_p)
+{
+    const size_t bytes = loom_shm_probe_bytes(&ctx->shm, ctx->nranks, slot);
+    const loom_coll_kind_t kind = probe_calls[slot].kind;
+    const int reduces =
+        kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE || kind == LOOM_COLL_REDUCE_SCATTER;
+    const size_t es = reduces ? sizeof(float) : 1;
+    const int per_rank = kind == LOOM_COLL_ALLGATHER || kind == LOOM_COLL_REDUCE_SCATTER ||
+                         kind == LOOM_COLL_ALLTOALL; /* count is per rank (loom_coll_bytes) */
+    const loom_coll_args_t a = {.kind = kind,
+                                .sendbuff = send,
+                                .recvbuff = kind == LOOM_COLL_BCAST ? send : recv,
+                                .count = bytes / es / (per_rank ? (size_t)ctx->nranks : 1),
+                                .dt = reduces ? loomFloat32 : loomUint8,
+                                .op = loomSum,
+                                .root = 0};
+    return time_calls(ctx, probe_calls[slot].fn, &a, ns_p);
+}
+
 size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n)
 {
     /* One round, and every rank's n blocks within a quarter of its L2: the rate in cache, which
@@ -96,32 +172,28 @@ static uint64_t time_memcpy(uint8_t *dst, const uint8_t *src, size_t nbytes)
 loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
 {
     const int n = ctx->nranks;
-    const size_t big = loom_shm_probe_block(&ctx->shm, n);
-    uint8_t *buf = malloc(big * (size_t)(n + 1));
+    const size_t big = loom_shm_probe_block(&ctx->shm, n), all = big * (size_t)n;
+    uint8_t *buf = malloc(2 * all);
     if (buf == NULL) {
-        LOOM_WARN("rank %d: out of memory for the arena probe (%zu bytes)", ctx->rank,
-                  big * (size_t)(n + 1));
+        LOOM_WARN("rank %d: out of memory for the arena probe (%zu bytes)", ctx->rank, 2 * all);
         return loomSystemError;
     }
-    memset(buf, 1, big * (size_t)(n + 1)); /* faulted in before timing */
-    uint64_t small_ns = 0, big_ns = 0, bcast_ns = 0;
+    uint8_t *send = buf, *recv = buf + all;
+    memset(buf, 0, 2 * all); /* faulted in before timing; zeros sum to zeros */
+    uint64_t small_ns = 0, t[LOOM_SHM_PROBE_CALLS] = {0};
     /* The ranks arrive from calibration at different times, and where they outnumber the CPUs
      * the first calls can fall into a convoy of sleeping waits that steady calls never see
      * (docs/PERFORMANCE.md, *The cost model: shared memory*). Calls before the timed ones let
      * the ranks settle into the order that steady calls run in. */
-    loomResult_t res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);
+    loomResult_t res = time_allgather(ctx, send, recv, SMALL_BLOCK, &small_ns);
     if (res == loomSuccess)
-        res = time_allgather(ctx, buf, buf + big, SMALL_BLOCK, &small_ns);
-    if (res == loomSuccess)
-        res = time_allgather(ctx, buf, buf + big, big, &big_ns);
-    /* In place, the root copies its buffer in and returns; a reader copies all of it out. */
-    const loom_coll_args_t bc = {
-        .kind = LOOM_COLL_BCAST, .sendbuff = buf, .recvbuff = buf, .count = big, .dt = loomUint8};
-    if (res == loomSuccess)
-        res = time_calls(ctx, loom_bcast_shm_cico, &bc, &bcast_ns);
-    const uint64_t local_ns = time_memcpy(buf + big, buf, big);
+        res = time_allgather(ctx, send, recv, SMALL_BLOCK, &small_ns);
+    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && res == loomSuccess; slot++)
+        res = time_slot(ctx, slot, send, recv, &t[slot]);
+    const uint64_t local_ns = time_memcpy(recv, send, big);
     free(buf);
     LOOM_CHECK(res);
+    const uint64_t big_ns = t[SLOT_ALLGATHER], bcast_ns = t[SLOT_BCAST];
     /* A rank copies its block in (a local copy) and n - 1 blocks out (written by other cores). */
     out->local_ns = fmax((double)local_ns / (double)big, 1e-3);
     const double per_block_byte = ((double)big_ns - (double)small_ns) / (double)(big - SMALL_BLOCK);
@@ -130,5 +202,8 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
                         10.0); /* noise never makes bytes or flags free */
     /* The root (rank 0) measured only its copy in; the readers' time is the call's. */
     out->cross1_ns = ctx->rank == 0 ? 0.0 : fmax(((double)bcast_ns - out->flag_ns) / big, 1e-3);
+    /* Rank 0's Broadcast time is its copy in, not the call's (the agreement takes the others'). */
+    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS; slot++)
+        out->call_ns[slot] = slot == SLOT_BCAST && ctx->rank == 0 ? 0.0 : (double)t[slot];
     return loomSuccess;
 }
