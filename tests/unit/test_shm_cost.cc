@@ -210,6 +210,29 @@ TEST(ShmCost, TheProbeTimesEveryCollectivesArenaPath)
     EXPECT_LE(loom_shm_probe_bytes(&small, 8, flat), small.half);
 }
 
+TEST(ShmCost, AnUnevenReduceScatterGoesAtItsLargestOwnersPace)
+{
+    const loom_shm_machine_t m = Machine(); // 8 CPUs
+    const loom_link_cost_t l = Link();
+    loom_cost_call_t c = {};
+    c.nranks = 2;
+    c.nbytes = 96 * K;
+    c.acc_ratio = 1;
+    c.max_block = 64 * K; // blocks of 32 and 64 KiB
+    const double even = Predict(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, 128 * K, 2, m, l);
+    EXPECT_DOUBLE_EQ(loom_shm_predict(LOOM_COLL_REDUCE_SCATTERV, SHM_ALGO_CICO, &c, &m, &l), even);
+    // Even blocks, or 4 ranks sharing 2 CPUs: the even call of the same bytes.
+    c.max_block = 48 * K;
+    EXPECT_DOUBLE_EQ(loom_shm_predict(LOOM_COLL_REDUCE_SCATTERV, SHM_ALGO_CICO, &c, &m, &l),
+                     Predict(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, 96 * K, 2, m, l));
+    loom_shm_machine_t crowded = m;
+    crowded.cpus = 2;
+    c.nranks = 4;
+    c.max_block = 48 * K;
+    EXPECT_DOUBLE_EQ(loom_shm_predict(LOOM_COLL_REDUCE_SCATTERV, SHM_ALGO_CICO, &c, &crowded, &l),
+                     Predict(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, 96 * K, 4, crowded, l));
+}
+
 TEST(ShmCost, NothingToPredict)
 {
     const loom_shm_machine_t m = Machine();

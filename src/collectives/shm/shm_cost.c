@@ -94,9 +94,15 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
      * pays the link's cold cost more, as loom_link_cost_for_call charges it past half the L2.
      * Below it the calls stay in the caches, where the copies between the two cores are
      * pipelined and the L3 keeps up with them. */
-    const double t = (double)loom_shm_nt_threshold(m, n), S = c->nbytes, H = (double)m->half;
-    const double cold = link->cold_ns > 0 && S > t ? link->cold_ns * (1.0 - t / S) : 0.0;
     const double crowd = m->cpus > 0 && n > m->cpus ? (double)n / m->cpus : 1.0;
+    /* An uneven ReduceScatter goes at the pace of the owner of the largest block, which reduces
+     * n of them: it costs what the even call of such blocks costs. Where the ranks share CPUs,
+     * the CPUs' work sets the pace instead, and that is the even call's. */
+    double S = c->nbytes;
+    if (kind == LOOM_COLL_REDUCE_SCATTERV && crowd == 1.0 && c->max_block * n > S)
+        S = c->max_block * n;
+    const double t = (double)loom_shm_nt_threshold(m, n), H = (double)m->half;
+    const double cold = link->cold_ns > 0 && S > t ? link->cold_ns * (1.0 - t / S) : 0.0;
     const int probed = m->cross_ns > 0;
     /* A copy from lines this core wrote, one from lines another core wrote (the probe's AllGather
      * ran on the shared CPUs, so that one has the crowding in it), a kernel copy, a reduction. */
