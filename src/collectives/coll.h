@@ -118,6 +118,11 @@ typedef struct {
     int kernel_fast;    /* every rank's kernel copy beat two memcpys (creation probe) */
     /* Only the prediction reads these (shm_cost.c), never a choice; 0 unknown. */
     double kernel_ns; /* this process's kernel copy, ns per byte (the kernel-copy probe) */
+    /* Copies of near pairs run backwards (loom_shm_copy_backward_near), and what the
+     * copy-direction probe measured (ns of 32 KiB forwards at the worst distance, backwards;
+     * 0 where LOOM_SHM_COPY_BACKWARD decided). */
+    int copy_backward;
+    double copy_forward_ns, copy_backward_ns;
     /* The arena probe (shm_probe.c), agreed at creation: a flag round, a byte copied from
      * lines this core wrote, from lines another core wrote while it copies the other way
      * (both ways), and while it does not (one way). */

@@ -186,6 +186,16 @@ void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t b
  * out of the arena goes through it: where the destination lies just past the
  * source modulo 4 KiB it copies backwards itself (see shm_common.c). */
 void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt);
+/* 1 if loom_shm_copy runs near pairs (arena.h) backwards: LOOM_SHM_COPY_BACKWARD, or where it is
+ * -1 the copy-direction probe (once per process, about 0.1 ms): forward copies of near pairs
+ * against a backward one, whichever was faster. */
+int loom_shm_copy_backward_near(void);
+/* What the probe measured: ns of a 32 KiB forward copy at the slowest near distance, and of a
+ * backward one (runs the probe if it has not run). */
+void loom_shm_copy_probe_result(double *forward_ns, double *backward_ns);
+/* Tests: 1 or 0 forces the direction of near pairs over the parameter and the probe; -1 ends
+ * that. */
+void loom_shm_copy_force_backward(int mode);
 
 /* Elements per reduction block of c's plan (data or accumulators, whichever
  * is wider), so that a block's accumulators and the block being added stay

@@ -16,7 +16,9 @@
  * (and its peers RemoteError through the notices) instead of reading or
  * writing past a buffer.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -49,6 +51,11 @@ void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)
                           ar ? loom_arena_single_copy(ar) : 0, ar ? loom_arena_copy_fast(ar) : 0);
     if (m->single_copy > 0)
         m->kernel_ns = loom_arena_kernel_copy_ns();
+    if (ar != NULL) { /* the probe runs here, at creation, not in a call's copy */
+        m->copy_backward = loom_shm_copy_backward_near();
+        if (loom_param_SHM_COPY_BACKWARD() < 0)
+            loom_shm_copy_probe_result(&m->copy_forward_ns, &m->copy_backward_ns);
+    }
 }
 
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p)
@@ -234,6 +241,90 @@ static inline void move64(uint8_t *d, const uint8_t *s, int nt)
 }
 #endif
 
+#if defined(__x86_64__)
+static void copy_backward(uint8_t *d, const uint8_t *s, size_t bytes)
+{
+    const size_t body = bytes & ~(size_t)63u;
+    memcpy(d + body, s + body, bytes - body);
+    for (size_t i = body; i > 0; i -= 64)
+        move64(d + i - 64, s + i - 64, 0);
+}
+#endif
+
+/* The copy-direction probe: whether near pairs (arena.h) copy faster backwards, and what it
+ * measured (ns for COPY_PROBE_BYTES: the slowest forward distance, backwards). */
+#define COPY_PROBE_BYTES (32u << 10)
+#define COPY_PROBE_REPS  15
+static pthread_once_t copy_once = PTHREAD_ONCE_INIT;
+static int copy_backward_measured;
+static double copy_forward_ns, copy_backward_ns;
+static int copy_forced = -1; /* loom_shm_copy_force_backward */
+
+static uint64_t best_copy(uint8_t *d, const uint8_t *s, int backward)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < COPY_PROBE_REPS; i++) {
+        const uint64_t t0 = loom_now_ns();
+#if defined(__x86_64__)
+        if (backward)
+            copy_backward(d, s, COPY_PROBE_BYTES);
+        else
+#endif
+            memcpy(d, s, COPY_PROBE_BYTES);
+        __asm__ __volatile__("" : : "r"(d) : "memory"); /* the copy is not dead */
+        const uint64_t t = loom_now_ns() - t0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+static void copy_probe(void)
+{
+#if defined(__x86_64__)
+    const size_t span = LOOM_ARENA_ALIAS_SPAN, near[] = {64, 320, 704, 960};
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, span, 2 * COPY_PROBE_BYTES + 2 * span) != 0)
+        return; /* no memory: forwards, as a copy with no reason to turn */
+    memset(buf, 1, 2 * COPY_PROBE_BYTES + 2 * span);
+    const uint8_t *s = buf;
+    uint8_t *base = buf + COPY_PROBE_BYTES + span; /* page aligned, past the source */
+    uint64_t forward = 0;
+    for (size_t k = 0; k < sizeof(near) / sizeof(near[0]); k++) {
+        const uint64_t t = best_copy(base + near[k], s, 0);
+        forward = t > forward ? t : forward;
+    }
+    const uint64_t backward = best_copy(base + near[0], s, 1);
+    free(buf);
+    copy_forward_ns = (double)forward;
+    copy_backward_ns = (double)backward;
+    copy_backward_measured = backward < forward;
+#endif
+}
+
+int loom_shm_copy_backward_near(void)
+{
+    const int forced = __atomic_load_n(&copy_forced, __ATOMIC_RELAXED);
+    if (forced >= 0)
+        return forced;
+    const long p = loom_param_SHM_COPY_BACKWARD();
+    if (p >= 0)
+        return p > 0;
+    pthread_once(&copy_once, copy_probe);
+    return copy_backward_measured;
+}
+
+void loom_shm_copy_probe_result(double *forward_ns, double *backward_ns)
+{
+    pthread_once(&copy_once, copy_probe);
+    *forward_ns = copy_forward_ns;
+    *backward_ns = copy_backward_ns;
+}
+
+void loom_shm_copy_force_backward(int mode)
+{
+    __atomic_store_n(&copy_forced, mode < 0 ? -1 : mode > 0, __ATOMIC_RELAXED);
+}
+
 void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt)
 {
 #if defined(__x86_64__)
@@ -253,14 +344,12 @@ void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt)
         return;
     }
     /* A destination just past the source modulo the aliasing span (arena.h): a forward
-     * copy's loads could wait on its own recent stores, so this copies backwards
-     * (docs/shm-collectives.md, "Copy direction", has the runs it slowed). */
+     * copy's loads could wait on its own recent stores, so this copies backwards where the
+     * probe found that faster (docs/shm-collectives.md, "Copy direction"). */
     if (bytes >= LOOM_ARENA_ALIAS_SPAN &&
-        (((uintptr_t)d - (uintptr_t)s) & (LOOM_ARENA_ALIAS_SPAN - 1)) < LOOM_ARENA_ALIAS_NEAR) {
-        const size_t body = bytes & ~(size_t)63u;
-        memcpy(d + body, s + body, bytes - body);
-        for (size_t i = body; i > 0; i -= 64)
-            move64(d + i - 64, s + i - 64, 0);
+        (((uintptr_t)d - (uintptr_t)s) & (LOOM_ARENA_ALIAS_SPAN - 1)) < LOOM_ARENA_ALIAS_NEAR &&
+        loom_shm_copy_backward_near()) {
+        copy_backward(d, s, bytes);
         return;
     }
 #else

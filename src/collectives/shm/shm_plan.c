@@ -227,7 +227,16 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
                                    : "by the rules",
              m->single_copy == 1 ? (m->kernel_fast ? ", kernel copy fast" : ", kernel copy slow")
                                  : "");
-    const size_t used = strlen(buf);
+    size_t used = strlen(buf);
+    if (m->half > 0 && used < len)
+        snprintf(buf + used, len - used, "; near pairs copied %s%s",
+                 m->copy_backward ? "backwards" : "forwards",
+                 m->copy_forward_ns > 0 ? "" : " (LOOM_SHM_COPY_BACKWARD)");
+    used = strlen(buf);
+    if (m->copy_forward_ns > 0 && used < len)
+        snprintf(buf + used, len - used, " (probe: 32 KiB %.2f us forwards, %.2f backwards)",
+                 m->copy_forward_ns / 1e3, m->copy_backward_ns / 1e3);
+    used = strlen(buf);
     if (m->cross_ns > 0 && used < len)
         snprintf(buf + used, len - used,
                  "; arena probe: flag round %.2f us, copy %.4f ns/B from lines this core wrote, "
