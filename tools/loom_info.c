@@ -250,6 +250,9 @@ static void shm_machine_here(loom_shm_machine_t *m)
     m->local_ns = g_arena.local_ns;
     m->cross_ns = g_arena.cross_ns;
     m->cross1_ns = g_arena.cross1_ns;
+    m->copy_backward = g_arena.copy_backward;
+    m->copy_forward_ns = g_arena.copy_forward_ns;
+    m->copy_backward_ns = g_arena.copy_backward_ns;
     /* The probed calls price the tables of as many ranks, where their sizes are this
      * machine's (a LOOM_TOPO_FILE's caches or another slot size would change them). */
     if (m->l2 == g_arena.l2 && m->half == g_arena.half) {

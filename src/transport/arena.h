@@ -140,9 +140,10 @@ void loom_arena_half_release(loom_arena_t *a, unsigned h, uint64_t need);
 
 /* x86 load/store disambiguation compares the low 12 address bits: a copy whose destination lies
  * less than LOOM_ARENA_ALIAS_NEAR bytes past its source modulo LOOM_ARENA_ALIAS_SPAN can have
- * its loads wait on its own recent stores, so loom_shm_copy runs such copies backwards. The
- * slots sit half a span past a page boundary (shm_arena.c), where neither a page-aligned user
- * buffer nor one 16 bytes past it comes that near, in either direction. */
+ * its loads wait on its own recent stores, so loom_shm_copy runs such copies backwards where that
+ * measured faster (the copy-direction probe, shm_common.c). The slots sit half a span past a
+ * page boundary (shm_arena.c), where neither a page-aligned user buffer nor one 16 bytes past
+ * it comes that near, in either direction. */
 #define LOOM_ARENA_ALIAS_SPAN 4096u
 #define LOOM_ARENA_ALIAS_NEAR 1024u
 /* The packed descriptor of a tiny call: what loom_arena_desc_t says minus

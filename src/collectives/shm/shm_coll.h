@@ -184,7 +184,8 @@ void loom_shm_copy_out(const shm_call_t *c, void *dst, const void *src, size_t b
 /* memcpy, with non-temporal stores if nt (x86-64; fenced before it
  * returns, so a flag posted next orders after the data). Every copy into or
  * out of the arena goes through it: where the destination lies just past the
- * source modulo 4 KiB it copies backwards itself (see shm_common.c). */
+ * source modulo 4 KiB it copies backwards itself if the copy-direction probe
+ * found that faster (see shm_common.c). */
 void loom_shm_copy(void *dst, const void *src, size_t bytes, int nt);
 /* 1 if loom_shm_copy runs near pairs (arena.h) backwards: LOOM_SHM_COPY_BACKWARD, or where it is
  * -1 the copy-direction probe (once per process, about 0.1 ms): forward copies of near pairs

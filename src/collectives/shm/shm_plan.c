@@ -229,9 +229,8 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
                                  : "");
     size_t used = strlen(buf);
     if (m->half > 0 && used < len)
-        snprintf(buf + used, len - used, "; near pairs copied %s%s",
-                 m->copy_backward ? "backwards" : "forwards",
-                 m->copy_forward_ns > 0 ? "" : " (LOOM_SHM_COPY_BACKWARD)");
+        snprintf(buf + used, len - used, "; near pairs copied %s",
+                 m->copy_backward ? "backwards" : "forwards");
     used = strlen(buf);
     if (m->copy_forward_ns > 0 && used < len)
         snprintf(buf + used, len - used, " (probe: 32 KiB %.2f us forwards, %.2f backwards)",
