@@ -281,7 +281,9 @@ static uint64_t best_copy(uint8_t *d, const uint8_t *s, int backward)
 static void copy_probe(void)
 {
 #if defined(__x86_64__)
-    const size_t span = LOOM_ARENA_ALIAS_SPAN, near[] = {64, 320, 704, 960};
+    /* Spread over the near window: 64, 320, 704 and 960 bytes for a 1 KiB one. */
+    const size_t span = LOOM_ARENA_ALIAS_SPAN, w = LOOM_ARENA_ALIAS_NEAR / 16;
+    const size_t near[] = {w, 5 * w, 11 * w, 15 * w};
     uint8_t *buf = NULL;
     if (posix_memalign((void **)&buf, span, 2 * COPY_PROBE_BYTES + 2 * span) != 0)
         return; /* no memory: forwards, as a copy with no reason to turn */

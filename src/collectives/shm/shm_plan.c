@@ -233,7 +233,7 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
                  m->copy_backward ? "backwards" : "forwards");
     used = strlen(buf);
     if (m->copy_forward_ns > 0 && used < len)
-        snprintf(buf + used, len - used, " (probe: 32 KiB %.2f us forwards, %.2f backwards)",
+        snprintf(buf + used, len - used, " (probe: %.2f us forwards, %.2f backwards)",
                  m->copy_forward_ns / 1e3, m->copy_backward_ns / 1e3);
     used = strlen(buf);
     if (m->cross_ns > 0 && used < len)
@@ -241,19 +241,16 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
                  "; arena probe: flag round %.2f us, copy %.4f ns/B from lines this core wrote, "
                  "%.4f from another's both ways, %.4f one way",
                  m->flag_ns / 1e3, m->local_ns, m->cross_ns, m->cross1_ns);
-    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && m->probe_ranks > 1; slot++) {
-        const size_t at = strlen(buf);
-        if (at >= len)
-            break;
+    if (m->probe_ranks < 2)
+        return;
+    used = strlen(buf);
+    if (used < len)
+        snprintf(buf + used, len - used, "; probed calls of %d ranks:", m->probe_ranks);
+    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && (used = strlen(buf)) < len; slot++) {
         loom_coll_kind_t kind;
         uint32_t variant;
         loom_shm_probe_call(slot, &kind, &variant);
-        if (slot == 0)
-            snprintf(buf + at, len - at, "; probed calls of %d ranks:", m->probe_ranks);
-        const size_t from = strlen(buf);
-        if (from >= len)
-            break;
-        snprintf(buf + from, len - from, "%s %s %s %zu KiB %.2f us", slot ? "," : "",
+        snprintf(buf + used, len - used, "%s %s %s %zu KiB %.2f us", slot ? "," : "",
                  loom_coll_name(kind), loom_shm_algo_name(variant),
                  loom_shm_probe_bytes(m, m->probe_ranks, slot) >> 10, m->call_ns[slot] / 1e3);
     }

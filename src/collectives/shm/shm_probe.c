@@ -110,24 +110,11 @@ static loomResult_t time_calls(loom_coll_ctx_t *ctx, loom_algo_fn_t fn, const lo
     return loomSuccess;
 }
 
-static loomResult_t time_allgather(loom_coll_ctx_t *ctx, uint8_t *send, uint8_t *recv, size_t block,
-                                   uint64_t *ns_p)
+/* Times slot's call of `bytes` (as loom_coll_bytes) from send into recv, the reductions on
+ * float32, the rooted calls rooted at rank 0, the Broadcast in place. */
+static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, size_t bytes, uint8_t *send,
+                              uint8_t *recv, uint64_t *ns_p)
 {
-    const loom_coll_args_t a = {.kind = LOOM_COLL_ALLGATHER,
-                                .sendbuff = send,
-                                .recvbuff = recv,
-                                .count = block,
-                                .dt = loomUint8,
-                                .op = loomSum};
-    return time_calls(ctx, loom_allgather_shm_cico, &a, ns_p);
-}
-
-/* Times slot's call of loom_shm_probe_bytes: bytes from send into recv (n such blocks each),
- * the reductions on float32, the rooted calls rooted at rank 0, the Broadcast in place. */
-static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, uint8_t *send, uint8_t *recv,
-                              uint64_t *ns_p)
-{
-    const size_t bytes = loom_shm_probe_bytes(&ctx->shm, ctx->nranks, slot);
     const loom_coll_kind_t kind = probe_calls[slot].kind;
     const int reduces =
         kind == LOOM_COLL_ALLREDUCE || kind == LOOM_COLL_REDUCE || kind == LOOM_COLL_REDUCE_SCATTER;
@@ -185,11 +172,12 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
      * the first calls can fall into a convoy of sleeping waits that steady calls never see
      * (docs/PERFORMANCE.md, *The cost model: shared memory*). Calls before the timed ones let
      * the ranks settle into the order that steady calls run in. */
-    loomResult_t res = time_allgather(ctx, send, recv, SMALL_BLOCK, &small_ns);
+    const size_t small = SMALL_BLOCK * (size_t)n;
+    loomResult_t res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
     if (res == loomSuccess)
-        res = time_allgather(ctx, send, recv, SMALL_BLOCK, &small_ns);
+        res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
     for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && res == loomSuccess; slot++)
-        res = time_slot(ctx, slot, send, recv, &t[slot]);
+        res = time_slot(ctx, slot, loom_shm_probe_bytes(&ctx->shm, n, slot), send, recv, &t[slot]);
     const uint64_t local_ns = time_memcpy(recv, send, big);
     free(buf);
     LOOM_CHECK(res);
