@@ -292,7 +292,7 @@ static void print_decisions(loom_link_class_t cls, int nranks, int nhosts)
     shm_machine_here(&m);
     loom_shm_overrides(&o);
     if (cls == LOOM_LINK_SHM) {
-        char text[768];
+        char text[1280];
         loom_shm_machine_text(&m, text, sizeof(text));
         printf("# shm plan: %s; streaming from %zu KiB written\n", text,
                loom_shm_nt_threshold(&m, nranks) >> 10);

@@ -278,7 +278,7 @@ enum {
     AG_ARENA_CROSS,
     AG_ARENA_CROSS1,
     AG_ARENA_CALL, /* the probe's calls' times (loom_shm_probe_t.call_ns) */
-    AG_NUM = AG_ARENA_CALL + LOOM_SHM_PROBE_CALLS
+    AG_NUM = AG_ARENA_CALL + LOOM_SHM_PROBE_TIERS * LOOM_SHM_PROBE_CALLS
 };
 
 static loomResult_t agree_max(loom_coll_ctx_t *ctx, double *v, size_t n)
@@ -432,7 +432,7 @@ loomResult_t loom_coll_ctx_init(loom_coll_ctx_t *ctx, loom_p2p_t *p2p,
         LOOM_CHECK(calibrate(ctx, tcp_mbps, rdma_mbps));
     ctx->ring_depth = loom_ring_depth(ctx->link.cls, nranks);
     if (rank == 0 && ctx->arena != NULL) { /* bench/compare records this line */
-        char text[768];
+        char text[1280];
         loom_shm_machine_text(&ctx->shm, text, sizeof(text));
         LOOM_INFO(LOOM_LOG_SHM, "shm machine: %s; streaming from %zu KiB written", text,
                   loom_shm_nt_threshold(&ctx->shm, nranks) >> 10);

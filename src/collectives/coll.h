@@ -104,8 +104,10 @@ typedef struct {
     int pos;        /* this rank's index in order */
 } loom_hosts_t;
 
-/* Calls the arena probe times, one per collective and variant (shm_probe.c). */
+/* Calls the arena probe times, one per collective and variant (shm_probe.c), each at
+ * LOOM_SHM_PROBE_TIERS footprints: within a quarter of the L2, and filling it. */
 #define LOOM_SHM_PROBE_CALLS 8
+#define LOOM_SHM_PROBE_TIERS 2
 
 /* What the shared-memory plan (shm_plan.h) knows of the machine, fixed when the communicator
  * is made. Caches in bytes, 0 where unknown. */
@@ -127,9 +129,10 @@ typedef struct {
      * lines this core wrote, from lines another core wrote while it copies the other way
      * (both ways), and while it does not (one way). */
     double flag_ns, local_ns, cross_ns, cross1_ns;
-    /* The probe's own time of one call of each collective and variant it times (in cache; the
-     * slots are shm_probe.c's), and the ranks that ran them: a call's time holds for as many. */
-    double call_ns[LOOM_SHM_PROBE_CALLS];
+    /* The probe's own time of one call of each collective and variant it times at each of its
+     * footprints (tier 0 in cache, tier 1 filling the L2; the slots are shm_probe.c's), and the
+     * ranks that ran them: a call's time holds for as many. */
+    double call_ns[LOOM_SHM_PROBE_TIERS][LOOM_SHM_PROBE_CALLS];
     int probe_ranks;
 } loom_shm_machine_t;
 

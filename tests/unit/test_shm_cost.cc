@@ -154,10 +154,10 @@ TEST(ShmCost, AProbedCallPricesItsOwnBytes)
     const loom_link_cost_t l = Link();
     const int slot = loom_shm_probe_slot(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO);
     ASSERT_GE(slot, 0);
-    const double S0 = (double)loom_shm_probe_bytes(&m, 2, slot);
+    const double S0 = (double)loom_shm_probe_bytes(&m, 2, slot, 0);
     ASSERT_GT(S0, 0);
     const double formula = Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 2, m, l);
-    m.call_ns[slot] = 20000;
+    m.call_ns[0][slot] = 20000;
     m.probe_ranks = 2;
     // The probe's own call is predicted as it ran, whatever the rates would sum to.
     EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S0, 2, m, l), 20000);
@@ -207,7 +207,42 @@ TEST(ShmCost, TheProbeTimesEveryCollectivesArenaPath)
     small.half = 64 * 1024;
     const int flat = loom_shm_probe_slot(LOOM_COLL_REDUCE, SHM_ALGO_FLAT);
     ASSERT_GE(flat, 0);
-    EXPECT_LE(loom_shm_probe_bytes(&small, 8, flat), small.half);
+    for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS; tier++)
+        EXPECT_LE(loom_shm_probe_bytes(&small, 8, flat, tier), small.half);
+    // The second footprint fills the L2, the first a quarter of it.
+    const int ag = loom_shm_probe_slot(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO);
+    for (int n : {2, 4, 8}) {
+        EXPECT_EQ(loom_shm_probe_bytes(&m, n, ag, 1), m.l2) << n;
+        EXPECT_LE(loom_shm_probe_bytes(&m, n, ag, 0), m.l2 / 4) << n;
+    }
+}
+
+TEST(ShmCost, CallsBetweenTheProbesFootprintsPayARateBetweenTheirs)
+{
+    loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    const loom_coll_kind_t ar = LOOM_COLL_ALLREDUCE;
+    const int slot = loom_shm_probe_slot(ar, SHM_ALGO_CICO);
+    ASSERT_GE(slot, 0);
+    const double S0 = (double)loom_shm_probe_bytes(&m, 2, slot, 0);
+    const double S1 = (double)loom_shm_probe_bytes(&m, 2, slot, 1);
+    ASSERT_EQ(S0, 256 * K);
+    ASSERT_EQ(S1, 1 * M); // two rounds of the 512 KiB half: four flag rounds
+    m.probe_ranks = 2;
+    m.call_ns[0][slot] = 2 * 1000 + S0 * 0.08;
+    m.call_ns[1][slot] = 4 * 1000 + S1 * 0.02;
+    // Each footprint's call is predicted as it ran; past the second one its rate holds.
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, S0, 2, m, l), m.call_ns[0][slot], 1e-6);
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, S1, 2, m, l), m.call_ns[1][slot], 1e-6);
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, 2 * M, 2, m, l), 8 * 1000 + 2 * M * 0.02, 1e-6);
+    // Halfway between them in bytes, halfway between their rates.
+    const double mid = (S0 + S1) / 2;
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, mid, 2, m, l), 4 * 1000 + mid * 0.05, 1e-6);
+    // Below the first footprint the first rate holds.
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, 64 * K, 2, m, l), 2 * 1000 + 64 * K * 0.08, 1e-6);
+    // Without the second time, the first rate prices every size.
+    m.call_ns[1][slot] = 0;
+    EXPECT_NEAR(Predict(ar, SHM_ALGO_CICO, S1, 2, m, l), 4 * 1000 + S1 * 0.08, 1e-6);
 }
 
 TEST(ShmCost, AnUnevenReduceScatterGoesAtItsLargestOwnersPace)

@@ -79,13 +79,14 @@ void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, 
  * each probed call (loom_shm_probe_slot; 0 for rank 0's Broadcast, its copy in alone). */
 typedef struct {
     double flag_ns, local_ns, cross_ns, cross1_ns;
-    double call_ns[LOOM_SHM_PROBE_CALLS];
+    double call_ns[LOOM_SHM_PROBE_TIERS][LOOM_SHM_PROBE_CALLS];
 } loom_shm_probe_t;
 /* The arena probe (shm_probe.c): the calls it times run ctx's next collective sequence
  * numbers. Every rank of ctx must call it. */
 loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out);
-/* The probe's larger block on machine m with n ranks. */
-size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n);
+/* The probe's block at footprint tier (0: the n blocks within a quarter of the L2, 1: within
+ * the L2) on machine m with n ranks. */
+size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n, int tier);
 /* loom_shm_plan for this call on ctx's communicator (the same answer on
  * every rank for matching calls). */
 void loom_shm_plan_call(loom_coll_ctx_t *ctx, const loom_coll_args_t *a, loom_shm_plan_t *p);

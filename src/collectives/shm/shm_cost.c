@@ -19,7 +19,9 @@
  * Reduce, a reader of a Broadcast) of a call out of place: in place an AllGather or AllToAll
  * rank leaves its own block where it is. Where the probe timed the variant itself on as many
  * ranks, the call's bytes cost what they cost there, in place of the sum of the rates: the
- * count then gives the flags and the cold cost alone. Without the probe (LOOM_CALIBRATE=0) a
+ * count then gives the flags and the cold cost alone. The probe times each call at two
+ * footprints, in cache and filling the L2: a call between them pays a rate between theirs, in
+ * proportion to its bytes, and a larger one the second's. Without the probe (LOOM_CALIBRATE=0) a
  * flag costs the link's alpha, either copy half its beta (an exchange copies every byte in
  * and out), and a one-way handover its beta_one.
  */
@@ -125,12 +127,23 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
      * for the sum of the copy and reduction rates, which adds work that overlaps in the real
      * call; the flags and the cold cost stay the count's. */
     const int slot = probed && m->probe_ranks == n ? loom_shm_probe_slot(kind, variant) : -1;
-    if (slot < 0 || m->call_ns[slot] <= 0)
+    if (slot < 0 || m->call_ns[0][slot] <= 0)
         return sum;
     const units_t flags = {.f = warm.f};
-    const double S0 = (double)loom_shm_probe_bytes(m, n, slot);
-    const double per_byte = fmax((m->call_ns[slot] - count(kind, variant, n, S0, H, &flags)) / S0,
-                                 1e-3); /* noise never makes bytes free */
+    double at[LOOM_SHM_PROBE_TIERS], rate[LOOM_SHM_PROBE_TIERS]; /* bytes, ns per byte */
+    int tiers = 0;
+    for (; tiers < LOOM_SHM_PROBE_TIERS && m->call_ns[tiers][slot] > 0; tiers++) {
+        const double b = (double)loom_shm_probe_bytes(m, n, slot, tiers);
+        at[tiers] = b;
+        rate[tiers] = fmax((m->call_ns[tiers][slot] - count(kind, variant, n, b, H, &flags)) / b,
+                           1e-3); /* noise never makes bytes free */
+    }
+    double per_byte = rate[0];
+    for (int k = 1; k < tiers; k++)
+        if (S > at[k - 1] && at[k] > at[k - 1])
+            per_byte = S >= at[k] ? rate[k]
+                                  : rate[k - 1] + (rate[k] - rate[k - 1]) * (S - at[k - 1]) /
+                                                      (at[k] - at[k - 1]);
     return count(kind, variant, n, S, H, &flags) + S * per_byte +
            (sum - count(kind, variant, n, S, H, &warm));
 }

@@ -250,8 +250,11 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
         loom_coll_kind_t kind;
         uint32_t variant;
         loom_shm_probe_call(slot, &kind, &variant);
-        snprintf(buf + used, len - used, "%s %s %s %zu KiB %.2f us", slot ? "," : "",
-                 loom_coll_name(kind), loom_shm_algo_name(variant),
-                 loom_shm_probe_bytes(m, m->probe_ranks, slot) >> 10, m->call_ns[slot] / 1e3);
+        snprintf(buf + used, len - used, "%s %s %s", slot ? "," : "", loom_coll_name(kind),
+                 loom_shm_algo_name(variant));
+        for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS && (used = strlen(buf)) < len; tier++)
+            snprintf(buf + used, len - used, "%s %zu KiB %.2f us", tier ? " and" : "",
+                     loom_shm_probe_bytes(m, m->probe_ranks, slot, tier) >> 10,
+                     m->call_ns[tier][slot] / 1e3);
     }
 }

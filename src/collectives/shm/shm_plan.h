@@ -64,8 +64,9 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
 int loom_shm_probe_slot(loom_coll_kind_t kind, uint32_t variant);
 /* The collective and variant of the probe's call in slot. */
 void loom_shm_probe_call(int slot, loom_coll_kind_t *kind, uint32_t *variant);
-/* The bytes (as loom_coll_bytes) of the probe's call in slot on machine m with n ranks. */
-size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot);
+/* The bytes (as loom_coll_bytes) of the probe's call in slot at footprint tier on machine m
+ * with n ranks. */
+size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot, int tier);
 /* "shm_tiny", "shm_flat", ... for an SHM_ALGO_* id. */
 const char *loom_shm_algo_name(uint32_t algo);
 /* One line describing m, for logs and loom_info. */

@@ -16,12 +16,15 @@
  * others copy out) gives `cross1`, the handover one way.
  *
  * Then one call of each other collective and variant in probe_calls, of the same footprint
- * (the cico variants, and the flat ones that run the reductions' smaller calls). Their times
- * price those calls directly: how much a reduction's adds hide behind its reads, or a copy
- * behind the other core's, differs between collectives and machines, and no sum of the copy
- * rates above gets it right everywhere. Every rank makes the same calls; they take the next
- * PROBE_REPS collective sequence numbers each, so the communicator's own calls come after
- * them (the arena's flags grow with the sequence number).
+ * (the cico variants, and the flat ones that run the reductions' smaller calls), and every
+ * call once more at a footprint that fills the L2. Their times price those calls directly: how
+ * much a reduction's adds hide behind its reads, or a copy behind the other core's, differs
+ * between collectives and machines, and no sum of the copy rates above gets it right
+ * everywhere. Nor does one footprint price the others: where a rank's buffers fill its L2, the
+ * lines it wrote leave for the shared cache before the other core reads them, and that read
+ * can cost more or less than one from the writer's own L2, by machine. Every rank makes the
+ * same calls; they take the next PROBE_REPS collective sequence numbers each, so the
+ * communicator's own calls come after them (the arena's flags grow with the sequence number).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -71,9 +74,9 @@ void loom_shm_probe_call(int slot, loom_coll_kind_t *kind, uint32_t *variant)
     *variant = probe_calls[slot].variant;
 }
 
-size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot)
+size_t loom_shm_probe_bytes(const loom_shm_machine_t *m, int n, int slot, int tier)
 {
-    const size_t big = loom_shm_probe_block(m, n), all = big * (size_t)n;
+    const size_t big = loom_shm_probe_block(m, n, tier), all = big * (size_t)n;
     if (slot == SLOT_BCAST)
         return big;
     /* A flat call fits one slot half, or it runs cico instead. */
@@ -131,13 +134,16 @@ static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, size_t bytes, uint
     return time_calls(ctx, probe_calls[slot].fn, &a, ns_p);
 }
 
-size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n)
+size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n, int tier)
 {
-    /* One round, and every rank's n blocks within a quarter of its L2: the rate in cache, which
-     * the cold cost extends past it. */
-    size_t b = BIG_BLOCK;
+    /* Tier 0: one round, and every rank's n blocks within a quarter of its L2, the rate in
+     * cache. Tier 1: the n blocks fill the L2, in as many rounds as that takes, the rate of
+     * calls whose lines pass through the shared cache, which the cold cost extends past the
+     * streaming threshold. */
     const size_t l2 = m->l2 ? m->l2 : SHM_L2_ASSUMED;
-    while (b > 4 * SMALL_BLOCK && (b > m->half || b * (size_t)n > l2 / 4))
+    size_t b = tier == 0 ? BIG_BLOCK : l2;
+    while (b > 4 * SMALL_BLOCK &&
+           (tier == 0 ? b > m->half || b * (size_t)n > l2 / 4 : b * (size_t)n > l2))
         b /= 2;
     return b;
 }
@@ -159,7 +165,13 @@ static uint64_t time_memcpy(uint8_t *dst, const uint8_t *src, size_t nbytes)
 loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
 {
     const int n = ctx->nranks;
-    const size_t big = loom_shm_probe_block(&ctx->shm, n), all = big * (size_t)n;
+    const size_t big = loom_shm_probe_block(&ctx->shm, n, 0);
+    size_t all = 0; /* the largest call's bytes */
+    for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS; tier++)
+        for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS; slot++) {
+            const size_t b = loom_shm_probe_bytes(&ctx->shm, n, slot, tier);
+            all = b > all ? b : all;
+        }
     uint8_t *buf = malloc(2 * all);
     if (buf == NULL) {
         LOOM_WARN("rank %d: out of memory for the arena probe (%zu bytes)", ctx->rank, 2 * all);
@@ -167,7 +179,7 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
     }
     uint8_t *send = buf, *recv = buf + all;
     memset(buf, 0, 2 * all); /* faulted in before timing; zeros sum to zeros */
-    uint64_t small_ns = 0, t[LOOM_SHM_PROBE_CALLS] = {0};
+    uint64_t small_ns = 0, t[LOOM_SHM_PROBE_TIERS][LOOM_SHM_PROBE_CALLS] = {{0}};
     /* The ranks arrive from calibration at different times, and where they outnumber the CPUs
      * the first calls can fall into a convoy of sleeping waits that steady calls never see
      * (docs/PERFORMANCE.md, *The cost model: shared memory*). Calls before the timed ones let
@@ -176,12 +188,14 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
     loomResult_t res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
     if (res == loomSuccess)
         res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
-    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && res == loomSuccess; slot++)
-        res = time_slot(ctx, slot, loom_shm_probe_bytes(&ctx->shm, n, slot), send, recv, &t[slot]);
+    for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS; tier++)
+        for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && res == loomSuccess; slot++)
+            res = time_slot(ctx, slot, loom_shm_probe_bytes(&ctx->shm, n, slot, tier), send, recv,
+                            &t[tier][slot]);
     const uint64_t local_ns = time_memcpy(recv, send, big);
     free(buf);
     LOOM_CHECK(res);
-    const uint64_t big_ns = t[SLOT_ALLGATHER], bcast_ns = t[SLOT_BCAST];
+    const uint64_t big_ns = t[0][SLOT_ALLGATHER], bcast_ns = t[0][SLOT_BCAST];
     /* A rank copies its block in (a local copy) and n - 1 blocks out (written by other cores). */
     out->local_ns = fmax((double)local_ns / (double)big, 1e-3);
     const double per_block_byte = ((double)big_ns - (double)small_ns) / (double)(big - SMALL_BLOCK);
@@ -191,7 +205,9 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
     /* The root (rank 0) measured only its copy in; the readers' time is the call's. */
     out->cross1_ns = ctx->rank == 0 ? 0.0 : fmax(((double)bcast_ns - out->flag_ns) / big, 1e-3);
     /* Rank 0's Broadcast time is its copy in, not the call's (the agreement takes the others'). */
-    for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS; slot++)
-        out->call_ns[slot] = slot == SLOT_BCAST && ctx->rank == 0 ? 0.0 : (double)t[slot];
+    for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS; tier++)
+        for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS; slot++)
+            out->call_ns[tier][slot] =
+                slot == SLOT_BCAST && ctx->rank == 0 ? 0.0 : (double)t[tier][slot];
     return loomSuccess;
 }
