@@ -150,6 +150,7 @@ class Config:
         self.python = sys.executable
         self.tmp = None
         self.base_build = self.base_name = None  # set by prepare_base
+        self.limits = {}  # the limits measured at the start, for loom's memory rate
 
 
 def prepare_base(a, cfg):
@@ -359,6 +360,7 @@ def main(argv):
         return 1
 
     doc["limits"]["start"] = sysinfo.limits(cfg.build, 300, a.quick)
+    cfg.limits = doc["limits"]["start"]
     for line in sysinfo.limits_text(doc["limits"]["start"]):
         say(f"# limit: {line}")
     trace_all(a, cfg, next(i for i in active if i.key == "loom"), doc)

@@ -6,13 +6,14 @@
 # and the model's prediction, the probe lines), the best-of-all-peers ratio and
 # the ratio table and the prediction each row is set against, an earlier loom's geomeans
 # (report.py), the traced sweeps, the earlier loom's launch and order and Intel MPI's
-# environment (impls.py), the command line's help, and that every collective it compares (the
+# environment and loom's memory rate (impls.py), the command line's help, and that every collective it compares (the
 # uneven ones too) has a name in the table and a form in each peer program. Runs nothing. Run
 # by meson's 'tools' suite.
 import os
 import sys
 import types
 import unittest
+from unittest import mock
 
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -203,6 +204,23 @@ class ImplsTest(unittest.TestCase):
         cfg.base_build = None
         alone = impls.make_all(cfg, ["loom", "ompi"])
         self.assertEqual([i.key for i in impls.rep_order(alone, 2)], ["loom", "ompi"])
+
+    def test_loom_gets_the_memory_rate_of_as_many_threads_as_its_ranks_keep_busy(self):
+        lim = {"memcpy": {"results": [{"threads": 1, "median_gbps": 11.4},
+                                      {"threads": 2, "median_gbps": 15.0}]}}
+        cfg = types.SimpleNamespace(build="/tmp/new", base_build=None, net="shm", timeout=60,
+                                    peers_bin="/tmp/bin", impi_prefix="/opt/impi", limits=lim)
+        loom = impls.make_all(cfg, ["loom"])[0]
+        with mock.patch.dict(os.environ, {}, clear=False):
+            os.environ.pop("LOOM_SHM_MEMORY_MBPS", None)
+            self.assertEqual(loom.env(1)["LOOM_SHM_MEMORY_MBPS"], "11400")
+            two = "15000" if len(os.sched_getaffinity(0)) >= 2 else "11400"
+            self.assertEqual(loom.env(8)["LOOM_SHM_MEMORY_MBPS"], two)
+            self.assertNotIn("LOOM_SHM_MEMORY_MBPS", loom.env())  # no ranks, no rate
+            os.environ["LOOM_SHM_MEMORY_MBPS"] = "123"
+            self.assertEqual(loom.env(2)["LOOM_SHM_MEMORY_MBPS"], "123")  # the caller's stands
+        cfg.limits = {"memcpy": {"error": "failed"}}
+        self.assertNotIn("LOOM_SHM_MEMORY_MBPS", loom.env(2))
 
     def test_intel_mpi_fabrics(self):
         shm = impls.IntelMpi(self.cfg("shm"))

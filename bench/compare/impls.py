@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import coll_trace
+import sysinfo
 
 # The *_perf program names are the collectives' flags everywhere.
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
@@ -130,10 +131,15 @@ class Loom(Impl):
                        "calls back to back (-z 2)")
         return d
 
-    def env(self):
+    def env(self, nranks=0):
         env = dict(os.environ)
         if self.cfg.net == "tcp":
             env["LOOM_NET"] = "tcp"
+        # The memory's copy rate, which loom cannot measure at creation, for the prediction of
+        # the shm calls that outgrow the L3; a value set by the caller stands.
+        mbps = sysinfo.memory_mbps(getattr(self.cfg, "limits", {}), nranks) if nranks else None
+        if mbps and "LOOM_SHM_MEMORY_MBPS" not in env:
+            env["LOOM_SHM_MEMORY_MBPS"] = str(mbps)
         return env
 
     def command(self, coll, nranks, sweep, iters, warmup, check, json_path):
@@ -156,7 +162,7 @@ class Loom(Impl):
             fd, js = tempfile.mkstemp(suffix=".json", dir=self.cfg.tmp)
             os.close(fd)
             cmd = self.command(coll, nranks, (lo, hi, factor), iters, self.cfg.warmup, check, js)
-            rc, secs = run_bounded(cmd, self.env(), log, self.cfg.timeout)
+            rc, secs = run_bounded(cmd, self.env(nranks), log, self.cfg.timeout)
             total += secs
             try:
                 got = read_rows(js) if rc is not None else []
@@ -177,7 +183,8 @@ class Loom(Impl):
         log = os.path.join(self.cfg.logs, f"loom_{coll}_n{nranks}_trace.log")
         if os.path.exists(log):
             os.unlink(log)
-        env = dict(self.env(), LOOM_COLL_TRACE="1", LOOM_DEBUG="INFO", LOOM_DEBUG_SUBSYS="ALL")
+        env = dict(self.env(nranks), LOOM_COLL_TRACE="1", LOOM_DEBUG="INFO",
+                   LOOM_DEBUG_SUBSYS="ALL")
         total, error = 0.0, None
         for sweep in trace_sweeps(sizes):
             # -a 0: rank 0's time, so that no rank waits on a reduction of the times

@@ -156,6 +156,18 @@ def limits(build, timeout_s, quick):
     return out
 
 
+def memory_mbps(lim, nranks):
+    """MB/s of memcpy with as many threads as nranks ranks keep busy (the usable CPUs at most),
+    or the nearest thread count measured: what loom's LOOM_SHM_MEMORY_MBPS asks for. None
+    where memcpy was not measured."""
+    runs = (lim.get("memcpy") or {}).get("results", [])
+    if not runs:
+        return None
+    want = max(1, min(nranks, len(os.sched_getaffinity(0))))
+    best = min(runs, key=lambda r: (abs(r["threads"] - want), -r["threads"]))
+    return int(best["median_gbps"] * 1000)
+
+
 def limits_text(lim):
     """One line per limit, for the report."""
     lines = []

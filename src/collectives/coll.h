@@ -134,6 +134,9 @@ typedef struct {
      * ranks that ran them: a call's time holds for as many. */
     double call_ns[LOOM_SHM_PROBE_TIERS][LOOM_SHM_PROBE_CALLS];
     int probe_ranks;
+    /* ns per byte of memcpy from memory to memory with every CPU copying (LOOM_SHM_MEMORY_MBPS;
+     * 0 unknown). */
+    double memory_ns;
 } loom_shm_machine_t;
 
 /* Per-communicator state shared by all algorithms. An algorithm may run on a

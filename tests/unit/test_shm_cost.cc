@@ -3,8 +3,8 @@
 // test_shm_cost.cc - unit tests of loom_shm_predict (shm_cost.c), the shared-memory
 // collectives' predicted time: each variant's count of flags, copies and reductions priced with
 // the arena probe's constants, the kernel copy's rate for single copy, the ranks sharing CPUs,
-// the cold cost past the plan's streaming threshold, and the link's constants where nothing
-// was probed. Arithmetic
+// the cold cost past the plan's streaming threshold, the memory's rate past the L3, and the
+// link's constants where nothing was probed. Arithmetic
 // only; bench/compare sets the predictions against measurements.
 #include <gtest/gtest.h>
 
@@ -274,6 +274,45 @@ TEST(ShmCost, NothingToPredict)
     const loom_link_cost_t l = Link();
     EXPECT_TRUE(std::isinf(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, 1 * M, 1, m, l)));
     EXPECT_TRUE(std::isinf(Predict(LOOM_COLL_ALLTOALLV, SHM_ALGO_CICO, 1 * M, 4, m, l)));
+}
+
+TEST(ShmCost, PastTheL3ACallMovesItsBuffersBytesAtTheMemorysRate)
+{
+    loom_shm_machine_t m = Machine();
+    const loom_link_cost_t l = Link();
+    m.l3 = 32 << 20;
+    const double S = 128 * M;
+    const double cached = Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l);
+    m.memory_ns = 1.0; // 1 GB/s of copies: slower than every cache rate above
+    // The bytes all ranks read and write, half of them copied (a copy reads and writes a byte):
+    // an AllGather rank reads its block and writes the vector, an AllReduce or AllToAll rank
+    // reads and writes the vector, a Broadcast's root reads it and its reader writes it, a
+    // Reduce's ranks read it and the root writes it.
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l), 3 * S / 2);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_REDUCE_SCATTER, SHM_ALGO_CICO, S, 4, m, l), 5 * S / 2);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLREDUCE, SHM_ALGO_CICO, S, 2, m, l), 4 * S / 2);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLTOALL, SHM_ALGO_CMA, S, 2, m, l), 4 * S / 2);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_BCAST, SHM_ALGO_CICO, S, 2, m, l), 2 * S / 2);
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_REDUCE, SHM_ALGO_CICO, S, 2, m, l), 3 * S / 2);
+    // A memory faster than the caches' price changes nothing: the floor never lowers it.
+    m.memory_ns = 1e-6;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l), cached);
+    // Buffers and arena within the L3 (3 x 4 MiB and two 1 MiB slots) keep the caches' price;
+    // so does an unknown rate or L3.
+    m.memory_ns = 1.0;
+    loom_shm_machine_t none = m;
+    none.memory_ns = 0;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 4 * M, 2, m, l),
+                     Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, 4 * M, 2, none, l));
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, none, l), cached);
+    none = m;
+    none.l3 = 0;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, none, l), cached);
+    // The probed rates give way to it as the sums do.
+    const int slot = loom_shm_probe_slot(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO);
+    m.probe_ranks = 2;
+    m.call_ns[0][slot] = 50000;
+    EXPECT_DOUBLE_EQ(Predict(LOOM_COLL_ALLGATHER, SHM_ALGO_CICO, S, 2, m, l), 3 * S / 2);
 }
 
 } // namespace

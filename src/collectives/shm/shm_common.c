@@ -42,6 +42,8 @@ void loom_shm_machine_fill(loom_shm_machine_t *m, size_t half, int single_copy, 
     m->half = half;
     m->single_copy = single_copy;
     m->kernel_fast = kernel_fast;
+    const long mbps = loom_param_SHM_MEMORY_MBPS();
+    m->memory_ns = mbps > 0 ? 1e3 / (double)mbps : 0.0;
 }
 
 void loom_shm_machine(loom_coll_ctx_t *ctx, loom_shm_machine_t *m)

@@ -24,6 +24,12 @@
  * proportion to its bytes, and a larger one the second's. Without the probe (LOOM_CALIBRATE=0) a
  * flag costs the link's alpha, either copy half its beta (an exchange copies every byte in
  * and out), and a one-way handover its beta_one.
+ *
+ * Where the ranks' buffers and the arena together outgrow the L3, a call that walks them in a
+ * loop finds none of its lines still cached (a cache that keeps the lines used last holds none
+ * of a cycle longer than itself), and every byte a rank reads from or writes to its buffers
+ * goes to memory, which all the ranks share. Given the memory's copy rate
+ * (LOOM_SHM_MEMORY_MBPS), the call then costs no less than moving those bytes at it.
  */
 #include <math.h>
 
@@ -35,6 +41,38 @@
 typedef struct {
     double f, L, X, X1, K, G;
 } units_t;
+
+/* The bytes all ranks read from and write to their buffers in one call of S bytes, out of place;
+ * for a Broadcast, the root's read and the readers' writes (the readers are priced, and an
+ * out-of-place root's own copy runs beside theirs). */
+static double buffer_bytes(loom_coll_kind_t kind, int n, double S)
+{
+    switch (kind) {
+    case LOOM_COLL_ALLGATHER:
+    case LOOM_COLL_ALLGATHERV:
+    case LOOM_COLL_REDUCE_SCATTER:
+    case LOOM_COLL_REDUCE_SCATTERV: /* a block and the whole vector each */
+    case LOOM_COLL_REDUCE:          /* every input, and the root's result */
+        return (n + 1.0) * S;
+    case LOOM_COLL_BCAST:
+        return n * S;
+    default: /* AllReduce, AllToAll: a whole vector in and out each */
+        return 2.0 * n * S;
+    }
+}
+
+/* The least time of a call of S bytes whose buffers and arena outgrow the L3: its buffers'
+ * bytes moved at the memory's copy rate (a copied byte is read once and written once); 0 where
+ * they fit or the rate is unknown. */
+static double memory_floor(loom_coll_kind_t kind, int n, double S, const loom_shm_machine_t *m)
+{
+    if (!(m->memory_ns > 0) || m->l3 == 0)
+        return 0.0;
+    const double bytes = buffer_bytes(kind, n, S);
+    if (bytes + 2.0 * n * (double)m->half <= (double)m->l3)
+        return 0.0;
+    return bytes / 2 * m->memory_ns;
+}
 
 /* The variant's count of flags and bytes for the busiest rank, priced with u. */
 static double count(loom_coll_kind_t kind, uint32_t variant, int n, double S, double H,
@@ -126,9 +164,10 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
     /* Where the probe timed this very call (on these ranks, in cache), its time per byte stands
      * for the sum of the copy and reduction rates, which adds work that overlaps in the real
      * call; the flags and the cold cost stay the count's. */
+    const double floor_ns = memory_floor(kind, n, c->nbytes, m);
     const int slot = probed && m->probe_ranks == n ? loom_shm_probe_slot(kind, variant) : -1;
     if (slot < 0 || m->call_ns[0][slot] <= 0)
-        return sum;
+        return fmax(sum, floor_ns);
     const units_t flags = {.f = warm.f};
     double at[LOOM_SHM_PROBE_TIERS], rate[LOOM_SHM_PROBE_TIERS]; /* bytes, ns per byte */
     int tiers = 0;
@@ -144,6 +183,7 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
             per_byte = S >= at[k] ? rate[k]
                                   : rate[k - 1] + (rate[k] - rate[k - 1]) * (S - at[k - 1]) /
                                                       (at[k] - at[k - 1]);
-    return count(kind, variant, n, S, H, &flags) + S * per_byte +
-           (sum - count(kind, variant, n, S, H, &warm));
+    return fmax(count(kind, variant, n, S, H, &flags) + S * per_byte +
+                    (sum - count(kind, variant, n, S, H, &warm)),
+                floor_ns);
 }

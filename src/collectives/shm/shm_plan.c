@@ -241,6 +241,10 @@ void loom_shm_machine_text(const loom_shm_machine_t *m, char *buf, size_t len)
                  "; arena probe: flag round %.2f us, copy %.4f ns/B from lines this core wrote, "
                  "%.4f from another's both ways, %.4f one way",
                  m->flag_ns / 1e3, m->local_ns, m->cross_ns, m->cross1_ns);
+    used = strlen(buf);
+    if (m->memory_ns > 0 && used < len)
+        snprintf(buf + used, len - used, "; memory copy %.2f GB/s (LOOM_SHM_MEMORY_MBPS)",
+                 1.0 / m->memory_ns);
     if (m->probe_ranks < 2)
         return;
     used = strlen(buf);
