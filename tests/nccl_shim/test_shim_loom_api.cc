@@ -159,6 +159,16 @@ TEST(ShimLoom, AbortFromAnotherThreadUnblocksACollective)
 
 constexpr int kCycles = 200;
 
+// Every blocking or polled init calibrates and runs the arena probe, whose calls copy a few
+// MiB: fast alone, but under TSan about a tenth of a second per init, so the cycles get the
+// time that many inits take there.
+loomtest::RunOptions CyclesOptions()
+{
+    loomtest::RunOptions opts = LoomMode();
+    opts.deadline_s = 120.0;
+    return opts;
+}
+
 // Cycle i: blocking init, a checked call, destroy; every 4th non-blocking (polled), every
 // 8th non-blocking and aborted at once by every rank while its init is pending.
 void Cycle(int i, int rank, int n)
@@ -214,7 +224,7 @@ TEST(ShimLoom, InitDestroyCyclesLeaveNothingBehind)
             XT_CHECK_EQ(after.shm_mappings, 0);
             XT_CHECK(loomtest::ShmSegmentsOf(getpid()).empty());
         },
-        LoomMode()));
+        CyclesOptions()));
     std::printf("%s", report.Collect().c_str());
 }
 

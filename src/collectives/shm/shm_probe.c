@@ -23,7 +23,7 @@
  * everywhere. Nor does one footprint price the others: where a rank's buffers fill its L2, the
  * lines it wrote leave for the shared cache before the other core reads them, and that read
  * can cost more or less than one from the writer's own L2, by machine. Every rank makes the
- * same calls; they take the next PROBE_REPS collective sequence numbers each, so the
+ * same calls; they take the next collective sequence numbers, one each, so the
  * communicator's own calls come after them (the arena's flags grow with the sequence number).
  */
 #include <math.h>
@@ -37,6 +37,9 @@
 #define PROBE_REPS  15    /* calls per size; the median counts */
 #define SMALL_BLOCK 1024u /* above the tiny calls' cell, far below any copy's cost */
 #define BIG_BLOCK   (256u << 10)
+/* Calls at the footprint that fills the L2: each moves four times the bytes of one in cache or
+ * more, which makes one preempted call count for less and every call cost more at creation. */
+#define PROBE_REPS_FILLED 5
 
 /* The calls the probe times, in slot order (loom_shm_machine_t.call_ns); AllGatherV and
  * ReduceScatterV are priced as the even calls they run like. */
@@ -91,31 +94,31 @@ static int cmp_u64(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* The median ns of PROBE_REPS calls of the cico variant fn with arguments a. */
+/* The median ns of reps (at most PROBE_REPS) calls of the cico variant fn with arguments a. */
 static loomResult_t time_calls(loom_coll_ctx_t *ctx, loom_algo_fn_t fn, const loom_coll_args_t *a,
-                               uint64_t *ns_p)
+                               int reps, uint64_t *ns_p)
 {
     uint64_t t[PROBE_REPS];
-    for (int i = 0; i < PROBE_REPS; i++) {
+    for (int i = 0; i < reps; i++) {
         ctx->seq++;
         const uint64_t t0 = loom_now_ns();
         LOOM_CHECK(fn(ctx, a));
         t[i] = loom_now_ns() - t0;
     }
-    qsort(t, PROBE_REPS, sizeof(t[0]), cmp_u64);
-    *ns_p = t[PROBE_REPS / 2];
+    qsort(t, (size_t)reps, sizeof(t[0]), cmp_u64);
+    *ns_p = t[reps / 2];
     LOOM_INFO(LOOM_LOG_SHM,
               "rank %d: arena probe: %s of %zu bytes%s: %.2f us (median of %d, "
               "%.2f to %.2f)",
               ctx->rank, loom_coll_name(a->kind), a->count,
-              a->kind == LOOM_COLL_ALLGATHER ? " per rank" : "", (double)*ns_p / 1e3, PROBE_REPS,
-              (double)t[0] / 1e3, (double)t[PROBE_REPS - 1] / 1e3);
+              a->kind == LOOM_COLL_ALLGATHER ? " per rank" : "", (double)*ns_p / 1e3, reps,
+              (double)t[0] / 1e3, (double)t[reps - 1] / 1e3);
     return loomSuccess;
 }
 
-/* Times slot's call of `bytes` (as loom_coll_bytes) from send into recv, the reductions on
- * float32, the rooted calls rooted at rank 0, the Broadcast in place. */
-static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, size_t bytes, uint8_t *send,
+/* Times reps of slot's call of `bytes` (as loom_coll_bytes) from send into recv, the reductions
+ * on float32, the rooted calls rooted at rank 0, the Broadcast in place. */
+static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, size_t bytes, int reps, uint8_t *send,
                               uint8_t *recv, uint64_t *ns_p)
 {
     const loom_coll_kind_t kind = probe_calls[slot].kind;
@@ -131,7 +134,7 @@ static loomResult_t time_slot(loom_coll_ctx_t *ctx, int slot, size_t bytes, uint
                                 .dt = reduces ? loomFloat32 : loomUint8,
                                 .op = loomSum,
                                 .root = 0};
-    return time_calls(ctx, probe_calls[slot].fn, &a, ns_p);
+    return time_calls(ctx, probe_calls[slot].fn, &a, reps, ns_p);
 }
 
 size_t loom_shm_probe_block(const loom_shm_machine_t *m, int n, int tier)
@@ -185,13 +188,13 @@ loomResult_t loom_shm_probe(loom_coll_ctx_t *ctx, loom_shm_probe_t *out)
      * (docs/PERFORMANCE.md, *The cost model: shared memory*). Calls before the timed ones let
      * the ranks settle into the order that steady calls run in. */
     const size_t small = SMALL_BLOCK * (size_t)n;
-    loomResult_t res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
+    loomResult_t res = time_slot(ctx, SLOT_ALLGATHER, small, PROBE_REPS, send, recv, &small_ns);
     if (res == loomSuccess)
-        res = time_slot(ctx, SLOT_ALLGATHER, small, send, recv, &small_ns);
+        res = time_slot(ctx, SLOT_ALLGATHER, small, PROBE_REPS, send, recv, &small_ns);
     for (int tier = 0; tier < LOOM_SHM_PROBE_TIERS; tier++)
         for (int slot = 0; slot < LOOM_SHM_PROBE_CALLS && res == loomSuccess; slot++)
-            res = time_slot(ctx, slot, loom_shm_probe_bytes(&ctx->shm, n, slot, tier), send, recv,
-                            &t[tier][slot]);
+            res = time_slot(ctx, slot, loom_shm_probe_bytes(&ctx->shm, n, slot, tier),
+                            tier == 0 ? PROBE_REPS : PROBE_REPS_FILLED, send, recv, &t[tier][slot]);
     const uint64_t local_ns = time_memcpy(recv, send, big);
     free(buf);
     LOOM_CHECK(res);
