@@ -161,9 +161,9 @@ double loom_shm_predict(loom_coll_kind_t kind, uint32_t variant, const loom_cost
                          .K = warm.K + cold * crowd,
                          .G = warm.G + cold * crowd};
     const double sum = count(kind, variant, n, S, H, &all);
-    /* Where the probe timed this very call (on these ranks, in cache), its time per byte stands
-     * for the sum of the copy and reduction rates, which adds work that overlaps in the real
-     * call; the flags and the cold cost stay the count's. */
+    /* Where the probe timed this very call (on these ranks, at its two footprints), its time per
+     * byte stands for the sum of the copy and reduction rates, which adds work that overlaps in
+     * the real call; the flags and the cold cost stay the count's. */
     const double floor_ns = memory_floor(kind, n, c->nbytes, m);
     const int slot = probed && m->probe_ranks == n ? loom_shm_probe_slot(kind, variant) : -1;
     if (slot < 0 || m->call_ns[0][slot] <= 0)
